@@ -1,0 +1,97 @@
+"""SCRAM mechanisms and credentials: the crypto of RFC 5802, nothing else.
+
+Owns ``ScramMechanism`` (SHA-256, SHA-512), ``ScramCredential`` (salt, stored
+key, server key, iterations) and its Kafka text form
+``salt=<b64>,stored_key=<b64>,server_key=<b64>,iterations=<n>``. Credential
+derivation goes through scramp. No state machines here (see server/client).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+from dataclasses import dataclass
+from enum import Enum
+
+import scramp
+
+MIN_ITERATIONS = 4096
+MAX_ITERATIONS = 16384
+
+
+class ScramMechanism(Enum):
+    SCRAM_SHA_256 = ("SCRAM-SHA-256", "sha256", 1)
+    SCRAM_SHA_512 = ("SCRAM-SHA-512", "sha512", 2)
+
+    def __init__(self, mechanism_name: str, hash_name: str, wire_type: int) -> None:
+        self.mechanism_name = mechanism_name
+        self.hash_name = hash_name
+        # Kafka's ScramMechanism type byte (DescribeUserScramCredentials).
+        self.wire_type = wire_type
+
+    @classmethod
+    def from_name(cls, name: str) -> ScramMechanism:
+        for mech in cls:
+            if mech.mechanism_name == name:
+                return mech
+        raise ValueError(f"unknown SCRAM mechanism {name!r}")
+
+    @classmethod
+    def from_wire_type(cls, wire_type: int) -> ScramMechanism:
+        for mech in cls:
+            if mech.wire_type == wire_type:
+                return mech
+        raise ValueError(f"unknown SCRAM mechanism type {wire_type}")
+
+    def hmac(self, key: bytes, data: bytes) -> bytes:
+        return hmac.new(key, data, self.hash_name).digest()
+
+    def hash(self, data: bytes) -> bytes:
+        return hashlib.new(self.hash_name, data).digest()
+
+    def salted_password(self, password: str, salt: bytes, iterations: int) -> bytes:
+        return hashlib.pbkdf2_hmac(self.hash_name, password.encode("utf-8"), salt, iterations)
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredential:
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+    def to_kafka_string(self) -> str:
+        b64 = base64.b64encode
+        return (
+            f"salt={b64(self.salt).decode()},stored_key={b64(self.stored_key).decode()},"
+            f"server_key={b64(self.server_key).decode()},iterations={self.iterations}"
+        )
+
+    @classmethod
+    def from_kafka_string(cls, text: str) -> ScramCredential:
+        try:
+            fields = dict(part.split("=", 1) for part in text.split(","))
+            return cls(
+                salt=base64.b64decode(fields["salt"], validate=True),
+                stored_key=base64.b64decode(fields["stored_key"], validate=True),
+                server_key=base64.b64decode(fields["server_key"], validate=True),
+                iterations=int(fields["iterations"]),
+            )
+        except (KeyError, ValueError) as exc:
+            raise ValueError("malformed SCRAM credential") from exc
+
+
+def derive_credential(
+    password: str,
+    mechanism: ScramMechanism,
+    iterations: int = MIN_ITERATIONS,
+    salt: bytes | None = None,
+) -> ScramCredential:
+    """Salt (random unless given), PBKDF2 and the stored/server keys, via scramp."""
+    salt = salt if salt is not None else os.urandom(32)
+    _, stored_key, server_key, _ = scramp.ScramMechanism(mechanism.mechanism_name).make_auth_info(
+        password, iteration_count=iterations, salt=salt
+    )
+    return ScramCredential(salt, stored_key, server_key, iterations)

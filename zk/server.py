@@ -1,0 +1,373 @@
+"""A real ZooKeeper server managed by tokensvc, on loopback.
+
+Owns: finding Java and the ZooKeeper jars that the pyspark wheel ships, writing
+a node's ``zoo.cfg`` and ``myid``, starting ``QuorumPeerMain`` as a child
+process, waiting until the node serves, and stopping or killing it. A
+:class:`ZooKeeperEnsemble` runs three (or N) such nodes as one quorum so tests
+can kill single nodes.
+
+It never downloads anything and never listens beyond 127.0.0.1. Start-up fails
+with :class:`ZooKeeperStartError` and a message a person can act on (Java
+missing, port in use, the server died, it did not answer in time) instead of
+hanging.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Jars of pyspark/jars/ that QuorumPeerMain needs (prefixes of file names).
+_JAR_PREFIXES = (
+    "zookeeper-",
+    "zookeeper-jute-",
+    "slf4j-api-",
+    "log4j-api-",
+    "log4j-core-",
+    "log4j-slf4j2-impl-",
+    "audience-annotations-",
+    "netty-handler-4",
+    "netty-transport-4",
+    "netty-common-",
+    "netty-buffer-",
+    "netty-codec-4",
+    "netty-resolver-4",
+    "netty-transport-native-unix-common-",
+    "metrics-core-",
+    "commons-io-",
+    "snappy-java-",
+)
+
+_LOG4J2 = """\
+status = error
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = %d{{ISO8601}} %-5p [%t] %c{{1}} - %m%n
+rootLogger.level = warn
+rootLogger.appenderRef.file.ref = file
+"""
+
+
+class ZooKeeperStartError(RuntimeError):
+    """ZooKeeper could not be started; the message says why and what to do."""
+
+
+def find_java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        home = os.environ.get("JAVA_HOME")
+        if home and os.access(os.path.join(home, "bin", "java"), os.X_OK):
+            return os.path.join(home, "bin", "java")
+        raise ZooKeeperStartError(
+            "Java was not found on PATH (nor in JAVA_HOME): install Java 17 or newer, "
+            "for example `apt-get install openjdk-17-jre-headless`"
+        )
+    return java
+
+
+def java_major_version(java: str) -> int:
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    text = out.stderr + out.stdout
+    for token in text.replace('"', " ").split():
+        head = token.split(".")[0]
+        if head.isdigit() and ("." in token or token.isdigit()):
+            return int(head)
+    raise ZooKeeperStartError(f"could not read the Java version from: {text.strip()!r}")
+
+
+def zookeeper_classpath() -> str:
+    """The classpath of the ZooKeeper server jars shipped inside the pyspark wheel."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise ZooKeeperStartError("pyspark is not installed: run the README's set-up command")
+    jars_dir = Path(next(iter(spec.submodule_search_locations))) / "jars"
+    jars = []
+    for prefix in _JAR_PREFIXES:
+        found = sorted(p for p in glob.glob(str(jars_dir / f"{prefix}*.jar")))
+        if prefix == "zookeeper-":
+            found = [p for p in found if "jute" not in os.path.basename(p)]
+        if not found and prefix.startswith("zookeeper"):
+            raise ZooKeeperStartError(f"no {prefix}*.jar in {jars_dir}: is pyspark complete?")
+        jars.extend(found[-1:])
+    return os.pathsep.join(jars)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+        return False
+
+
+def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> str:
+    with socket.create_connection((host, port), timeout=timeout) as s:
+        s.sendall(word.encode("ascii"))
+        chunks = []
+        while True:
+            data = s.recv(4096)
+            if not data:
+                break
+            chunks.append(data)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    os.setsid()
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class ZooKeeperNode:
+    """One ZooKeeper server process (standalone, or a member of an ensemble)."""
+
+    data_dir: Path
+    client_port: int
+    host: str = "127.0.0.1"
+    server_id: int = 1
+    peers: list[tuple[int, int, int]] = field(default_factory=list)  # (id, quorum, election)
+    tick_ms: int = 500
+    heap_mb: int = 256
+    die_with_parent: bool = True
+    process: subprocess.Popen | None = None
+
+    @property
+    def connect(self) -> str:
+        return f"{self.host}:{self.client_port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "zookeeper.log"
+
+    def _write_config(self) -> Path:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        (self.data_dir / "data").mkdir(exist_ok=True)
+        lines = [
+            f"tickTime={self.tick_ms}",
+            "initLimit=20",
+            "syncLimit=10",
+            f"dataDir={self.data_dir / 'data'}",
+            f"clientPort={self.client_port}",
+            f"clientPortAddress={self.host}",
+            "admin.enableServer=false",
+            "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons",
+            "maxClientCnxns=0",
+            # Sessions may be as short as 2 ticks; tests expire sessions quickly.
+            f"minSessionTimeout={2 * self.tick_ms}",
+            "autopurge.purgeInterval=1",
+        ]
+        if self.peers:
+            for sid, quorum, election in self.peers:
+                lines.append(f"server.{sid}={self.host}:{quorum}:{election}")
+            (self.data_dir / "data" / "myid").write_text(f"{self.server_id}\n")
+        cfg = self.data_dir / "zoo.cfg"
+        cfg.write_text("\n".join(lines) + "\n")
+        (self.data_dir / "log4j2.properties").write_text(_LOG4J2.format(log=self.log_path))
+        return cfg
+
+    def spawn(self) -> None:
+        """Start the process without waiting for it to serve."""
+        if self.process is not None and self.process.poll() is None:
+            return
+        java = find_java()
+        if java_major_version(java) < 11:
+            raise ZooKeeperStartError(f"{java} is older than Java 11; install Java 17")
+        if port_in_use(self.client_port, self.host):
+            raise ZooKeeperStartError(
+                f"cannot start ZooKeeper: port {self.host}:{self.client_port} is already in use"
+            )
+        cfg = self._write_config()
+        cmd = [
+            java,
+            f"-Xmx{self.heap_mb}m",
+            "-XX:+UseSerialGC",
+            "-Dzookeeper.admin.enableServer=false",
+            f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+            "-cp",
+            zookeeper_classpath(),
+            "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+            str(cfg),
+        ]
+        out = open(self.data_dir / "zookeeper.out", "ab")
+        self.process = subprocess.Popen(
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent if self.die_with_parent else os.setsid,
+        )
+        out.close()
+
+    def serving(self) -> bool:
+        try:
+            reply = four_letter_word(self.host, self.client_port, "srvr", timeout=0.5)
+        except OSError:
+            return False
+        return "Mode:" in reply
+
+    def mode(self) -> str | None:
+        try:
+            reply = four_letter_word(self.host, self.client_port, "srvr", timeout=0.5)
+        except OSError:
+            return None
+        for line in reply.splitlines():
+            if line.startswith("Mode:"):
+                return line.split(":", 1)[1].strip()
+        return None
+
+    def wait_serving(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise ZooKeeperStartError(
+                    f"ZooKeeper on port {self.client_port} exited with status "
+                    f"{self.process.returncode}; see {self.data_dir / 'zookeeper.out'}"
+                )
+            if self.serving():
+                return
+            time.sleep(0.1)
+        raise ZooKeeperStartError(
+            f"ZooKeeper on {self.connect} did not start serving within {timeout:.0f}s; "
+            f"see {self.log_path}"
+        )
+
+    def start(self, timeout: float = 30.0) -> None:
+        self.spawn()
+        try:
+            self.wait_serving(timeout)
+        except ZooKeeperStartError:
+            self.kill()
+            raise
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL if it does not exit in time."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout)
+        self.process = None
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, as fault tests need."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+        self.process = None
+
+    def pause(self) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.process is not None:
+            self.process.send_signal(signal.SIGCONT)
+
+
+class ManagedZooKeeper(ZooKeeperNode):
+    """A standalone ZooKeeper server on a free loopback port."""
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike,
+        port: int | None = None,
+        *,
+        tick_ms: int = 500,
+        die_with_parent: bool = True,
+    ) -> None:
+        super().__init__(
+            data_dir=Path(data_dir),
+            client_port=port or free_port(),
+            tick_ms=tick_ms,
+            die_with_parent=die_with_parent,
+        )
+
+    def __enter__(self) -> ManagedZooKeeper:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class ZooKeeperEnsemble:
+    """N ZooKeeper servers forming one quorum on loopback (N is odd, usually 3)."""
+
+    def __init__(
+        self,
+        base_dir: str | os.PathLike,
+        size: int = 3,
+        *,
+        tick_ms: int = 500,
+        die_with_parent: bool = True,
+    ) -> None:
+        if size < 1:
+            raise ValueError("an ensemble needs at least one node")
+        base = Path(base_dir)
+        peers = [(i + 1, free_port(), free_port()) for i in range(size)]
+        self.nodes = [
+            ZooKeeperNode(
+                data_dir=base / f"zk{sid}",
+                client_port=free_port(),
+                server_id=sid,
+                peers=peers,
+                tick_ms=tick_ms,
+                die_with_parent=die_with_parent,
+            )
+            for sid, _, _ in peers
+        ]
+
+    @property
+    def connect(self) -> str:
+        return ",".join(node.connect for node in self.nodes)
+
+    def start(self, timeout: float = 60.0) -> None:
+        for node in self.nodes:
+            node.spawn()
+        try:
+            for node in self.nodes:
+                node.wait_serving(timeout)
+        except ZooKeeperStartError:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def __enter__(self) -> ZooKeeperEnsemble:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
