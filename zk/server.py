@@ -56,6 +56,15 @@ appender.file.layout.type = PatternLayout
 appender.file.layout.pattern = %d{{ISO8601}} %-5p [%t] %c{{1}} - %m%n
 rootLogger.level = warn
 rootLogger.appenderRef.file.ref = file
+appender.audit.type = File
+appender.audit.name = audit
+appender.audit.fileName = {audit}
+appender.audit.layout.type = PatternLayout
+appender.audit.layout.pattern = %m%n
+logger.audit.name = org.apache.zookeeper.audit
+logger.audit.level = info
+logger.audit.additivity = false
+logger.audit.appenderRef.audit.ref = audit
 """
 
 
@@ -149,6 +158,8 @@ class ZooKeeperNode:
     tick_ms: int = 500
     heap_mb: int = 256
     die_with_parent: bool = True
+    # ZooKeeper's own audit log of every write (session, auth id, operation, path).
+    audit: bool = False
     process: subprocess.Popen | None = None
 
     @property
@@ -162,6 +173,10 @@ class ZooKeeperNode:
     @property
     def log_path(self) -> Path:
         return self.data_dir / "zookeeper.log"
+
+    @property
+    def audit_log_path(self) -> Path:
+        return self.data_dir / "zookeeper-audit.log"
 
     def _write_config(self) -> Path:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -180,13 +195,17 @@ class ZooKeeperNode:
             f"minSessionTimeout={2 * self.tick_ms}",
             "autopurge.purgeInterval=1",
         ]
+        if self.audit:
+            lines.append("audit.enable=true")
         if self.peers:
             for sid, quorum, election in self.peers:
                 lines.append(f"server.{sid}={self.host}:{quorum}:{election}")
             (self.data_dir / "data" / "myid").write_text(f"{self.server_id}\n")
         cfg = self.data_dir / "zoo.cfg"
         cfg.write_text("\n".join(lines) + "\n")
-        (self.data_dir / "log4j2.properties").write_text(_LOG4J2.format(log=self.log_path))
+        (self.data_dir / "log4j2.properties").write_text(
+            _LOG4J2.format(log=self.log_path, audit=self.audit_log_path)
+        )
         return cfg
 
     def spawn(self) -> None:
@@ -304,12 +323,14 @@ class ManagedZooKeeper(ZooKeeperNode):
         *,
         tick_ms: int = 500,
         die_with_parent: bool = True,
+        audit: bool = False,
     ) -> None:
         super().__init__(
             data_dir=Path(data_dir),
             client_port=port or free_port(),
             tick_ms=tick_ms,
             die_with_parent=die_with_parent,
+            audit=audit,
         )
 
     def __enter__(self) -> ManagedZooKeeper:

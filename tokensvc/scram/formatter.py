@@ -2,8 +2,11 @@
 
 Owns ``ScramMechanism`` (SHA-256, SHA-512), ``ScramCredential`` (salt, stored
 key, server key, iterations) and its Kafka text form
-``salt=<b64>,stored_key=<b64>,server_key=<b64>,iterations=<n>``. Credential
-derivation goes through scramp. No state machines here (see server/client).
+``salt=<b64>,stored_key=<b64>,server_key=<b64>,iterations=<n>``, plus the
+RFC 5802 key schedule (client proof, server signature, proof check) used by the
+server and client state machines. Passwords are UTF-8 encoded as they are, with
+no SASLprep, exactly as Kafka's ScramFormatter does, so credentials agree with
+Java clients for any password. No state machines here (see server/client).
 """
 
 from __future__ import annotations
@@ -14,8 +17,6 @@ import hmac
 import os
 from dataclasses import dataclass
 from enum import Enum
-
-import scramp
 
 MIN_ITERATIONS = 4096
 MAX_ITERATIONS = 16384
@@ -89,9 +90,39 @@ def derive_credential(
     iterations: int = MIN_ITERATIONS,
     salt: bytes | None = None,
 ) -> ScramCredential:
-    """Salt (random unless given), PBKDF2 and the stored/server keys, via scramp."""
+    """Salt (32 random bytes unless given), PBKDF2 and the stored/server keys."""
     salt = salt if salt is not None else os.urandom(32)
-    _, stored_key, server_key, _ = scramp.ScramMechanism(mechanism.mechanism_name).make_auth_info(
-        password, iteration_count=iterations, salt=salt
-    )
-    return ScramCredential(salt, stored_key, server_key, iterations)
+    salted = mechanism.salted_password(password, salt, iterations)
+    return credential_from_salted_password(mechanism, salted, salt, iterations)
+
+
+def credential_from_salted_password(
+    mechanism: ScramMechanism, salted_password: bytes, salt: bytes, iterations: int
+) -> ScramCredential:
+    """StoredKey = H(HMAC(salted, "Client Key")), ServerKey = HMAC(salted, "Server Key")."""
+    client_key = mechanism.hmac(salted_password, b"Client Key")
+    server_key = mechanism.hmac(salted_password, b"Server Key")
+    return ScramCredential(salt, mechanism.hash(client_key), server_key, iterations)
+
+
+def client_proof(mechanism: ScramMechanism, salted_password: bytes, auth_message: bytes) -> bytes:
+    """ClientProof = ClientKey XOR HMAC(StoredKey, AuthMessage)."""
+    client_key = mechanism.hmac(salted_password, b"Client Key")
+    signature = mechanism.hmac(mechanism.hash(client_key), auth_message)
+    return bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+
+
+def server_signature(mechanism: ScramMechanism, server_key: bytes, auth_message: bytes) -> bytes:
+    """ServerSignature = HMAC(ServerKey, AuthMessage)."""
+    return mechanism.hmac(server_key, auth_message)
+
+
+def verify_client_proof(
+    mechanism: ScramMechanism, stored_key: bytes, auth_message: bytes, proof: bytes
+) -> bool:
+    """Recover ClientKey from the proof and compare H(ClientKey) with StoredKey in constant time."""
+    signature = mechanism.hmac(stored_key, auth_message)
+    if len(proof) != len(signature):
+        return False
+    client_key = bytes(a ^ b for a, b in zip(proof, signature, strict=True))
+    return hmac.compare_digest(mechanism.hash(client_key), stored_key)

@@ -1,0 +1,157 @@
+"""`tokensvc cluster up/down`: a local cluster on loopback (see docs/cluster.md).
+
+A thin shell over :class:`tokensvc.cluster.LocalCluster`: parses options, starts or stops
+the cluster, and prints how to use it. Passwords are never printed: the usage text points
+at the 0600 files that hold them.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import click
+
+from tokensvc.cluster import ClusterError, LocalCluster
+from tokensvc.cluster import down as cluster_down
+
+
+@click.group("cluster")
+def cluster() -> None:
+    """Run a local tokensvc cluster (ZooKeeper + brokers) on 127.0.0.1."""
+
+
+def _parse_overrides(values: tuple[str, ...]) -> dict[str, str]:
+    overrides: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--set")
+        overrides[key.strip()] = value.strip()
+    return overrides
+
+
+def usage_text(info: dict[str, Any], directory: Path) -> str:
+    """What to tell a person once the cluster answers."""
+    tls = info.get("tls")
+    bootstrap = tls["bootstrap_servers"] if tls else info["bootstrap_servers"]
+    admin = info["admin"]
+    lines = [
+        f"tokensvc cluster is up in {directory}",
+        f"  bootstrap servers (SASL_PLAINTEXT): {info['bootstrap_servers']}",
+    ]
+    if tls:
+        lines.append(f"  bootstrap servers (SASL_SSL):       {tls['bootstrap_servers']}")
+        lines.append(f"  CA certificate:                     {tls['ca']}")
+    lines.append(f"  ZooKeeper:                          {info['zookeeper']['connect']}")
+    lines.append(
+        f"  admin ({admin['principal']}) client properties: {admin['properties']} "
+        f"(password also in {directory / 'cluster.json'})"
+    )
+    for broker in info["brokers"]:
+        lines.append(
+            f"  broker {broker['id']}: pid {broker['pid']}, metrics http://{broker['metrics']}/metrics,"
+            f" log {broker['log']}"
+        )
+    protocol = "SASL_SSL" if tls else "SASL_PLAINTEXT"
+    ssl_conf = f'\n    "ssl.ca.location": "{tls["ca"]}",' if tls else ""
+    lines += [
+        "",
+        "Create a delegation token:",
+        f"  kafka-delegation-token --bootstrap-server {bootstrap} \\",
+        f"      --command-config {admin['properties']} --create --max-life-time-period -1",
+        "",
+        "From confluent-kafka:",
+        "  import json",
+        "  from confluent_kafka.admin import AdminClient",
+        f"  info = json.load(open(\"{directory / 'cluster.json'}\"))",
+        "  admin = AdminClient({",
+        f'    "bootstrap.servers": "{bootstrap}",',
+        f'    "security.protocol": "{protocol}",{ssl_conf}',
+        '    "sasl.mechanism": "SCRAM-SHA-512",',
+        '    "sasl.username": info["admin"]["username"],',
+        '    "sasl.password": info["admin"]["password"],',
+        "  })",
+        "  print(admin.describe_cluster().result())",
+        "",
+        f"Stop it with: tokensvc cluster down --dir {directory}",
+    ]
+    return "\n".join(lines)
+
+
+def _wait_for_signal() -> None:
+    """Block until SIGINT or SIGTERM arrives."""
+    stop = threading.Event()
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+@cluster.command("up")
+@click.option("--dir", "directory", required=True, type=click.Path(file_okay=False),
+              help="Directory for configs, logs, ZooKeeper data and cluster.json.")
+@click.option("--brokers", default=3, show_default=True, type=click.IntRange(1, 32),
+              help="Number of brokers.")
+@click.option("--zookeeper", default=None, metavar="CONNECT",
+              help="Use this ZooKeeper (host:port[/chroot]) instead of starting one.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="server.properties override for every broker (repeatable).")
+@click.option("--tls", is_flag=True, help="Add SASL_SSL listeners with dev certificates.")
+@click.option("--foreground", is_flag=True,
+              help="Stay attached; Ctrl-C or SIGTERM stops the whole cluster.")
+def up(
+    directory: str,
+    brokers: int,
+    zookeeper: str | None,
+    overrides: tuple[str, ...],
+    tls: bool,
+    foreground: bool,
+) -> None:
+    """Start ZooKeeper and BROKERS brokers; return once every broker answers."""
+    parsed = _parse_overrides(overrides)
+    path = Path(directory).resolve()
+    try:
+        local = LocalCluster.up(
+            path, brokers=brokers, zookeeper=zookeeper, overrides=parsed, tls=tls,
+            die_with_parent=foreground,
+        )
+    except ClusterError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(usage_text(local.info, path))
+    if not foreground:
+        return
+    click.echo("\nRunning in the foreground: press Ctrl-C to stop the cluster.")
+    try:
+        _wait_for_signal()
+    finally:
+        click.echo("stopping the cluster ...")
+        local.down()
+        click.echo("cluster stopped")
+
+
+@cluster.command("down")
+@click.option("--dir", "directory", required=True, type=click.Path(file_okay=False),
+              help="Directory given to `cluster up`.")
+@click.option("--grace", default=10.0, show_default=True, type=click.FloatRange(0),
+              help="Seconds a process gets to exit after SIGTERM before SIGKILL.")
+def down(directory: str, grace: float) -> None:
+    """Stop the brokers and the managed ZooKeeper of the cluster in DIR."""
+    try:
+        stopped = cluster_down(directory, grace)
+    except ClusterError as exc:
+        raise click.ClickException(str(exc)) from None
+    if not stopped:
+        click.echo(f"no cluster in {directory} (no cluster.json): nothing to stop")
+        return
+    click.echo(f"cluster in {directory} is stopped")

@@ -1,0 +1,202 @@
+"""`kafka-delegation-token`: create, renew, expire and describe delegation tokens.
+
+Takes the options of Kafka's ``kafka-delegation-tokens.sh`` (plus ``--output json`` and
+``--timeout``) and is a thin shell over :class:`tokensvc.admin.AdminClient`: parse and
+check options, make one admin call, render the answer. Usage mistakes exit 2 with
+click's message; broker and connection failures exit 1 with one line on stderr; no
+traceback ever reaches the user. Works against tokensvc and Apache Kafka brokers alike.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from datetime import UTC, datetime
+
+import click
+
+from tokensvc.admin import AdminClient, AdminError, TokenDescription
+from tokensvc.client_config import ClientConfig, ClientConfigError, load_client_config
+from tokensvc.core.principal import KafkaPrincipal
+
+_ACTIONS = ("create", "renew", "expire", "describe")
+# Which action each option belongs to (options not listed are valid for every action).
+_OPTION_ACTIONS = {
+    "renewer_principals": ("create",),
+    "owner_principals": ("create", "describe"),
+    "max_life_time_period": ("create",),
+    "hmac": ("renew", "expire"),
+    "renew_time_period": ("renew",),
+    "expiry_time_period": ("expire",),
+}
+_COLUMNS = ("TOKENID", "HMAC", "OWNER", "REQUESTER", "RENEWERS", "ISSUEDATE", "EXPIRYDATE",
+            "MAXDATE")
+
+
+def _principals(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[KafkaPrincipal, ...]:
+    principals = []
+    for value in values:
+        try:
+            principals.append(KafkaPrincipal.parse(value))
+        except ValueError:
+            raise click.BadParameter(
+                f"{value!r} is not a principal: use Type:name, e.g. User:alice"
+            ) from None
+    return tuple(principals)
+
+
+def _hmac(ctx: click.Context, param: click.Parameter, value: str | None) -> bytes | None:
+    if value is None:
+        return None
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise click.BadParameter(
+            "not a base64 HMAC (use the HMAC printed by --create or --describe)"
+        ) from None
+
+
+def format_date(epoch_ms: int) -> str:
+    """A timestamp for people: UTC, to the second (``2025-01-31T09:30:00Z``)."""
+    moment = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def token_table(tokens: list[TokenDescription]) -> str:
+    """Tokens as Kafka's tool shows them: one row per token under a header row."""
+    rows = [_COLUMNS] + [
+        (
+            t.token_id,
+            t.hmac_b64,
+            str(t.owner),
+            str(t.requester),
+            "[" + ", ".join(str(r) for r in t.renewers) + "]",
+            format_date(t.issue_ms),
+            format_date(t.expiry_ms),
+            format_date(t.max_ms),
+        )
+        for t in tokens
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def _check_usage(ctx: click.Context, chosen: list[str], params: dict) -> str:
+    if len(chosen) != 1:
+        given = ", ".join(f"--{a}" for a in chosen) if chosen else "none"
+        raise click.UsageError(
+            f"give exactly one of --create, --renew, --expire, --describe (given: {given})"
+        )
+    action = chosen[0]
+    for name, actions in _OPTION_ACTIONS.items():
+        source = ctx.get_parameter_source(name)
+        if action not in actions and source is click.core.ParameterSource.COMMANDLINE:
+            option = name.replace("_", "-").removesuffix("s")
+            raise click.UsageError(f"--{option} cannot be used with --{action}")
+    if action in ("renew", "expire") and params["hmac"] is None:
+        raise click.UsageError(f"--{action} needs --hmac")
+    if action == "create" and len(params["owner_principals"]) > 1:
+        raise click.UsageError("--create takes at most one --owner-principal")
+    return action
+
+
+@click.command(
+    "kafka-delegation-token", context_settings={"help_option_names": ["-h", "--help"]}
+)
+@click.option("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT...]",
+              help="Brokers to connect to (tried in turn).")
+@click.option("--command-config", type=click.Path(dir_okay=False), default=None,
+              help="Kafka client properties: security.protocol, sasl.mechanism, "
+                   "sasl.jaas.config, ssl.truststore.*.")
+@click.option("--create", is_flag=True, help="Create a token.")
+@click.option("--renew", is_flag=True, help="Renew a token (needs --hmac).")
+@click.option("--expire", is_flag=True, help="Expire a token (needs --hmac).")
+@click.option("--describe", is_flag=True, help="Describe tokens.")
+@click.option("--renewer-principal", "renewer_principals", multiple=True, callback=_principals,
+              metavar="Type:name", help="A renewer of the new token (repeatable).")
+@click.option("--owner-principal", "owner_principals", multiple=True, callback=_principals,
+              metavar="Type:name",
+              help="create: the token's owner (default: you); describe: owners to list "
+                   "(repeatable).")
+@click.option("--max-life-time-period", type=int, default=-1, show_default=True, metavar="MS",
+              help="Maximum lifetime of the new token; -1: the server's maximum.")
+@click.option("--hmac", callback=_hmac, default=None, metavar="BASE64",
+              help="The token's HMAC (for --renew and --expire).")
+@click.option("--renew-time-period", type=int, default=-1, show_default=True, metavar="MS",
+              help="Renew for this long; -1: the server's default.")
+@click.option("--expiry-time-period", type=int, default=-1, show_default=True, metavar="MS",
+              help="Expire after this long; negative: now.")
+@click.option("--output", type=click.Choice(["text", "json"]), default="text",
+              show_default=True, help="text for people, json for scripts.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="SECONDS", help="Give up after this long (default: request.timeout.ms, 30s).")
+@click.pass_context
+def delegation_token(ctx: click.Context, **params: object) -> None:
+    """Create, renew, expire and describe delegation tokens."""
+    action = _check_usage(ctx, [a for a in _ACTIONS if params[a]], params)
+    try:
+        _run(action, params)
+    except click.ClickException:
+        raise
+    except AdminError as exc:
+        raise click.ClickException(exc.message) from None
+    except ClientConfigError as exc:
+        raise click.ClickException(f"--command-config: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - the user gets one line, never a traceback
+        raise click.ClickException(f"unexpected {exc.__class__.__name__}: {exc}") from None
+
+
+def _run(action: str, params: dict) -> None:
+    config_path = params["command_config"]
+    config = load_client_config(config_path) if config_path else ClientConfig()
+    timeout = params["timeout"] or config.request_timeout_ms / 1000
+    as_json = params["output"] == "json"
+    with AdminClient(params["bootstrap_server"], config, timeout_s=timeout) as admin:
+        if action == "create":
+            owners = params["owner_principals"]
+            token = admin.create_token(
+                renewers=params["renewer_principals"],
+                owner=owners[0] if owners else None,
+                max_lifetime_ms=params["max_life_time_period"],
+            )
+            if as_json:
+                click.echo(json.dumps(token.to_json(), indent=2))
+            else:
+                click.echo(f"Created delegation token with tokenId : {token.token_id}\n")
+                click.echo(token_table([token]))
+        elif action == "describe":
+            owners = params["owner_principals"]
+            tokens = admin.describe_tokens(owners=list(owners) if owners else None)
+            if as_json:
+                click.echo(json.dumps({"tokens": [t.to_json() for t in tokens]}, indent=2))
+            else:
+                click.echo(f"Total number of tokens : {len(tokens)}\n")
+                click.echo(token_table(tokens))
+        else:
+            if action == "renew":
+                expiry = admin.renew_token(params["hmac"], params["renew_time_period"])
+            else:
+                expiry = admin.expire_token(params["hmac"], params["expiry_time_period"])
+            if as_json:
+                click.echo(json.dumps(
+                    {"operation": action, "expiry_timestamp_ms": expiry,
+                     "expiry_date": format_date(expiry)},
+                    indent=2,
+                ))
+            else:
+                click.echo(f"Completed {action} operation. New expiry date : {format_date(expiry)}")
+
+
+def main() -> None:
+    """Console script entry point."""
+    delegation_token(prog_name="kafka-delegation-token")
+
+
+if __name__ == "__main__":
+    main()

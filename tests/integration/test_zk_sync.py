@@ -1,0 +1,222 @@
+"""TokenSync against a real ZooKeeper: several service instances (own kazoo client, own
+TokenCache, own TokenSync) on one ZooKeeper converge after changes, after a forced
+session expiry and after a ZooKeeper restart."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from kazoo.client import KazooClient, KazooState
+
+from tokensvc.core.cache import TokenCache
+from tokensvc.core.keys import MasterKeys
+from tokensvc.core.principal import KafkaPrincipal
+from tokensvc.core.token import TokenInformation
+from zk.client import ZkSettings, open_client
+from zk.server import ManagedZooKeeper
+from zk.sync import TokenSync
+from zk.token_store import TokenStore
+
+KEYS = MasterKeys("sync-test-master-key")
+# A correctness bound for propagation, not a benchmark.
+PROPAGATION_S = 1.0
+
+
+def _info(token_id: str, expiry: int = 1_700_086_400_000) -> TokenInformation:
+    return TokenInformation(
+        token_id=token_id,
+        owner=KafkaPrincipal.user("alice"),
+        token_requester=KafkaPrincipal.user("alice"),
+        renewers=(),
+        issue_timestamp=1_700_000_000_000,
+        expiry_timestamp=expiry,
+        max_timestamp=1_700_604_800_000,
+        key_id=KEYS.current_id,
+    )
+
+
+def eventually(predicate: Callable[[], bool], timeout: float = PROPAGATION_S) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.005)
+    return predicate()
+
+
+class Instance:
+    """One service instance: its own kazoo session, cache and sync."""
+
+    def __init__(self, connect: str, **sync_options: object) -> None:
+        self.client = open_client(ZkSettings(connect, session_timeout_ms=4000))
+        self.store = TokenStore(self.client)
+        self.cache = TokenCache(KEYS)
+        self.sync = TokenSync(self.client, self.store, self.cache, **sync_options)
+        self.closed = False
+
+    def cached(self) -> dict[str, TokenInformation]:
+        return {t.info.token_id: t.info for t in self.cache.tokens()}
+
+    def in_zookeeper(self) -> dict[str, TokenInformation]:
+        return {i.token_id: i for i in self.store.load_all()}
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.sync.close()
+        self.client.stop()
+        self.client.close()
+
+
+@pytest.fixture
+def instances(zk_connect):
+    made: list[Instance] = []
+
+    def make(count: int, connect: str = zk_connect, **options: object) -> list[Instance]:
+        new = [Instance(connect, **options) for _ in range(count)]
+        made.extend(new)
+        for instance in new:
+            instance.sync.start()
+        return new
+
+    yield make
+    for instance in made:
+        instance.close()
+
+
+def expire_session(client: KazooClient) -> None:
+    """Expire ``client``'s session for real: a second connection takes the session over
+    and closes it, so the first one's reconnect is told the session expired (LOST)."""
+    lost = threading.Event()
+
+    def watch(state: str) -> None:
+        if state == KazooState.LOST:
+            lost.set()
+
+    client.add_listener(watch)
+    try:
+        for _ in range(5):
+            session_id, password = client.client_id
+            hosts = ",".join(f"{host}:{port}" for host, port in client.hosts)
+            thief = KazooClient(hosts=hosts, client_id=(session_id, password))
+            thief.start(timeout=10)
+            thief.stop()
+            thief.close()
+            if lost.wait(5):
+                return
+        raise AssertionError("the session did not expire")
+    finally:
+        client.remove_listener(watch)
+
+
+def test_start_loads_every_existing_token(instances, zk_connect):
+    (writer,) = instances(1)
+    for i in range(20):
+        writer.store.create(_info(f"t{i}"))
+    (reader,) = instances(1)
+    assert reader.cached() == writer.in_zookeeper()
+    assert len(reader.cached()) == 20
+    assert reader.sync.resync_count == 1
+
+
+def test_changes_on_one_instance_reach_the_others_within_one_second(instances):
+    a, b, c = instances(3)
+    a.store.create(_info("t1"))
+    assert eventually(lambda: "t1" in b.cached() and "t1" in c.cached())
+    renewed = _info("t1", expiry=1_700_090_000_000)
+    b.store.update(renewed)
+    assert eventually(lambda: a.cached().get("t1") == renewed and c.cached().get("t1") == renewed)
+    c.store.delete("t1")
+    assert eventually(lambda: not a.cached() and not b.cached() and not c.cached())
+
+
+def test_a_burst_of_changes_is_applied_and_counted(instances):
+    a, b = instances(2)
+    for i in range(50):
+        a.store.create(_info(f"t{i}"))
+    for i in range(0, 50, 2):
+        a.store.delete(f"t{i}")
+    assert eventually(lambda: b.cached() == a.in_zookeeper(), timeout=2 * PROPAGATION_S)
+    assert b.sync.wait_caught_up(2.0)
+    assert b.sync.applied_changes == 75
+    assert set(b.cached()) == {f"t{i}" for i in range(1, 50, 2)}
+
+
+def test_expired_session_resyncs_to_zookeepers_contents(instances):
+    a, b = instances(2)
+    for i in range(10):
+        a.store.create(_info(f"old{i}"))
+    assert eventually(lambda: len(b.cached()) == 10)
+    resyncs_before = b.sync.resync_count
+
+    stop = threading.Event()
+
+    def churn() -> None:
+        n = 0
+        while not stop.is_set():
+            a.store.create(_info(f"new{n}"))
+            if n % 2:
+                a.store.delete(f"new{n - 1}")
+            n += 1
+            time.sleep(0.002)
+
+    writer = threading.Thread(target=churn)
+    writer.start()
+    try:
+        expire_session(b.client)
+        for i in range(5):
+            a.store.delete(f"old{i}")
+        time.sleep(0.2)
+    finally:
+        stop.set()
+        writer.join()
+    assert eventually(lambda: b.cached() == a.in_zookeeper(), timeout=5.0)
+    assert b.sync.resync_count > resyncs_before
+    assert not any(f"old{i}" in b.cached() for i in range(5))
+
+
+def test_zookeeper_restart_caches_converge(tmp_path, instances):
+    server = ManagedZooKeeper(tmp_path / "zk")
+    server.start()
+    try:
+        connect = f"{server.connect}/restart"
+        a, b = instances(2, connect)
+        a.store.create(_info("before"))
+        assert eventually(lambda: "before" in b.cached())
+
+        server.stop()
+        server.start()
+
+        assert eventually(lambda: a.client.state == KazooState.CONNECTED, timeout=10)
+        a.store.create(_info("after"))
+        a.store.delete("before")
+        assert eventually(lambda: b.cached() == a.in_zookeeper(), timeout=10)
+        assert set(b.cached()) == {"after"}
+        assert b.sync.resync_count >= 2  # the reconnect forced a full resync
+        a.close()
+        b.close()
+    finally:
+        server.stop()
+
+
+def test_on_resync_reports_token_count(instances):
+    (writer,) = instances(1)
+    writer.store.create(_info("t1"))
+    writer.store.create(_info("t2"))
+    calls: list[tuple[int, int]] = []
+    instances(1, on_resync=lambda count, ms: calls.append((count, ms)))
+    assert len(calls) == 1
+    assert calls[0][0] == 2
+    assert calls[0][1] >= 0
+
+
+def test_closed_sync_stops_following(instances):
+    a, b = instances(2)
+    b.sync.close()
+    a.store.create(_info("t1"))
+    time.sleep(0.2)
+    assert b.cached() == {}

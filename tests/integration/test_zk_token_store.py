@@ -1,0 +1,244 @@
+"""TokenStore against a real ZooKeeper: Kafka's znodes byte for byte, one transaction per
+write with its notification, guards, pipelined loads, purge, and no HMAC anywhere."""
+
+from __future__ import annotations
+
+import base64
+import time
+
+import pytest
+
+from tokensvc.core.keys import MasterKeys, token_hmac
+from tokensvc.core.principal import KafkaPrincipal
+from tokensvc.core.token import TokenInformation
+from zk import layout
+from zk.client import ZkSettings, open_client
+from zk.token_store import (
+    NotControllerError,
+    StoreUnavailable,
+    TokenExistsError,
+    TokenNotFoundError,
+    TokenStore,
+)
+
+MASTER_KEY = "store-test-master-key"
+ALICE = KafkaPrincipal.user("alice")
+
+
+def _info(token_id: str, **overrides: object) -> TokenInformation:
+    fields: dict[str, object] = {
+        "token_id": token_id,
+        "owner": ALICE,
+        "token_requester": KafkaPrincipal.user("admin"),
+        "renewers": (KafkaPrincipal.user("bob"),),
+        "issue_timestamp": 1_700_000_000_000,
+        "expiry_timestamp": 1_700_086_400_000,
+        "max_timestamp": 1_700_604_800_000,
+        "key_id": MasterKeys(MASTER_KEY).current_id,
+    }
+    return TokenInformation(**{**fields, **overrides})
+
+
+@pytest.fixture
+def client(zk_connect):
+    c = open_client(ZkSettings(zk_connect, session_timeout_ms=4000))
+    yield c
+    c.stop()
+    c.close()
+
+
+@pytest.fixture
+def store(client) -> TokenStore:
+    s = TokenStore(client)
+    s.ensure_paths()
+    return s
+
+
+def _changes(client) -> list[tuple[str, bytes]]:
+    names = sorted(client.get_children(layout.TOKEN_CHANGES))
+    return [(n, client.get(f"{layout.TOKEN_CHANGES}/{n}")[0]) for n in names]
+
+
+def test_created_token_znode_is_kafkas_json_byte_for_byte(client, store):
+    store.create(_info("Zl0YT9kvSLaHtdxp5pMVbA"))
+    data, _ = client.get("/delegation_token/tokens/Zl0YT9kvSLaHtdxp5pMVbA")
+    key_id = MasterKeys(MASTER_KEY).current_id
+    assert data == (
+        b'{"version":3,"owner":"User%3Aalice","tokenRequester":"User%3Aadmin",'
+        b'"renewers":["User%3Abob"],"issueTimestamp":1700000000000,'
+        b'"maxTimestamp":1700604800000,"expiryTimestamp":1700086400000,'
+        b'"tokenId":"Zl0YT9kvSLaHtdxp5pMVbA","keyId":"' + key_id.encode() + b'"}'
+    )
+
+
+def test_create_writes_exactly_one_notification_with_the_token_id(client, store):
+    store.create(_info("t1"))
+    changes = _changes(client)
+    assert len(changes) == 1
+    name, payload = changes[0]
+    assert layout.token_change_sequence(name) is not None
+    assert len(name) == len("token_change_") + 10
+    assert payload == b"t1"
+
+
+def test_every_write_adds_one_notification_in_order(client, store):
+    store.create(_info("t1"))
+    store.update(_info("t1", expiry_timestamp=1_700_100_000_000))
+    assert store.delete("t1") is True
+    assert [p for _, p in _changes(client)] == [b"t1", b"t1", b"t1"]
+
+
+def test_create_of_existing_token_fails_and_writes_no_notification(client, store):
+    store.create(_info("t1"))
+    with pytest.raises(TokenExistsError):
+        store.create(_info("t1"))
+    assert len(_changes(client)) == 1
+
+
+def test_update_of_missing_token_is_not_found_and_writes_nothing(client, store):
+    with pytest.raises(TokenNotFoundError) as caught:
+        store.update(_info("missing"))
+    assert caught.value.error.name == "DELEGATION_TOKEN_NOT_FOUND"
+    assert _changes(client) == []
+    assert client.exists(layout.token_path("missing")) is None
+
+
+def test_delete_of_missing_token_returns_false_without_notification(client, store):
+    assert store.delete("missing") is False
+    assert _changes(client) == []
+
+
+def test_get_returns_what_was_written_and_none_after_delete(store):
+    info = _info("t1")
+    store.create(info)
+    assert store.get("t1") == info
+    renewed = info.with_expiry(1_700_200_000_000)
+    store.update(renewed)
+    assert store.get("t1") == renewed
+    store.delete("t1")
+    assert store.get("t1") is None
+
+
+def test_conditional_delete_leaves_a_token_rewritten_since_it_was_read(store):
+    store.create(_info("t1"))
+    _, version = store.get_versioned("t1")
+    store.update(_info("t1", expiry_timestamp=1_700_200_000_000))
+    assert store.delete("t1", version=version) is False
+    assert store.get("t1") is not None
+
+
+def test_write_with_stale_guard_fails_as_not_controller_and_changes_nothing(client, store):
+    client.create("/guard", b"0")
+    client.set("/guard", b"1")  # version 1: a newer controller moved it on
+    with pytest.raises(NotControllerError) as caught:
+        store.create(_info("t1"), guard=("/guard", 0))
+    assert caught.value.error.name == "NOT_CONTROLLER"
+    assert client.exists(layout.token_path("t1")) is None
+    assert _changes(client) == []
+    store.create(_info("t1"), guard=("/guard", 1))
+    assert store.get("t1") is not None
+
+
+def test_guard_on_missing_path_fails_as_not_controller(store):
+    with pytest.raises(NotControllerError):
+        store.delete("t1", guard=("/no-such-guard", 0))
+
+
+def test_no_znode_ever_contains_the_hmac(client, store):
+    ids = [f"token-{i}" for i in range(5)]
+    for token_id in ids:
+        store.create(_info(token_id))
+    store.update(_info(ids[0], expiry_timestamp=1_700_300_000_000))
+    store.delete(ids[1])
+    secrets = set()
+    for token_id in ids:
+        mac = token_hmac(MASTER_KEY, token_id)
+        secrets |= {
+            mac,
+            base64.b64encode(mac),
+            base64.urlsafe_b64encode(mac),
+            mac.hex().encode(),
+        }
+    secrets.add(MASTER_KEY.encode())
+
+    def walk(path: str) -> list[bytes]:
+        data, _ = client.get(path)
+        out = [data or b""]
+        for child in client.get_children(path):
+            out += walk(f"{path.rstrip('/')}/{child}")
+        return out
+
+    everything = walk("/")
+    assert len(everything) > 8
+    for data in everything:
+        for secret in secrets:
+            assert secret not in data
+
+
+def test_load_all_reads_2000_tokens_in_one_pipelined_call(client, store):
+    infos = [_info(f"tok-{i:05d}", expiry_timestamp=1_700_000_000_000 + i) for i in range(2000)]
+    pending = []
+    for info in infos:  # seed fast, pipelined, without notifications
+        pending.append(
+            client.create_async(layout.token_path(info.token_id), layout.encode_token(info))
+        )
+    for p in pending:
+        p.get()
+    started = time.perf_counter()
+    loaded = store.load_all()
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    print(f"load_all of 2000 tokens: {elapsed_ms:.0f} ms")
+    assert sorted(loaded, key=lambda i: i.token_id) == infos
+
+
+def test_load_all_skips_an_undecodable_token_znode(client, store):
+    store.create(_info("good"))
+    client.create(layout.token_path("bad"), b"{garbage")
+    assert [i.token_id for i in store.load_all()] == ["good"]
+
+
+def test_purge_removes_only_notifications_older_than_the_retention(client, store):
+    store.create(_info("t1"))
+    store.create(_info("t2"))
+    now = int(time.time() * 1000)
+    assert store.purge_notifications(now) == 0
+    assert len(_changes(client)) == 2
+    assert store.purge_notifications(now + 16 * 60 * 1000) == 2
+    assert _changes(client) == []
+
+
+def test_purge_with_a_short_retention_keeps_newer_notifications(client, store):
+    store.create(_info("t1"))
+    first_ctime = client.exists(f"{layout.TOKEN_CHANGES}/{_changes(client)[0][0]}").ctime
+    time.sleep(0.05)
+    store.create(_info("t2"))
+    assert store.purge_notifications(first_ctime + 1, older_than_ms=0) == 1
+    assert [p for _, p in _changes(client)] == [b"t2"]
+
+
+def test_operations_on_a_stopped_client_raise_store_unavailable(zk_connect):
+    c = open_client(ZkSettings(zk_connect, session_timeout_ms=4000))
+    s = TokenStore(c)
+    s.ensure_paths()
+    c.stop()
+    try:
+        with pytest.raises(StoreUnavailable) as caught:
+            s.load_all()
+        assert caught.value.error.retriable
+    finally:
+        c.close()
+
+
+def test_multi_read_and_pipelined_reads_agree_including_missing_tokens(client, store):
+    for i in range(5):
+        store.create(_info(f"t{i}"))
+    store.delete("t2")
+    ids = [f"t{i}" for i in range(5)] + ["never"]
+    batched = store.get_many(ids)
+    pipelined = TokenStore(client, multi_read=False).get_many(ids)
+    assert batched == pipelined
+    assert batched["t2"] is None and batched["never"] is None
+    assert batched["t4"] == _info("t4")
+    assert sorted(TokenStore(client, multi_read=False).load_all(), key=str) == sorted(
+        store.load_all(), key=str
+    )

@@ -1,0 +1,68 @@
+"""A small blocking Kafka-protocol client for broker tests (real sockets).
+
+Wraps the broker's own inter-broker channel in a private event loop so tests
+can log in (users or tokens) and send any request body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from tokensvc.broker.channel import BrokerChannel
+
+
+class WireClient:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        username: str | None = None,
+        password: str | None = None,
+        *,
+        mechanism: str = "SCRAM-SHA-256",
+        token: bool = False,
+        security_protocol: str = "SASL_PLAINTEXT",
+        client_id: str = "wire-test",
+        timeout: float = 10.0,
+        ssl_context=None,
+    ) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._thread.start()
+        self.channel = BrokerChannel(
+            address[0],
+            address[1],
+            security_protocol=security_protocol,
+            mechanism=mechanism,
+            username=username or "",
+            password=password or "",
+            client_id=client_id,
+            extensions={"tokenauth": "true"} if token else None,
+            ssl_context=ssl_context,
+        )
+        self.timeout = timeout
+        self._run(self.channel.connect(timeout))
+
+    def _run(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(self.timeout + 5)
+
+    def request(self, api_key: int, version: int, body: dict) -> dict:
+        return self._run(self.channel.request(api_key, version, body, timeout=self.timeout))
+
+    @property
+    def session_lifetime_ms(self) -> int:
+        return self.channel.session_lifetime_ms
+
+    def close(self) -> None:
+        try:
+            self._run(self.channel.close())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(5)
+            self._loop.close()
+
+    def __enter__(self) -> WireClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,27 @@
+"""tokensvc's blocking Kafka-protocol admin client (used by the CLI and by tests).
+
+``client`` (:class:`AdminClient`: bootstrap failover, retries, one method per admin
+operation), ``connection`` (one logged-in broker connection: TLS, ApiVersions, SCRAM),
+``results`` (typed results, :class:`AdminError`, wire-body translation). It speaks only
+standard Kafka protocol and must not import click.
+"""
+
+from tokensvc.admin.client import AdminClient
+from tokensvc.admin.results import (
+    AdminError,
+    BrokerNode,
+    BrokerUnreachableError,
+    ClusterDescription,
+    ScramCredentialInfo,
+    TokenDescription,
+)
+
+__all__ = [
+    "AdminClient",
+    "AdminError",
+    "BrokerNode",
+    "BrokerUnreachableError",
+    "ClusterDescription",
+    "ScramCredentialInfo",
+    "TokenDescription",
+]

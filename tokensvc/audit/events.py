@@ -1,0 +1,345 @@
+"""The audit event schema: one JSON object per line, schema version 1.
+
+This module owns the names and shapes of every audit event the brokers emit:
+one constructor per event type (keyword arguments only, fields not given are
+``null``), the common fields every line carries, and the guard that keeps
+secret material (HMACs, passwords, salts, keys) out of the log.
+
+It does no I/O and knows nothing about files, queues or threads (that is
+:mod:`tokensvc.audit.writer`) nor about Spark (:mod:`tokensvc.audit.report`).
+A constructor raises :class:`AuditEventError` for an unknown field or a value
+outside the schema's vocabulary: those are programming errors, and failing
+loudly in tests is better than a log the report job cannot read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+COMMON_FIELDS = ("schema", "ts", "broker_id", "event_id", "type")
+
+OUTCOMES = frozenset({"success", "failure"})
+LOGIN_KINDS = frozenset({"user", "token"})
+TOKEN_ACTIONS = frozenset({"create", "renew", "expire", "describe"})
+SWEEP_REASONS = frozenset({"expired", "max_lifetime"})
+ACL_ACTIONS = frozenset({"create", "delete"})
+CREDENTIAL_ACTIONS = frozenset({"upsert", "delete"})
+SESSION_ACTIONS = frozenset({"revoked", "reauthenticated", "expired"})
+
+# The writer's own bookkeeping line ("audit" type): how many events it dropped.
+WRITER_EVENT_TYPE = "audit"
+
+
+class AuditEventError(ValueError):
+    """An event does not fit the schema or carries secret-looking material."""
+
+
+def _one_of(name: str, value: object, allowed: frozenset[str]) -> None:
+    if value not in allowed:
+        raise AuditEventError(f"{name}={value!r} is not one of {sorted(allowed)}")
+
+
+def _outcome(outcome: str | None, error_code: int | None) -> None:
+    _one_of("outcome", outcome, OUTCOMES)
+    if error_code is not None and not isinstance(error_code, int):
+        raise AuditEventError(f"error_code must be an int, got {error_code!r}")
+
+
+def authentication_event(
+    *,
+    outcome: str,
+    mechanism: str | None = None,
+    kind: str = "user",
+    username: str | None = None,
+    token_id: str | None = None,
+    principal: str | None = None,
+    client_host: str | None = None,
+    client_port: int | None = None,
+    listener: str | None = None,
+    reason: str | None = None,
+) -> dict[str, Any]:
+    """A SASL login attempt. For token logins ``username`` is the token id and
+    ``principal`` the token's owner; ``principal`` is null on failure."""
+    _outcome(outcome, None)
+    _one_of("kind", kind, LOGIN_KINDS)
+    return {
+        "type": "authentication",
+        "outcome": outcome,
+        "mechanism": mechanism,
+        "kind": kind,
+        "username": username,
+        "token_id": token_id,
+        "principal": principal,
+        "client_host": client_host,
+        "client_port": client_port,
+        "listener": listener,
+        "reason": reason,
+    }
+
+
+def token_event(
+    *,
+    action: str,
+    outcome: str,
+    error_code: int = 0,
+    error: str | None = None,
+    requester: str | None = None,
+    token_authenticated: bool = False,
+    owner: str | None = None,
+    token_id: str | None = None,
+    renewers: Iterable[str] | None = None,
+    expiry_ms: int | None = None,
+    max_ms: int | None = None,
+    count: int | None = None,
+    client_host: str | None = None,
+    listener: str | None = None,
+    forwarded: bool = False,
+) -> dict[str, Any]:
+    """A delegation token request (create, renew, expire, describe) and its result."""
+    _one_of("action", action, TOKEN_ACTIONS)
+    _outcome(outcome, error_code)
+    return {
+        "type": "token",
+        "action": action,
+        "outcome": outcome,
+        "error_code": error_code,
+        "error": error,
+        "requester": requester,
+        "token_authenticated": bool(token_authenticated),
+        "owner": owner,
+        "token_id": token_id,
+        "renewers": None if renewers is None else list(renewers),
+        "expiry_ms": expiry_ms,
+        "max_ms": max_ms,
+        "count": count,
+        "client_host": client_host,
+        "listener": listener,
+        "forwarded": bool(forwarded),
+    }
+
+
+def forward_event(
+    *,
+    api: str,
+    outcome: str,
+    client_id: str | None = None,
+    principal: str | None = None,
+    client_host: str | None = None,
+    controller_id: int | None = None,
+    error_code: int = 0,
+    attempts: int = 1,
+    latency_ms: float | None = None,
+) -> dict[str, Any]:
+    """A write request this broker forwarded to the controller inside an Envelope."""
+    _outcome(outcome, error_code)
+    return {
+        "type": "forward",
+        "api": api,
+        "client_id": client_id,
+        "principal": principal,
+        "client_host": client_host,
+        "controller_id": controller_id,
+        "outcome": outcome,
+        "error_code": error_code,
+        "attempts": attempts,
+        "latency_ms": latency_ms,
+    }
+
+
+def sweep_event(
+    *,
+    token_id: str,
+    owner: str | None = None,
+    expiry_ms: int | None = None,
+    max_ms: int | None = None,
+    reason: str = "expired",
+) -> dict[str, Any]:
+    """The controller's expiry sweep removed a token."""
+    _one_of("reason", reason, SWEEP_REASONS)
+    return {
+        "type": "sweep",
+        "token_id": token_id,
+        "owner": owner,
+        "expiry_ms": expiry_ms,
+        "max_ms": max_ms,
+        "reason": reason,
+    }
+
+
+def acl_event(
+    *,
+    action: str,
+    outcome: str,
+    error_code: int = 0,
+    requester: str | None = None,
+    resource_type: str | None = None,
+    resource_name: str | None = None,
+    pattern_type: str | None = None,
+    acl_principal: str | None = None,
+    host: str | None = None,
+    operation: str | None = None,
+    permission: str | None = None,
+) -> dict[str, Any]:
+    """An ACL binding created or deleted."""
+    _one_of("action", action, ACL_ACTIONS)
+    _outcome(outcome, error_code)
+    return {
+        "type": "acl",
+        "action": action,
+        "outcome": outcome,
+        "error_code": error_code,
+        "requester": requester,
+        "resource_type": resource_type,
+        "resource_name": resource_name,
+        "pattern_type": pattern_type,
+        "acl_principal": acl_principal,
+        "host": host,
+        "operation": operation,
+        "permission": permission,
+    }
+
+
+def credential_event(
+    *,
+    action: str,
+    outcome: str,
+    error_code: int = 0,
+    requester: str | None = None,
+    user: str | None = None,
+    mechanism: str | None = None,
+    iterations: int | None = None,
+) -> dict[str, Any]:
+    """A SCRAM user credential upserted or deleted (never the credential itself)."""
+    _one_of("action", action, CREDENTIAL_ACTIONS)
+    _outcome(outcome, error_code)
+    return {
+        "type": "credential",
+        "action": action,
+        "outcome": outcome,
+        "error_code": error_code,
+        "requester": requester,
+        "user": user,
+        "mechanism": mechanism,
+        "iterations": iterations,
+    }
+
+
+def session_event(
+    *,
+    action: str,
+    principal: str | None = None,
+    token_id: str | None = None,
+    client_host: str | None = None,
+    listener: str | None = None,
+    reason: str | None = None,
+) -> dict[str, Any]:
+    """An authenticated connection revoked, re-authenticated or expired."""
+    _one_of("action", action, SESSION_ACTIONS)
+    return {
+        "type": "session",
+        "action": action,
+        "principal": principal,
+        "token_id": token_id,
+        "client_host": client_host,
+        "listener": listener,
+        "reason": reason,
+    }
+
+
+def dropped_event(*, dropped: int, dropped_total: int) -> dict[str, Any]:
+    """The writer's own line: ``dropped`` events were lost since the last such line."""
+    return {
+        "type": WRITER_EVENT_TYPE,
+        "action": "dropped",
+        "dropped": dropped,
+        "dropped_total": dropped_total,
+    }
+
+
+CONSTRUCTORS: Mapping[str, Callable[..., dict[str, Any]]] = {
+    "authentication": authentication_event,
+    "token": token_event,
+    "forward": forward_event,
+    "sweep": sweep_event,
+    "acl": acl_event,
+    "credential": credential_event,
+    "session": session_event,
+}
+
+EVENT_TYPES = frozenset(CONSTRUCTORS) | {WRITER_EVENT_TYPE}
+
+
+def build_event(event_type: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The body (``type`` plus the type's fields) of one event, checked for secrets.
+
+    Raises :class:`AuditEventError` for an unknown type, an unknown or missing
+    field, a value outside the vocabulary, or anything :func:`check_no_secrets`
+    refuses.
+    """
+    constructor = CONSTRUCTORS.get(event_type)
+    if constructor is None:
+        raise AuditEventError(f"unknown audit event type {event_type!r}")
+    check_no_secrets(fields)
+    try:
+        return constructor(**fields)
+    except TypeError as exc:
+        raise AuditEventError(f"{event_type} event: {exc}") from None
+
+
+def stamp(body: Mapping[str, Any], *, ts: int, broker_id: int, event_id: str) -> dict[str, Any]:
+    """A complete event: the common fields first, then ``body``."""
+    event: dict[str, Any] = {
+        "schema": SCHEMA_VERSION,
+        "ts": ts,
+        "broker_id": broker_id,
+        "event_id": event_id,
+    }
+    event.update(body)
+    return event
+
+
+# --- the secret guard ---------------------------------------------------------
+
+_ALLOWED_KEYS = frozenset({"token_id", "event_id", "key_id"})
+_SECRET_KEY_PARTS = ("hmac", "password", "passwd", "salt", "secret", "key")
+# Base64 (standard or URL-safe, padded or not) long enough to hold 64 bytes:
+# an HMAC-SHA512 is exactly that, and so is anything derived from a key.
+_LONG_BASE64 = re.compile(r"[A-Za-z0-9+/_-]{86,}={0,2}")
+
+
+def _secret_key(name: str) -> bool:
+    lowered = name.lower()
+    if lowered in _ALLOWED_KEYS:
+        return False
+    return any(part in lowered for part in _SECRET_KEY_PARTS)
+
+
+def _check_value(path: str, value: object) -> None:
+    if isinstance(value, str):
+        if len(value) >= 86 and _LONG_BASE64.fullmatch(value):
+            raise AuditEventError(f"{path} looks like base64 of 64+ bytes; not written")
+    elif isinstance(value, Mapping):
+        check_no_secrets(value, _prefix=f"{path}.")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_value(f"{path}[{i}]", item)
+
+
+def check_no_secrets(event: Mapping[str, Any], *, _prefix: str = "") -> None:
+    """Refuse an event whose field names or values look like secret material.
+
+    Field names containing ``hmac``, ``password``, ``salt``, ``secret`` or
+    ``key`` (``stored_key``, ``server_key``, ``master_key``...) are refused,
+    except ``token_id``, ``event_id`` and ``key_id``; so is any string value
+    that is base64 of 64 bytes or more. Nested mappings and lists are checked
+    too. The message names the field, never the value.
+    """
+    for name, value in event.items():
+        path = f"{_prefix}{name}"
+        if _secret_key(str(name)):
+            raise AuditEventError(f"field {path!r} may hold secret material; not written")
+        _check_value(path, value)

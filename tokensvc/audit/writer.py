@@ -1,0 +1,283 @@
+"""The broker's audit log: a bounded queue in front of one writer thread.
+
+:class:`AuditLog` owns the audit files of one broker: their names
+(``audit-<broker_id>-<yyyymmddTHHMMSS>-<n>.jsonl``, UTC time of the file's
+first event), their mode (0640), rotation by size and by time, and flushing
+(at least every ``flush_interval_ms`` while lines are pending, and whenever the
+queue runs empty).
+
+:meth:`AuditLog.emit` is called on the request path, so it must never block
+and never do file I/O: it validates and stamps the event, then
+``put_nowait``\\ s it. When the queue is full the *newest* event (the one being
+emitted) is dropped and counted; the writer then puts an ``"audit"`` line with
+the number dropped into the log before the next events it writes, so a gap is
+visible in the log itself and not only in a metric. Dropping rather than
+blocking is deliberate: a slow disk must not stall authentication.
+
+Secret material never gets this far: :func:`tokensvc.audit.events.build_event`
+refuses it, and ``emit`` raises :class:`~tokensvc.audit.events.AuditEventError`
+to the caller for malformed events.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from tokensvc.audit.events import build_event, dropped_event, stamp
+from tokensvc.core.clock import Clock, SystemClock
+
+log = logging.getLogger(__name__)
+
+FILE_MODE = 0o640
+DIR_MODE = 0o750
+_BATCH = 1024
+_STOP = object()
+SYSTEM_CLOCK = SystemClock()
+
+
+def audit_file_name(broker_id: int, opened_ms: int, n: int) -> str:
+    """``audit-<broker_id>-<yyyymmddTHHMMSS>-<n>.jsonl`` with the time in UTC."""
+    stamp_text = datetime.fromtimestamp(opened_ms / 1000, UTC).strftime("%Y%m%dT%H%M%S")
+    return f"audit-{broker_id}-{stamp_text}-{n}.jsonl"
+
+
+class AuditLog:
+    """Non-blocking audit sink of one broker (see the module docstring)."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str] | None,
+        broker_id: int,
+        *,
+        queue_size: int = 10_000,
+        max_file_bytes: int = 64 * 1024 * 1024,
+        rotate_interval_ms: int = 3_600_000,
+        clock: Clock = SYSTEM_CLOCK,
+        on_full: str = "drop-newest",
+        flush_interval_ms: int = 200,
+    ) -> None:
+        if on_full != "drop-newest":
+            raise ValueError(f"on_full={on_full!r}: only 'drop-newest' is supported")
+        if queue_size < 1 or max_file_bytes < 1 or rotate_interval_ms < 1:
+            raise ValueError("queue_size, max_file_bytes and rotate_interval_ms must be positive")
+        self._directory = Path(directory) if directory is not None else None
+        self._broker_id = broker_id
+        self._clock = clock
+        self._max_file_bytes = max_file_bytes
+        self._rotate_interval_ms = rotate_interval_ms
+        self._flush_s = flush_interval_ms / 1000.0
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        self._lock = threading.Lock()
+        self._dropped = 0
+        self._dropped_reported = 0
+        self._written = 0
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        # Owned by the writer thread once started.
+        self._file: IO[bytes] | None = None
+        self._file_bytes = 0
+        self._file_opened_ms = 0
+        self._file_seq = 0
+        self._dirty = False
+        self._last_flush = 0.0
+
+    @classmethod
+    def disabled(cls) -> AuditLog:
+        """A sink that validates events and writes nothing (no ``audit.log.dir``)."""
+        return cls(None, -1)
+
+    @property
+    def enabled(self) -> bool:
+        return self._directory is not None
+
+    @property
+    def queue_depth(self) -> int:
+        return self._queue.qsize()
+
+    @property
+    def dropped(self) -> int:
+        return self._dropped
+
+    @property
+    def written(self) -> int:
+        """Events written to files (the writer's own ``"audit"`` lines not counted)."""
+        return self._written
+
+    # -- request path -----------------------------------------------------------
+
+    def emit(self, event_type: str, **fields: Any) -> bool:
+        """Queue one event; True if queued, False if disabled, closed or dropped.
+
+        Never blocks. Raises ``AuditEventError`` for an event outside the schema
+        or one carrying secret material.
+        """
+        body = build_event(event_type, fields)
+        if self._directory is None:
+            return False
+        if self._closed:
+            self._count_drop()
+            return False
+        event = stamp(
+            body, ts=self._clock.now_ms(), broker_id=self._broker_id, event_id=uuid.uuid4().hex
+        )
+        try:
+            self._queue.put_nowait(event)
+        except queue.Full:
+            self._count_drop()
+            return False
+        return True
+
+    def _count_drop(self) -> None:
+        with self._lock:
+            self._dropped += 1
+
+    # -- lifecycle --------------------------------------------------------------
+
+    def start(self) -> None:
+        """Create the directory (0750) and start the writer thread. Idempotent."""
+        if self._directory is None or self._thread is not None:
+            return
+        self._directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        self._last_flush = time.monotonic()
+        self._thread = threading.Thread(
+            target=self._run, name=f"audit-writer-{self._broker_id}", daemon=True
+        )
+        self._thread.start()
+
+    def close(self, timeout: float = 10) -> None:
+        """Write everything queued so far, close the file and stop the thread.
+
+        Events emitted after ``close`` are counted as dropped. Idempotent.
+        """
+        if self._directory is None or self._closed:
+            self._closed = True
+            return
+        self._closed = True
+        self.start()
+        deadline = time.monotonic() + timeout
+        thread = self._thread
+        assert thread is not None
+        try:
+            self._queue.put(_STOP, timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Full:
+            log.warning("audit writer did not drain its queue within %.1fs", timeout)
+            return
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            log.warning("audit writer still busy after %.1fs; %d events queued",
+                        timeout, self.queue_depth)
+
+    # -- writer thread ----------------------------------------------------------
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            try:
+                item = self._queue.get(timeout=self._flush_s if self._dirty else None)
+            except queue.Empty:
+                self._flush()
+                continue
+            batch = [item]
+            while len(batch) < _BATCH:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            if _STOP in batch:
+                stopping = True
+                batch = batch[: batch.index(_STOP)]
+            self._write_batch(batch)
+            if (stopping or self._queue.empty()
+                    or time.monotonic() - self._last_flush >= self._flush_s):
+                self._flush()
+        self._write_batch([])
+        self._flush()
+        self._close_file()
+
+    def _write_batch(self, batch: list[dict[str, Any]]) -> None:
+        done = 0
+        try:
+            self._write_dropped_marker()
+            for event in batch:
+                self._write_line(event["ts"], event)
+                done += 1
+        except OSError as exc:
+            log.error("audit log write failed (%s); events lost", exc.strerror or exc)
+            with self._lock:
+                self._dropped += len(batch) - done
+            self._close_file()
+        finally:
+            self._written += done
+
+    def _write_dropped_marker(self) -> None:
+        total = self._dropped
+        if total == self._dropped_reported:
+            return
+        now = self._clock.now_ms()
+        marker = stamp(
+            dropped_event(dropped=total - self._dropped_reported, dropped_total=total),
+            ts=now,
+            broker_id=self._broker_id,
+            event_id=uuid.uuid4().hex,
+        )
+        self._write_line(now, marker)
+        self._dropped_reported = total
+
+    def _write_line(self, ts: int, event: dict[str, Any]) -> None:
+        line = (json.dumps(event, separators=(",", ":")) + "\n").encode()
+        if self._file is not None and (
+            ts - self._file_opened_ms >= self._rotate_interval_ms
+            or (self._file_bytes > 0 and self._file_bytes + len(line) > self._max_file_bytes)
+        ):
+            self._close_file()
+        if self._file is None:
+            self._open_file(ts)
+        assert self._file is not None
+        self._file.write(line)
+        self._file_bytes += len(line)
+        self._dirty = True
+
+    def _open_file(self, ts: int) -> None:
+        assert self._directory is not None
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND
+        while True:
+            path = self._directory / audit_file_name(self._broker_id, ts, self._file_seq)
+            self._file_seq += 1
+            try:
+                fd = os.open(path, flags, FILE_MODE)
+            except FileExistsError:
+                continue
+            break
+        os.fchmod(fd, FILE_MODE)  # the process umask must not widen or narrow it
+        self._file = os.fdopen(fd, "ab", buffering=256 * 1024)
+        self._file_bytes = 0
+        self._file_opened_ms = ts
+
+    def _flush(self) -> None:
+        self._last_flush = time.monotonic()
+        if self._file is not None and self._dirty:
+            try:
+                self._file.flush()
+            except OSError as exc:
+                log.error("audit log flush failed (%s)", exc.strerror or exc)
+                self._close_file()
+        self._dirty = False
+
+    def _close_file(self) -> None:
+        if self._file is None:
+            return
+        try:
+            self._file.close()
+        except OSError as exc:
+            log.error("audit log close failed (%s)", exc.strerror or exc)
+        self._file = None
+        self._dirty = False

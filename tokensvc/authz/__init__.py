@@ -1,0 +1,10 @@
+"""Authorization: Kafka's ACL model and a pure ACL authorizer (KIP-801 semantics).
+
+Layout: ``acl`` (enums with Kafka's wire codes, resource patterns, entries,
+bindings, filters, validation, the name strings Kafka writes in ZooKeeper),
+``authorizer`` (:class:`AclAuthorizer`: decisions and KIP-430 bitfields),
+``tokens`` (the permission checks of the delegation token APIs).
+
+Nothing here does I/O: ACLs arrive through ``AclAuthorizer.load`` and
+``apply_resource`` (fed by :mod:`zk.acl_store`), and decisions are plain calls.
+"""

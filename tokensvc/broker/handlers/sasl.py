@@ -1,0 +1,175 @@
+"""SaslHandshake and SaslAuthenticate: SCRAM logins for users and tokens.
+
+Owns the link between a connection's :class:`Session` and a
+:class:`ScramServer`: mechanism selection, session lifetime (KIP-368), the
+failed-authentication delay, and the authentication audit events. Every SCRAM
+failure reaches the client as SASL_AUTHENTICATION_FAILED with one message that
+does not say whether the user or token exists; the reason class goes to the
+audit log only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from tokensvc.broker.handlers import ApiHandler, register, simple_error
+from tokensvc.broker.session import IllegalSaslState
+from tokensvc.core.errors import Errors
+from tokensvc.scram.formatter import ScramMechanism
+from tokensvc.scram.server import ScramAuthenticationError, ScramServer
+
+if TYPE_CHECKING:
+    from tokensvc.broker.broker import Broker
+    from tokensvc.broker.context import RequestContext
+    from tokensvc.broker.session import Session
+
+
+def failure_message(mechanism: str | None) -> str:
+    return (
+        "Authentication failed during authentication due to invalid credentials "
+        f"with SASL mechanism {mechanism or 'SCRAM'}"
+    )
+
+
+async def handle_handshake(broker: Broker, ctx: RequestContext, body: dict) -> dict:
+    session = ctx.session
+    enabled = list(broker.config.sasl_enabled_mechanisms)
+    mechanism = body.get("Mechanism") or ""
+    if session is None or not session.security_protocol.startswith("SASL_"):
+        return {"ErrorCode": int(Errors.ILLEGAL_SASL_STATE), "Mechanisms": enabled}
+    if mechanism not in enabled:
+        session.close()
+        return {"ErrorCode": int(Errors.UNSUPPORTED_SASL_MECHANISM), "Mechanisms": enabled}
+    try:
+        session.on_handshake(ctx.api_version)
+    except IllegalSaslState:
+        return {"ErrorCode": int(Errors.ILLEGAL_SASL_STATE), "Mechanisms": enabled}
+    session.mechanism = mechanism
+    session.sasl = ScramServer(
+        ScramMechanism.from_name(mechanism),
+        broker.credentials,
+        broker.clock,
+        max_message_bytes=broker.config.sasl_max_message_bytes,
+    )
+    return {"ErrorCode": 0, "Mechanisms": enabled}
+
+
+async def evaluate(broker: Broker, session: Session, auth_bytes: bytes) -> tuple[bytes, int]:
+    """Run one SCRAM step. Returns (challenge, session lifetime ms).
+
+    Raises ScramAuthenticationError (after the configured delay) or IllegalSaslState.
+    """
+    server = session.sasl
+    if not isinstance(server, ScramServer):
+        session.close()
+        raise IllegalSaslState("SaslAuthenticate before SaslHandshake")
+    try:
+        challenge = server.evaluate(auth_bytes)
+    except ScramAuthenticationError as exc:
+        session.close()
+        broker.metrics.login(session.mechanism, "failure", _kind(server))
+        broker.audit.emit(
+            "authentication",
+            outcome="failure",
+            mechanism=session.mechanism,
+            kind=_kind(server),
+            username=server.username,
+            token_id=server.username if server.token_requested else None,
+            principal=None,
+            client_host=session.client_host,
+            client_port=session.client_port,
+            listener=session.listener,
+            reason=getattr(server, "failure_reason", None) or exc.reason,
+        )
+        delay = broker.config.connection_failed_authentication_delay_ms
+        if delay > 0:
+            await asyncio.sleep(delay / 1000.0)
+        raise
+    if not server.complete:
+        session.on_sasl_continue()
+        return challenge, 0
+    lifetime = broker.session_lifetime_ms(server)
+    now = broker.clock.now_ms()
+    reauth = session.authenticated_once
+    session.on_sasl_success(
+        server.principal,
+        session.mechanism or "",
+        server.token_id,
+        now + lifetime if lifetime > 0 else 0,
+        now,
+    )
+    broker.metrics.login(session.mechanism, "success", _kind(server))
+    broker.sessions.bind(session)
+    broker.audit.emit(
+        "session" if reauth else "authentication",
+        **(
+            {
+                "action": "reauthenticated",
+                "principal": str(server.principal),
+                "token_id": server.token_id,
+                "client_host": session.client_host,
+                "listener": session.listener,
+                "reason": None,
+            }
+            if reauth
+            else {
+                "outcome": "success",
+                "mechanism": session.mechanism,
+                "kind": _kind(server),
+                "username": server.username,
+                "token_id": server.token_id,
+                "principal": str(server.principal),
+                "client_host": session.client_host,
+                "client_port": session.client_port,
+                "listener": session.listener,
+                "reason": None,
+            }
+        ),
+    )
+    return challenge, lifetime
+
+
+def _kind(server: ScramServer) -> str:
+    return "token" if server.token_requested else "user"
+
+
+async def handle_authenticate(broker: Broker, ctx: RequestContext, body: dict) -> dict:
+    session = ctx.session
+    assert session is not None
+    try:
+        challenge, lifetime = await evaluate(broker, session, body.get("AuthBytes") or b"")
+    except ScramAuthenticationError:
+        return {
+            "ErrorCode": int(Errors.SASL_AUTHENTICATION_FAILED),
+            "ErrorMessage": failure_message(session.mechanism),
+            "AuthBytes": b"",
+            "SessionLifetimeMs": 0,
+        }
+    except IllegalSaslState as exc:
+        return {
+            "ErrorCode": int(Errors.ILLEGAL_SASL_STATE),
+            "ErrorMessage": str(exc),
+            "AuthBytes": b"",
+            "SessionLifetimeMs": 0,
+        }
+    return {
+        "ErrorCode": 0,
+        "ErrorMessage": None,
+        "AuthBytes": challenge,
+        "SessionLifetimeMs": lifetime,
+    }
+
+
+def _handshake_error(version: int, error: Errors) -> dict:
+    return {"ErrorCode": int(error), "Mechanisms": []}
+
+
+def _authenticate_error(version: int, error: Errors) -> dict:
+    return {"ErrorCode": int(error), "ErrorMessage": None, "AuthBytes": b"", "SessionLifetimeMs": 0}
+
+
+register(17, ApiHandler("SaslHandshake", handle_handshake, _handshake_error))
+register(36, ApiHandler("SaslAuthenticate", handle_authenticate, _authenticate_error))
+
+__all__ = ["evaluate", "failure_message", "simple_error"]

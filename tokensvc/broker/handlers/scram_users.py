@@ -1,0 +1,184 @@
+"""DescribeUserScramCredentials and AlterUserScramCredentials (KIP-554).
+
+Describe needs DESCRIBE on the cluster, alter needs ALTER. An upsertion carries
+the salted password (never the password); the broker derives the stored and
+server keys and writes Kafka's credential string to ZooKeeper. Alter is a
+write: only the controller applies it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from tokensvc.authz.acl import AclOperation, ResourceType
+from tokensvc.broker.handlers import ApiHandler, register
+from tokensvc.core.errors import Errors, KafkaError
+from tokensvc.scram.formatter import (
+    MAX_ITERATIONS,
+    MIN_ITERATIONS,
+    ScramCredential,
+    ScramMechanism,
+)
+
+if TYPE_CHECKING:
+    from tokensvc.broker.broker import Broker
+    from tokensvc.broker.context import RequestContext
+
+CLUSTER = "kafka-cluster"
+
+
+def _describe_error(version: int, error: Errors) -> dict:
+    return {"ThrottleTimeMs": 0, "ErrorCode": int(error), "ErrorMessage": None, "Results": []}
+
+
+async def handle_describe(broker: Broker, ctx: RequestContext, body: dict) -> dict:
+    if not broker.authorize(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER):
+        return _describe_error(ctx.api_version, Errors.CLUSTER_AUTHORIZATION_FAILED)
+    requested = body.get("Users")
+    all_users = broker.users.users()
+    if requested is None:
+        names = sorted(all_users)
+        counts: Counter = Counter()
+    else:
+        names = [u.get("Name") or "" for u in requested]
+        counts = Counter(names)
+    results = []
+    for name in dict.fromkeys(names):
+        if counts.get(name, 0) > 1:
+            results.append(_user_result(name, Errors.DUPLICATE_RESOURCE, "duplicate user in request"))
+            continue
+        creds = broker.users.credentials(name)
+        if not creds:
+            results.append(_user_result(name, Errors.RESOURCE_NOT_FOUND, "attempt to describe a user "
+                                        "credential that does not exist"))
+            continue
+        results.append(
+            {
+                "User": name,
+                "ErrorCode": 0,
+                "ErrorMessage": None,
+                "CredentialInfos": [
+                    {"Mechanism": mech.wire_type, "Iterations": cred.iterations}
+                    for mech, cred in sorted(creds.items(), key=lambda kv: kv[0].wire_type)
+                ],
+            }
+        )
+    return {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "Results": results}
+
+
+def _user_result(name: str, error: Errors, message: str | None = None) -> dict:
+    return {"User": name, "ErrorCode": int(error), "ErrorMessage": message, "CredentialInfos": []}
+
+
+def _alter_error(version: int, error: Errors) -> dict:
+    return {"ThrottleTimeMs": 0, "Results": []}
+
+
+def _alter_result(name: str, error: Errors, message: str | None = None) -> dict:
+    return {"User": name, "ErrorCode": int(error), "ErrorMessage": message}
+
+
+def precheck_alter(broker: Broker, ctx: RequestContext, body: dict) -> dict | None:
+    if not broker.authorize(ctx, AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER):
+        return _all_failed(body, Errors.CLUSTER_AUTHORIZATION_FAILED)
+    return None
+
+
+def _all_failed(body: dict, error: Errors) -> dict:
+    names = [d.get("Name") or "" for d in body.get("Deletions") or []]
+    names += [u.get("Name") or "" for u in body.get("Upsertions") or []]
+    return {"ThrottleTimeMs": 0, "Results": [_alter_result(n, error) for n in dict.fromkeys(names)]}
+
+
+async def handle_alter(broker: Broker, ctx: RequestContext, body: dict) -> dict:
+    refused = precheck_alter(broker, ctx, body)
+    if refused is not None:
+        for result in refused["Results"]:
+            _audit(broker, ctx, "upsert", result["User"], None, None, Errors.CLUSTER_AUTHORIZATION_FAILED)
+        return refused
+    deletions = body.get("Deletions") or []
+    upsertions = body.get("Upsertions") or []
+    names = [d.get("Name") or "" for d in deletions] + [u.get("Name") or "" for u in upsertions]
+    counts = Counter(names)
+    results: dict[str, dict] = {}
+    for name in dict.fromkeys(names):
+        if counts[name] > 1:
+            results[name] = _alter_result(name, Errors.DUPLICATE_RESOURCE,
+                                          "a user may appear once per request")
+        elif not name:
+            results[name] = _alter_result(name, Errors.UNACCEPTABLE_CREDENTIAL, "empty user name")
+    for d in deletions:
+        name = d.get("Name") or ""
+        if name in results:
+            continue
+        try:
+            mech = ScramMechanism.from_wire_type(int(d.get("Mechanism", 0)))
+        except ValueError:
+            results[name] = _alter_result(name, Errors.UNSUPPORTED_SASL_MECHANISM, "unknown mechanism")
+            continue
+        try:
+            removed = await broker.delete_credential(name, mech)
+        except KafkaError as exc:
+            results[name] = _alter_result(name, exc.error, exc.message)
+            continue
+        error = Errors.NONE if removed else Errors.RESOURCE_NOT_FOUND
+        results[name] = _alter_result(
+            name, error, None if removed else "attempt to delete a user credential that does not exist"
+        )
+        _audit(broker, ctx, "delete", name, mech, None, error)
+    for u in upsertions:
+        name = u.get("Name") or ""
+        if name in results:
+            continue
+        try:
+            mech = ScramMechanism.from_wire_type(int(u.get("Mechanism", 0)))
+        except ValueError:
+            results[name] = _alter_result(name, Errors.UNSUPPORTED_SASL_MECHANISM, "unknown mechanism")
+            continue
+        iterations = int(u.get("Iterations", 0))
+        salt = bytes(u.get("Salt") or b"")
+        salted = bytes(u.get("SaltedPassword") or b"")
+        if not MIN_ITERATIONS <= iterations <= MAX_ITERATIONS:
+            results[name] = _alter_result(
+                name, Errors.UNACCEPTABLE_CREDENTIAL,
+                f"iterations must be between {MIN_ITERATIONS} and {MAX_ITERATIONS}",
+            )
+            _audit(broker, ctx, "upsert", name, mech, iterations, Errors.UNACCEPTABLE_CREDENTIAL)
+            continue
+        if not salt or not salted:
+            results[name] = _alter_result(name, Errors.UNACCEPTABLE_CREDENTIAL, "empty salt or password")
+            continue
+        client_key = mech.hmac(salted, b"Client Key")
+        credential = ScramCredential(
+            salt=salt,
+            stored_key=mech.hash(client_key),
+            server_key=mech.hmac(salted, b"Server Key"),
+            iterations=iterations,
+        )
+        try:
+            await broker.upsert_credential(name, mech, credential)
+        except KafkaError as exc:
+            results[name] = _alter_result(name, exc.error, exc.message)
+            continue
+        results[name] = _alter_result(name, Errors.NONE)
+        _audit(broker, ctx, "upsert", name, mech, iterations, Errors.NONE)
+    return {"ThrottleTimeMs": 0, "Results": [results[n] for n in dict.fromkeys(names)]}
+
+
+def _audit(broker, ctx, action, user, mech, iterations, error: Errors) -> None:
+    broker.audit.emit(
+        "credential",
+        action=action,
+        outcome="success" if error == Errors.NONE else "failure",
+        error_code=int(error),
+        requester=str(ctx.principal.without_token_flag()),
+        user=user,
+        mechanism=mech.mechanism_name if mech else None,
+        iterations=iterations,
+    )
+
+
+register(50, ApiHandler("DescribeUserScramCredentials", handle_describe, _describe_error))
+register(51, ApiHandler("AlterUserScramCredentials", handle_alter, _alter_error, write=True,
+                        precheck=precheck_alter))

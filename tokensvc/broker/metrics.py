@@ -1,0 +1,83 @@
+"""Broker metrics in Prometheus text format (prometheus_client).
+
+Owns one CollectorRegistry per broker (several brokers may share a process in
+tests) and the optional HTTP endpoint on ``metrics.listener``. Gauges that
+mirror state (cache sizes, queue depth, controller) read it on scrape through
+callbacks, so the request path only increments counters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from tokensvc.core.errors import Errors
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class BrokerMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "tokensvc_requests", "Requests handled, by API and error code", ["api", "error"], registry=r
+        )
+        self.latency = Histogram(
+            "tokensvc_request_latency_seconds", "Request handling latency", ["api"],
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.logins = Counter(
+            "tokensvc_scram_logins", "SCRAM logins by mechanism, result and kind (user or token)",
+            ["mechanism", "result", "kind"], registry=r,
+        )
+        self.token_requests = Counter(
+            "tokensvc_token_requests", "Token API outcomes", ["action", "error"], registry=r
+        )
+        self.connections = Gauge("tokensvc_active_connections", "Open client connections", registry=r)
+        self.sessions = Gauge("tokensvc_authenticated_sessions", "Authenticated connections", registry=r)
+        self.connections_refused = Counter(
+            "tokensvc_connections_refused", "Connections refused, by reason", ["reason"], registry=r
+        )
+        self.forwarded = Counter(
+            "tokensvc_forwarded_requests",
+            "Requests forwarded to the controller (KIP-590 NumRequestsForwardingToControllerPerSec)",
+            ["client_id"], registry=r,
+        )
+        self.sessions_revoked = Counter(
+            "tokensvc_sessions_revoked", "Token sessions closed because the token went away", registry=r
+        )
+        self.sweep_removed = Counter(
+            "tokensvc_expiry_swept_tokens", "Tokens removed by the expiry sweep", registry=r
+        )
+        self._callbacks: list[Gauge] = []
+
+    def gauge(self, name: str, doc: str, fn: Callable[[], float]) -> None:
+        g = Gauge(name, doc, registry=self.registry)
+        g.set_function(fn)
+        self._callbacks.append(g)
+
+    def request(self, api: str, error: int, seconds: float) -> None:
+        try:
+            name = Errors(error).name
+        except ValueError:
+            name = str(error)
+        self.requests.labels(api, name).inc()
+        self.latency.labels(api).observe(seconds)
+
+    def login(self, mechanism: str | None, result: str, kind: str) -> None:
+        self.logins.labels(mechanism or "", result, kind).inc()
+
+    def token_request(self, action: str, error: Errors) -> None:
+        self.token_requests.labels(action, Errors(error).name).inc()
+
+    def serve(self, host: str, port: int) -> tuple[str, int]:
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        self._http = server
+        return host, server.server_port
+
+    def close(self) -> None:
+        http = getattr(self, "_http", None)
+        if http is not None:
+            http.shutdown()
+            http.server_close()

@@ -1,0 +1,339 @@
+"""The broker's in-memory token cache: indexes, expiry order, lazy SCRAM credentials.
+
+This module owns every token a broker knows, indexed three ways: by token id,
+by HMAC (how Renew/Expire requests name a token) and by deadline
+(:class:`ExpiryIndex`, so the expiry sweep finds due tokens without a scan). It
+also owns the SCRAM credentials of tokens, derived from the HMAC on a token's
+first authentication and kept until the token is removed or re-keyed; renewals
+keep them. It recomputes HMACs from the master keys; ZooKeeper never has them.
+
+It must not do I/O or read a clock (callers pass ``now_ms``), and it holds its
+one lock only for dictionary and heap work: PBKDF2 and listener callbacks run
+outside it. It does not apply token rules (see :mod:`tokensvc.core.manager`)
+and does not know where tokens come from (``zk.sync`` feeds it).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+from collections.abc import Callable, Iterable
+
+from tokensvc.core.keys import MasterKeys, UnknownKeyError
+from tokensvc.core.token import DelegationToken, TokenInformation
+from tokensvc.scram.formatter import (
+    MIN_ITERATIONS,
+    ScramCredential,
+    ScramMechanism,
+    derive_credential,
+)
+
+log = logging.getLogger("tokensvc.core.cache")
+
+Listener = Callable[[str, TokenInformation], None]
+
+UPSERT = "upsert"
+REMOVE = "remove"
+
+
+def deadline_of(info: TokenInformation) -> int:
+    """The last millisecond at which ``info`` is still valid: min(expiry, max)."""
+    return min(info.expiry_timestamp, info.max_timestamp)
+
+
+class ExpiryIndex:
+    """Token ids ordered by deadline (min of expiry and max timestamp).
+
+    A binary heap of ``(deadline, token_id)`` with lazy invalidation: ``put``
+    and ``discard`` only update the live map, stale heap entries are skipped
+    and dropped when they surface, and the heap is rebuilt when stale entries
+    outnumber live ones. ``put`` is O(log n), ``discard`` O(1), ``due`` O(k)
+    plus the stale entries it meets, for k due tokens. Not thread-safe: the
+    cache calls it under its lock.
+    """
+
+    __slots__ = ("_heap", "_live")
+
+    _COMPACT_SLACK = 64
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, str]] = []
+        self._live: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def put(self, token_id: str, deadline: int) -> None:
+        if self._live.get(token_id) == deadline:
+            return
+        self._live[token_id] = deadline
+        heapq.heappush(self._heap, (deadline, token_id))
+        self._maybe_compact()
+
+    def discard(self, token_id: str) -> None:
+        if self._live.pop(token_id, None) is not None:
+            self._maybe_compact()
+
+    def clear(self) -> None:
+        self._heap.clear()
+        self._live.clear()
+
+    def due(self, now_ms: int) -> list[str]:
+        """Ids whose deadline is strictly before ``now_ms``, earliest first."""
+        heap, live = self._heap, self._live
+        while heap and live.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)
+        found: list[tuple[int, str]] = []
+        # Every entry below now_ms is reachable from the root through entries
+        # that are also below now_ms (heap order), so walk only that subtree.
+        stack = [0] if heap else []
+        while stack:
+            i = stack.pop()
+            deadline, token_id = heap[i]
+            if deadline >= now_ms:
+                continue
+            if live.get(token_id) == deadline:
+                found.append((deadline, token_id))
+            for child in (2 * i + 1, 2 * i + 2):
+                if child < len(heap):
+                    stack.append(child)
+        found.sort()
+        return [token_id for _, token_id in found]
+
+    def next_deadline(self) -> int | None:
+        """The earliest live deadline, or None when empty."""
+        heap, live = self._heap, self._live
+        while heap and live.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    def _maybe_compact(self) -> None:
+        if len(self._heap) > 2 * len(self._live) + self._COMPACT_SLACK:
+            self._heap = [(d, t) for t, d in self._live.items()]
+            heapq.heapify(self._heap)
+
+
+class _Entry:
+    """One token as the cache holds it. ``token`` is None when its key is unknown."""
+
+    __slots__ = ("credentials", "info", "token")
+
+    def __init__(
+        self,
+        info: TokenInformation,
+        token: DelegationToken | None,
+        credentials: dict[ScramMechanism, ScramCredential] | None,
+    ) -> None:
+        self.info = info
+        self.token = token
+        self.credentials = credentials
+
+
+class TokenCache:
+    """Every token this broker knows, safe to use from several threads.
+
+    Tokens whose key id names a master key this broker does not hold are kept
+    (so they still expire and show in :meth:`info`) but have no HMAC: they are
+    absent from :meth:`by_hmac`, :meth:`by_id` and :meth:`tokens`, cannot
+    authenticate, and are counted by :meth:`unknown_key_tokens`.
+
+    Listeners get ``("upsert", info)`` or ``("remove", info)`` after each
+    change, outside the lock; an upsert that changes nothing is not reported.
+    """
+
+    def __init__(self, keys: MasterKeys, *, scram_iterations: int = MIN_ITERATIONS) -> None:
+        self._keys = keys
+        self._iterations = scram_iterations
+        self._lock = threading.Lock()
+        self._entries: dict[str, _Entry] = {}
+        self._by_hmac: dict[bytes, str] = {}
+        self._expiry = ExpiryIndex()
+        self._unknown_key = 0
+        self._derived = 0
+        self._listeners: list[Listener] = []
+
+    # -- changes ---------------------------------------------------------------
+
+    def upsert(self, info: TokenInformation) -> DelegationToken | None:
+        """Add or update a token; returns it with its HMAC, or None if its key is unknown."""
+        hmac = self._hmac_or_none(info)
+        with self._lock:
+            token, changed = self._apply_upsert(info, hmac)
+        if changed:
+            self._notify([(UPSERT, info)])
+        return token
+
+    def remove(self, token_id: str) -> TokenInformation | None:
+        """Drop a token and its credentials; returns what was removed, if anything."""
+        with self._lock:
+            entry = self._apply_remove(token_id)
+        if entry is None:
+            return None
+        self._notify([(REMOVE, entry.info)])
+        return entry.info
+
+    def replace_all(self, infos: Iterable[TokenInformation]) -> None:
+        """Make the cache hold exactly ``infos`` (a resynchronisation).
+
+        Applies only the difference: ids absent from ``infos`` are removed,
+        new or changed tokens upserted, unchanged ones (and their derived
+        credentials) left alone. Listeners hear of every change.
+        """
+        wanted = {info.token_id: info for info in infos}
+        with self._lock:
+            current = {tid: entry.info for tid, entry in self._entries.items()}
+        changed = [info for tid, info in wanted.items() if current.get(tid) != info]
+        hmacs = {info.token_id: self._hmac_or_none(info) for info in changed}
+        events: list[tuple[str, TokenInformation]] = []
+        with self._lock:
+            for tid in [tid for tid in self._entries if tid not in wanted]:
+                entry = self._apply_remove(tid)
+                if entry is not None:
+                    events.append((REMOVE, entry.info))
+            for info in changed:
+                _, did_change = self._apply_upsert(info, hmacs[info.token_id])
+                if did_change:
+                    events.append((UPSERT, info))
+        self._notify(events)
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(kind, info)`` after each change (kind: "upsert" or "remove")."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    # -- lookups ---------------------------------------------------------------
+
+    def by_id(self, token_id: str) -> DelegationToken | None:
+        with self._lock:
+            entry = self._entries.get(token_id)
+            return entry.token if entry is not None else None
+
+    def by_hmac(self, hmac: bytes) -> DelegationToken | None:
+        with self._lock:
+            token_id = self._by_hmac.get(bytes(hmac))
+            return self._entries[token_id].token if token_id is not None else None
+
+    def info(self, token_id: str) -> TokenInformation | None:
+        """The token's details, including tokens whose key is unknown."""
+        with self._lock:
+            entry = self._entries.get(token_id)
+            return entry.info if entry is not None else None
+
+    def tokens(self) -> list[DelegationToken]:
+        """Every token that has an HMAC (i.e. whose key is known)."""
+        with self._lock:
+            return [e.token for e in self._entries.values() if e.token is not None]
+
+    def due(self, now_ms: int) -> list[TokenInformation]:
+        """Tokens strictly past their expiry or max lifetime at ``now_ms``, earliest first."""
+        with self._lock:
+            return [self._entries[tid].info for tid in self._expiry.due(now_ms)]
+
+    def next_deadline(self) -> int | None:
+        """The earliest min(expiry, max) of any token, or None when empty."""
+        with self._lock:
+            return self._expiry.next_deadline()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def unknown_key_tokens(self) -> int:
+        """How many tokens name a master key this broker does not hold."""
+        with self._lock:
+            return self._unknown_key
+
+    def derived_count(self) -> int:
+        """How many SCRAM credentials this cache has derived so far (monotonic)."""
+        with self._lock:
+            return self._derived
+
+    # -- SCRAM -------------------------------------------------------------------
+
+    def scram_credential(
+        self, token_id: str, mechanism: ScramMechanism
+    ) -> tuple[ScramCredential, TokenInformation] | None:
+        """The token's SCRAM credential for ``mechanism`` and its current details.
+
+        Derived from the HMAC (password = base64 of the HMAC) on first use and
+        kept, across renewals, until the token is removed. None when the token is
+        unknown or its master key is. Matches ``CredentialLookup.token_credential``.
+        """
+        with self._lock:
+            entry = self._entries.get(token_id)
+            if entry is None or entry.token is None:
+                return None
+            if entry.credentials and mechanism in entry.credentials:
+                return entry.credentials[mechanism], entry.info
+            token = entry.token
+        credential = derive_credential(token.hmac_b64, mechanism, self._iterations)
+        with self._lock:
+            entry = self._entries.get(token_id)
+            if entry is None or entry.token is None or entry.token.hmac != token.hmac:
+                return None
+            if entry.credentials is None:
+                entry.credentials = {}
+            if mechanism not in entry.credentials:
+                entry.credentials[mechanism] = credential
+                self._derived += 1
+            return entry.credentials[mechanism], entry.info
+
+    # -- internals (callers hold the lock unless noted) ---------------------------
+
+    def _hmac_or_none(self, info: TokenInformation) -> bytes | None:
+        """The token's HMAC, None for an unknown key. Runs without the lock."""
+        try:
+            return self._keys.hmac(info.token_id, info.key_id)
+        except UnknownKeyError:
+            return None
+
+    def _apply_upsert(
+        self, info: TokenInformation, hmac: bytes | None
+    ) -> tuple[DelegationToken | None, bool]:
+        old = self._entries.get(info.token_id)
+        if old is not None and old.info == info:
+            return old.token, False
+        credentials = None
+        if old is not None:
+            old_hmac = old.token.hmac if old.token is not None else None
+            if old_hmac is not None and old_hmac == hmac:
+                credentials = old.credentials
+            self._unindex(old)
+        token = DelegationToken(info, hmac) if hmac is not None else None
+        entry = _Entry(info, token, credentials)
+        self._entries[info.token_id] = entry
+        if token is not None:
+            self._by_hmac[hmac] = info.token_id
+        else:
+            self._unknown_key += 1
+        self._expiry.put(info.token_id, deadline_of(info))
+        return token, True
+
+    def _apply_remove(self, token_id: str) -> _Entry | None:
+        entry = self._entries.pop(token_id, None)
+        if entry is not None:
+            self._unindex(entry)
+            self._expiry.discard(token_id)
+        return entry
+
+    def _unindex(self, entry: _Entry) -> None:
+        """Drop ``entry`` from the HMAC index and the unknown-key count."""
+        if entry.token is not None:
+            if self._by_hmac.get(entry.token.hmac) == entry.info.token_id:
+                del self._by_hmac[entry.token.hmac]
+        else:
+            self._unknown_key -= 1
+
+    def _notify(self, events: list[tuple[str, TokenInformation]]) -> None:
+        """Tell every listener about ``events``. Runs without the lock."""
+        if not events:
+            return
+        with self._lock:
+            listeners = list(self._listeners)
+        for kind, info in events:
+            for listener in listeners:
+                try:
+                    listener(kind, info)
+                except Exception:
+                    log.exception("token cache listener failed on %s of %s", kind, info.token_id)

@@ -1,0 +1,179 @@
+"""Requests and responses to and from bytes: headers plus message bodies.
+
+Payloads here are frames *without* their int32 size prefix (see ``framing``).
+A request is a request header (v1, or v2 with tagged fields for flexible
+versions) then the body; a response is a response header (v0, or v1 for
+flexible versions, except ApiVersions which is always v0) then the body.
+
+Decoding is strict: the header must name an API and version this codec knows
+(else :class:`UnsupportedVersionError`, carrying the header read so far), the
+body must parse completely, and nothing may follow it. Every decoding failure
+is a :class:`ProtocolError`; nothing else escapes. Encoding a body that does
+not fit its schema raises :class:`EncodeError`.
+
+This module must not touch sockets, and holds no state between calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tokensvc.protocol.api import (
+    ApiKey,
+    flexible,
+    request_header_version,
+    response_header_version,
+    supports,
+)
+from tokensvc.protocol.errors import (
+    EncodeError,
+    FrameTooLargeError,
+    ProtocolError,
+    UnsupportedVersionError,
+)
+from tokensvc.protocol.framing import FrameDecoder, frame
+from tokensvc.protocol.messages import REQUESTS, RESPONSES
+from tokensvc.protocol.primitives import Reader, Writer
+from tokensvc.protocol.schema import STRING, Struct
+
+__all__ = [
+    "EncodeError",
+    "FrameDecoder",
+    "FrameTooLargeError",
+    "ProtocolError",
+    "RequestHeader",
+    "UnsupportedVersionError",
+    "decode_request",
+    "decode_request_header",
+    "decode_response",
+    "encode_request",
+    "encode_response",
+    "frame",
+]
+
+# Headers have no known tagged fields; an empty struct reads (skips) the section.
+_HEADER_TAGS = Struct("HeaderTaggedFields")
+
+
+@dataclass(slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+def decode_request_header(payload: bytes) -> tuple[RequestHeader, int]:
+    """The request header and the offset where the body starts.
+
+    Raises UnsupportedVersionError (with the header) for an unknown api key or
+    version, ProtocolError for a malformed header.
+    """
+    r = Reader(payload)
+    try:
+        api_key = r.int16()
+        api_version = r.int16()
+        correlation_id = r.int32()
+        client_id = STRING.read(r, 0, False, True)
+    except ProtocolError as exc:
+        raise exc.within("RequestHeader") from None
+    header = RequestHeader(api_key, api_version, correlation_id, client_id)
+    if not supports(api_key, api_version):
+        raise UnsupportedVersionError(header)
+    if request_header_version(api_key, api_version) >= 2:
+        try:
+            _HEADER_TAGS.read(r, api_version, True)
+        except ProtocolError as exc:
+            raise exc.within("RequestHeader") from None
+    return header, r.pos
+
+
+def decode_request(payload: bytes) -> tuple[RequestHeader, dict]:
+    """Header and body of one request payload (size prefix already removed)."""
+    header, offset = decode_request_header(payload)
+    schema = REQUESTS[ApiKey(header.api_key)]
+    r = Reader(payload, offset)
+    body = _read_body(r, schema, header.api_key, header.api_version)
+    return header, body
+
+
+def encode_request(header: RequestHeader, body: dict) -> bytes:
+    """A request payload (without size prefix) for ``header``'s api key and version."""
+    schema = _schema(REQUESTS, header.api_key, header.api_version, header)
+    w = Writer()
+    w.int16(header.api_key)
+    w.int16(header.api_version)
+    w.int32(header.correlation_id)
+    STRING.write(w, header.client_id, 0, False, True)
+    is_flexible = flexible(header.api_key, header.api_version)
+    if is_flexible:
+        w.uvarint(0)
+    schema.write(w, body, header.api_version, is_flexible)
+    return w.value()
+
+
+def encode_response(header: RequestHeader, body: dict) -> bytes:
+    """The response payload (without size prefix) answering the request ``header``."""
+    schema = _schema(RESPONSES, header.api_key, header.api_version, header)
+    w = Writer()
+    w.int32(header.correlation_id)
+    if response_header_version(header.api_key, header.api_version) >= 1:
+        w.uvarint(0)
+    schema.write(w, body, header.api_version, flexible(header.api_key, header.api_version))
+    return w.value()
+
+
+def decode_response(api_key: int, api_version: int, payload: bytes) -> tuple[int, dict]:
+    """Correlation id and body of a response to a request of ``api_key`` v``api_version``.
+
+    As Kafka's clients do, an ApiVersions response that does not parse in the
+    requested version is read again as v0, and accepted if it carries an error:
+    a broker that does not support the version answers UNSUPPORTED_VERSION in v0.
+    """
+    try:
+        return _decode_response(api_key, api_version, payload)
+    except UnsupportedVersionError:
+        raise
+    except ProtocolError as exc:
+        if api_key != ApiKey.API_VERSIONS or api_version == 0:
+            raise
+        try:
+            correlation_id, body = _decode_response(api_key, 0, payload)
+        except ProtocolError:
+            raise exc from None
+        if body["ErrorCode"] == 0:
+            raise
+        return correlation_id, body
+
+
+def _decode_response(api_key: int, api_version: int, payload: bytes) -> tuple[int, dict]:
+    if not supports(api_key, api_version):
+        raise UnsupportedVersionError(
+            None, f"api key {api_key} version {api_version} is not supported"
+        )
+    schema = RESPONSES[ApiKey(api_key)]
+    r = Reader(payload)
+    try:
+        correlation_id = r.int32()
+        if response_header_version(api_key, api_version) >= 1:
+            _HEADER_TAGS.read(r, api_version, True)
+    except ProtocolError as exc:
+        raise exc.within("ResponseHeader") from None
+    return correlation_id, _read_body(r, schema, api_key, api_version)
+
+
+def _read_body(r: Reader, schema: Struct, api_key: int, api_version: int) -> dict:
+    try:
+        body = schema.read(r, api_version, flexible(api_key, api_version))
+        r.expect_end()
+    except ProtocolError as exc:
+        raise exc.within(f"{schema.name}(v{api_version})") from None
+    return body
+
+
+def _schema(
+    table: dict[ApiKey, Struct], api_key: int, api_version: int, header: RequestHeader
+) -> Struct:
+    if not supports(api_key, api_version):
+        raise UnsupportedVersionError(header)
+    return table[ApiKey(api_key)]

@@ -1,0 +1,692 @@
+"""ACLs in ZooKeeper, in Kafka's layout, and the watch-driven sync into the authorizer.
+
+Owns the ACL znodes and their bytes, as Kafka (ZooKeeper mode) writes them:
+
+- literal patterns: ``/kafka-acl/<Type>/<name>``; prefixed patterns:
+  ``/kafka-acl-extended/prefixed/<Type>/<name>`` (``<Type>`` is Kafka's PascalCase
+  name: ``Topic``, ``Group``, ``Cluster``, ``TransactionalId``, ``DelegationToken``,
+  ``User``; the name is used as it is, so ``User:bob`` is ``/kafka-acl/User/User:bob``);
+- data: ``{"version":1,"acls":[{"principal":"User:alice","permissionType":"Allow",
+  "operation":"Read","host":"*"}]}``; a resource with no ACL left has no znode;
+- change notifications: ``/kafka-acl-changes/acl_changes_<seq>`` with payload
+  ``<TYPE>:<name>`` for literal patterns, ``/kafka-acl-extended-changes/acl_changes_<seq>``
+  with ``{"version":1,"resourceType":"<TYPE>","name":...,"patternType":"PREFIXED"}`` for
+  prefixed ones. Kafka writes the Java enum names there (``TOPIC``, ``TRANSACTIONAL_ID``);
+  reading accepts those and the PascalCase names older Kafka wrote.
+
+:class:`AclStore` writes each resource as a compare-and-set on the znode version
+(retried when another writer got there first) in ONE transaction with its change
+notification, optionally guarded by the controller's ``(path, version)``.
+:class:`AclSync` keeps an :class:`~tokensvc.authz.authorizer.AclAuthorizer` equal to
+ZooKeeper (see its docstring for what happens when the connection is lost).
+
+Must not: decide authorization, or be imported by pure code. Nothing here logs ACL
+contents beyond resource names.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    OperationTimeoutError,
+    RolledBackError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KazooState
+from kazoo.recipe.watchers import ChildrenWatch
+
+from tokensvc.authz.acl import (
+    PATTERN_TYPES,
+    RESOURCE_TYPES,
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclCreateResult,
+    AclDeleteResult,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+    binding_problem,
+)
+from tokensvc.authz.authorizer import AclAuthorizer
+from tokensvc.core.clock import Clock, SystemClock
+from tokensvc.core.errors import Errors, KafkaError
+
+log = logging.getLogger(__name__)
+
+LITERAL_ACLS = "/kafka-acl"
+EXTENDED_ACLS = "/kafka-acl-extended"
+LITERAL_CHANGES = "/kafka-acl-changes"
+EXTENDED_CHANGES = "/kafka-acl-extended-changes"
+CHANGE_PREFIX = "acl_changes_"
+ACL_VERSION = 1
+CHANGE_VERSION = 1
+NOTIFICATION_RETENTION_MS = 15 * 60 * 1000
+MAX_UPDATE_RETRIES = 10
+_PIPELINE_WINDOW = 5_000
+
+# (path, version) checked in the same transaction as a write: the controller's guard.
+Guard = tuple[str, int]
+
+_UNAVAILABLE = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
+
+
+class AclDataError(ValueError):
+    """An ACL znode or change notification does not decode; the message names its path."""
+
+
+# --- layout (pure) -----------------------------------------------------------------------
+
+
+def store_root(pattern_type: PatternType) -> str:
+    """``/kafka-acl`` for literal patterns, ``/kafka-acl-extended/prefixed`` for prefixed."""
+    if pattern_type is PatternType.LITERAL:
+        return LITERAL_ACLS
+    if pattern_type is PatternType.PREFIXED:
+        return f"{EXTENDED_ACLS}/prefixed"
+    raise ValueError(f"no ACL store for pattern type {pattern_type!r}")
+
+
+def type_path(pattern_type: PatternType, resource_type: ResourceType) -> str:
+    return f"{store_root(pattern_type)}/{resource_type.kafka_name}"
+
+
+def resource_path(pattern: ResourcePattern) -> str:
+    """The znode of one resource pattern; ValueError if the name cannot be a znode name."""
+    name = pattern.name
+    if not name or "/" in name or name in (".", "..") or "\x00" in name:
+        raise ValueError(f"resource name {name!r} cannot be stored in ZooKeeper")
+    return f"{type_path(pattern.pattern_type, pattern.resource_type)}/{name}"
+
+
+def change_root(pattern_type: PatternType) -> str:
+    return LITERAL_CHANGES if pattern_type is PatternType.LITERAL else EXTENDED_CHANGES
+
+
+def change_sequence(name: str) -> int | None:
+    """The sequence number of an ``acl_changes_<seq>`` child, None for other names."""
+    digits = name[len(CHANGE_PREFIX):] if name.startswith(CHANGE_PREFIX) else ""
+    return int(digits) if digits.isdigit() else None
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _entry_order(entry: AccessControlEntry) -> tuple:
+    return (entry.principal, entry.host, int(entry.operation), int(entry.permission_type))
+
+
+def encode_acls(entries: Iterable[AccessControlEntry]) -> bytes:
+    """A resource znode's bytes (entries in a stable order)."""
+    return _dumps(
+        {
+            "version": ACL_VERSION,
+            "acls": [
+                {
+                    "principal": e.principal,
+                    "permissionType": e.permission_type.kafka_name,
+                    "operation": e.operation.kafka_name,
+                    "host": e.host,
+                }
+                for e in sorted(entries, key=_entry_order)
+            ],
+        }
+    )
+
+
+def _parse_or_unknown(enum_type: type, text: object) -> Any:
+    # Kafka reads a name it does not know as UNKNOWN; such an entry never matches.
+    try:
+        return enum_type.parse(text)
+    except ValueError:
+        return enum_type.UNKNOWN
+
+
+def decode_acls(data: bytes | None, path: str = "ACL znode") -> set[AccessControlEntry]:
+    """The entries in a resource znode (empty data = no entries)."""
+    if not data:
+        return set()
+    try:
+        obj = json.loads(data.decode("utf-8"))
+        if obj.get("version") != ACL_VERSION:
+            raise AclDataError(f"{path}: unsupported version {obj.get('version')!r}")
+        entries = set()
+        for item in obj["acls"]:
+            principal, host = item["principal"], item["host"]
+            if not isinstance(principal, str) or not isinstance(host, str):
+                raise AclDataError(f"{path}: principal and host must be strings")
+            entries.add(
+                AccessControlEntry(
+                    principal,
+                    host,
+                    _parse_or_unknown(AclOperation, item["operation"]),
+                    _parse_or_unknown(AclPermissionType, item["permissionType"]),
+                )
+            )
+        return entries
+    except AclDataError:
+        raise
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise AclDataError(f"{path}: not Kafka's ACL JSON ({exc.__class__.__name__})") from None
+
+
+def encode_change(pattern: ResourcePattern) -> bytes:
+    """A change notification's payload for ``pattern`` (see the module docstring)."""
+    if pattern.pattern_type is PatternType.LITERAL:
+        return f"{pattern.resource_type.name}:{pattern.name}".encode()
+    return _dumps(
+        {
+            "version": CHANGE_VERSION,
+            "resourceType": pattern.resource_type.name,
+            "name": pattern.name,
+            "patternType": pattern.pattern_type.name,
+        }
+    )
+
+
+def decode_change(data: bytes | None, pattern_type: PatternType) -> ResourcePattern:
+    """The resource pattern a notification under ``change_root(pattern_type)`` names."""
+    try:
+        text = (data or b"").decode("utf-8")
+        if pattern_type is PatternType.LITERAL:
+            type_name, colon, name = text.partition(":")
+            if not colon:
+                raise ValueError("no ':' separator")
+            return ResourcePattern(ResourceType.parse(type_name), name, PatternType.LITERAL)
+        obj = json.loads(text)
+        if obj["version"] > CHANGE_VERSION:
+            raise ValueError(f"unsupported version {obj['version']}")
+        return ResourcePattern(
+            ResourceType.parse(obj["resourceType"]),
+            obj["name"],
+            PatternType.parse(obj["patternType"]),
+        )
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise AclDataError(f"ACL change notification does not decode: {exc}") from None
+
+
+# --- store -------------------------------------------------------------------------------
+
+
+def _kazoo(what: str, fn: Callable[[], Any]) -> Any:
+    """Run a kazoo call; its failures become KafkaErrors with a retriable code when
+    ZooKeeper is merely unreachable. NoNodeError passes through for the caller."""
+    try:
+        return fn()
+    except NoNodeError:
+        raise
+    except _UNAVAILABLE as exc:
+        raise KafkaError(
+            Errors.REQUEST_TIMED_OUT, f"{what}: ZooKeeper unavailable ({exc.__class__.__name__})"
+        ) from exc
+    except KazooException as exc:
+        raise KafkaError(
+            Errors.UNKNOWN_SERVER_ERROR, f"{what}: ZooKeeper error {exc.__class__.__name__}"
+        ) from exc
+
+
+class _Retry(Exception):
+    """Another writer changed the resource between our read and our write."""
+
+
+class AclStore:
+    """ACL znodes and their change notifications, on a started kazoo client.
+
+    Construction does no I/O; the parent znodes are created on first use.
+    """
+
+    def __init__(self, client: KazooClient) -> None:
+        self._client = client
+        self._paths_ready = False
+
+    def ensure_paths(self) -> None:
+        """Create the store roots, one child per resource type, and the change roots."""
+        if self._paths_ready:
+            return
+        paths = [LITERAL_CHANGES, EXTENDED_CHANGES] + [
+            type_path(pt, rt) for pt in PATTERN_TYPES for rt in RESOURCE_TYPES
+        ]
+        for path in paths:
+            _kazoo(f"create {path}", lambda p=path: self._client.ensure_path(p))
+        self._paths_ready = True
+
+    # --- writes ------------------------------------------------------------------------
+
+    def add(
+        self, bindings: Sequence[AclBinding], *, guard: Guard | None = None
+    ) -> list[AclCreateResult]:
+        """Create ACLs; one result per binding, in order (NONE also when it existed).
+
+        Invalid bindings get INVALID_REQUEST; the others are grouped by resource and each
+        resource is updated once. A failed resource update fails its bindings only.
+        Raises KafkaError(NOT_CONTROLLER) when ``guard`` no longer holds.
+        """
+        self.ensure_paths()
+        results: list[AclCreateResult | None] = [None] * len(bindings)
+        by_pattern: dict[ResourcePattern, list[int]] = {}
+        for i, binding in enumerate(bindings):
+            problem = binding_problem(binding)
+            if problem is None:
+                try:
+                    resource_path(binding.pattern)
+                except ValueError as exc:
+                    problem = str(exc)
+            if problem is not None:
+                results[i] = AclCreateResult(binding, Errors.INVALID_REQUEST, problem)
+            else:
+                by_pattern.setdefault(binding.pattern, []).append(i)
+        for pattern, indexes in by_pattern.items():
+            entries = frozenset(bindings[i].entry for i in indexes)
+            error, message = Errors.NONE, None
+            try:
+                self._update(pattern, lambda current, add=entries: current | add, guard)
+            except KafkaError as exc:
+                if exc.error is Errors.NOT_CONTROLLER:
+                    raise
+                error, message = exc.error, exc.message
+            for i in indexes:
+                results[i] = AclCreateResult(bindings[i], error, message)
+        return [r for r in results if r is not None]
+
+    def remove(
+        self, filters: Sequence[AclBindingFilter], *, guard: Guard | None = None
+    ) -> list[AclDeleteResult]:
+        """Delete every ACL matching each filter; one result per filter, in order, with the
+        bindings it removed. A binding matching several filters is reported under each.
+        Raises KafkaError(NOT_CONTROLLER) when ``guard`` no longer holds."""
+        self.ensure_paths()
+        deleted: list[list[AclBinding]] = [[] for _ in filters]
+        errors: list[tuple[Errors, str | None]] = [(Errors.NONE, None)] * len(filters)
+        valid = []
+        for i, acl_filter in enumerate(filters):
+            if acl_filter.is_unknown:
+                errors[i] = (Errors.INVALID_REQUEST, "ACL filter contains UNKNOWN elements")
+            else:
+                valid.append(i)
+        for pattern, indexes in self._candidates(filters, valid).items():
+            def keep(current: frozenset, idx: list[int] = indexes) -> frozenset:
+                return frozenset(
+                    e for e in current if not any(filters[i].entry_filter.matches(e) for i in idx)
+                )
+
+            try:
+                old, new = self._update(pattern, keep, guard)
+            except KafkaError as exc:
+                if exc.error is Errors.NOT_CONTROLLER:
+                    raise
+                for i in indexes:
+                    errors[i] = (exc.error, exc.message)
+                continue
+            for entry in old - new:
+                for i in indexes:
+                    if filters[i].entry_filter.matches(entry):
+                        deleted[i].append(AclBinding(pattern, entry))
+        return [
+            AclDeleteResult(f, tuple(deleted[i]), *errors[i]) for i, f in enumerate(filters)
+        ]
+
+    def _candidates(
+        self, filters: Sequence[AclBindingFilter], indexes: list[int]
+    ) -> dict[ResourcePattern, list[int]]:
+        """The stored resource patterns each filter's pattern part could match."""
+        listings: dict[tuple[PatternType, ResourceType], list[str]] = {}
+        found: dict[ResourcePattern, list[int]] = {}
+        for i in indexes:
+            pf = filters[i].pattern_filter
+            rtypes = RESOURCE_TYPES if pf.resource_type is ResourceType.ANY else (pf.resource_type,)
+            ptypes = PATTERN_TYPES if pf.pattern_type in (
+                PatternType.ANY, PatternType.MATCH
+            ) else (pf.pattern_type,)
+            for pt in ptypes:
+                for rt in rtypes:
+                    if pf.name is not None and pf.pattern_type is not PatternType.MATCH:
+                        names = [pf.name]  # exact name: no need to list the type
+                    else:
+                        key = (pt, rt)
+                        if key not in listings:
+                            listings[key] = self._children(type_path(pt, rt))
+                        names = listings[key]
+                    for name in names:
+                        pattern = ResourcePattern(rt, name, pt)
+                        if pf.matches(pattern):
+                            found.setdefault(pattern, []).append(i)
+        return found
+
+    def _update(
+        self,
+        pattern: ResourcePattern,
+        change: Callable[[frozenset[AccessControlEntry]], frozenset[AccessControlEntry]],
+        guard: Guard | None,
+    ) -> tuple[frozenset[AccessControlEntry], frozenset[AccessControlEntry]]:
+        """Compare-and-set one resource: read, apply ``change``, write with its
+        notification in one transaction; retry when another writer won. Returns
+        (old, new); no write and no notification when nothing changed."""
+        try:
+            path = resource_path(pattern)
+        except ValueError:
+            return frozenset(), frozenset()  # cannot exist in ZooKeeper
+        for _attempt in range(MAX_UPDATE_RETRIES):
+            current, version = self._read_versioned(path)
+            new = change(current)
+            if new == current:
+                return current, new
+            tx = self._client.transaction()
+            if guard is not None:
+                tx.check(guard[0], guard[1])
+            if version is None:
+                tx.create(path, encode_acls(new))
+            elif new:
+                tx.set_data(path, encode_acls(new), version)
+            else:
+                tx.delete(path, version)
+            tx.create(
+                f"{change_root(pattern.pattern_type)}/{CHANGE_PREFIX}",
+                encode_change(pattern),
+                sequence=True,
+            )
+            try:
+                self._commit(tx, path, guard)
+            except _Retry:
+                continue
+            return current, new
+        raise KafkaError(
+            Errors.UNKNOWN_SERVER_ERROR,
+            f"update of {pattern} lost {MAX_UPDATE_RETRIES} races with other writers",
+        )
+
+    def _commit(self, tx: Any, path: str, guard: Guard | None) -> None:
+        results = _kazoo(f"update {path}", tx.commit)
+        failures = [r for r in results if isinstance(r, Exception)]
+        if not failures:
+            return
+        if guard is not None and not isinstance(results[0], RolledBackError):
+            raise KafkaError(
+                Errors.NOT_CONTROLLER,
+                f"guard {guard[0]} version {guard[1]} no longer holds; another broker is "
+                "the controller",
+            )
+        cause = next(r for r in failures if not isinstance(r, RolledBackError))
+        if isinstance(cause, (BadVersionError, NodeExistsError, NoNodeError)):
+            raise _Retry()
+        raise KafkaError(
+            Errors.UNKNOWN_SERVER_ERROR, f"update {path}: ZooKeeper error {cause.__class__.__name__}"
+        )
+
+    # --- reads -------------------------------------------------------------------------
+
+    def _read_versioned(self, path: str) -> tuple[frozenset[AccessControlEntry], int | None]:
+        try:
+            data, stat = _kazoo(f"read {path}", lambda: self._client.get(path))
+        except NoNodeError:
+            return frozenset(), None
+        return frozenset(decode_acls(data, path)), stat.version
+
+    def _children(self, path: str) -> list[str]:
+        try:
+            return _kazoo(f"list {path}", lambda: self._client.get_children(path))
+        except NoNodeError:
+            return []
+
+    def load_resource(self, pattern: ResourcePattern) -> set[AccessControlEntry]:
+        """The entries stored for exactly this pattern (empty when it has no znode)."""
+        try:
+            path = resource_path(pattern)
+        except ValueError:
+            return set()
+        return set(self._read_versioned(path)[0])
+
+    def load_all(self) -> dict[ResourcePattern, set[AccessControlEntry]]:
+        """Every stored ACL, read with pipelined requests (listings, then data).
+
+        A znode that does not decode raises AclDataError: silently skipping it could
+        drop a DENY.
+        """
+        self.ensure_paths()
+        dirs = [(pt, rt) for pt in PATTERN_TYPES for rt in RESOURCE_TYPES]
+        listed = self._pipelined(
+            [type_path(pt, rt) for pt, rt in dirs], self._client.get_children_async, "list ACLs"
+        )
+        patterns = [
+            ResourcePattern(rt, name, pt)
+            for (pt, rt), names in zip(dirs, listed)
+            if names is not None
+            for name in names
+        ]
+        paths = [resource_path(p) for p in patterns]
+        values = self._pipelined(paths, self._client.get_async, "load ACLs")
+        acls: dict[ResourcePattern, set[AccessControlEntry]] = {}
+        for pattern, path, value in zip(patterns, paths, values):
+            if value is not None:
+                entries = decode_acls(value[0], path)
+                if entries:
+                    acls[pattern] = entries
+        return acls
+
+    def _pipelined(
+        self, paths: Sequence[str], start: Callable[[str], Any], what: str
+    ) -> list[Any]:
+        """Results of ``start(path)`` for each path, issued in windows of async requests;
+        None where the znode does not exist."""
+        out: list[Any] = []
+        for lo in range(0, len(paths), _PIPELINE_WINDOW):
+            window = paths[lo:lo + _PIPELINE_WINDOW]
+            pending = [_kazoo(what, lambda p=p: start(p)) for p in window]
+            for async_result in pending:
+                try:
+                    out.append(_kazoo(what, async_result.get))
+                except NoNodeError:
+                    out.append(None)
+        return out
+
+    # --- notifications -----------------------------------------------------------------
+
+    def notifications(self, pattern_type: PatternType) -> list[tuple[int, str]]:
+        """``(sequence, child name)`` of the pending notifications of one change root,
+        in sequence order."""
+        names = self._children(change_root(pattern_type))
+        return sorted(
+            (seq, name) for name in names if (seq := change_sequence(name)) is not None
+        )
+
+    def read_change(self, pattern_type: PatternType, name: str) -> ResourcePattern | None:
+        """The resource a notification names; None when it was purged meanwhile."""
+        path = f"{change_root(pattern_type)}/{name}"
+        try:
+            data, _stat = _kazoo(f"read {path}", lambda: self._client.get(path))
+        except NoNodeError:
+            return None
+        return decode_change(data, pattern_type)
+
+    def purge_notifications(
+        self, now_ms: int, older_than_ms: int = NOTIFICATION_RETENTION_MS
+    ) -> int:
+        """Delete notifications whose znode ctime is before ``now_ms - older_than_ms``.
+        Returns how many this call deleted."""
+        cutoff = now_ms - older_than_ms
+        paths = [
+            f"{change_root(pt)}/{name}" for pt in PATTERN_TYPES for _, name in self.notifications(pt)
+        ]
+        stats = self._pipelined(paths, self._client.exists_async, "stat ACL changes")
+        old = [p for p, stat in zip(paths, stats) if stat is not None and stat.ctime < cutoff]
+        done = self._pipelined(old, self._client.delete_async, "purge ACL changes")
+        return sum(1 for d in done if d is not None)
+
+
+# --- sync --------------------------------------------------------------------------------
+
+
+class AclSync:
+    """Keeps an :class:`AclAuthorizer` equal to the ACLs in ZooKeeper.
+
+    Lifecycle: :meth:`start` (blocking) notes the newest notification of each change
+    root, loads every ACL, hands them to ``authorizer.load_resources`` and calls
+    ``authorizer.mark_ready()``; then it watches both change roots. :meth:`close` stops.
+
+    Changes: each watch event queues the children of a change root; one worker thread
+    applies the notifications newer than the last applied one, IN SEQUENCE ORDER, by
+    re-reading the named resource and calling ``authorizer.apply_resource``. Re-reading
+    makes a notification idempotent, so a later ALLOW after a DENY (or the reverse)
+    always ends in ZooKeeper's current state. A notification or resource whose bytes
+    do not decode is logged and skipped (the authorizer keeps that resource's ACLs). Every ``purge_interval_ms`` the worker
+    also deletes notifications older than 15 minutes (as every Kafka broker does).
+
+    Connection loss: while the connection is SUSPENDED the authorizer keeps answering
+    from the ACLs it has (it stays ready, as Kafka's ZooKeeper authorizer does). On
+    reconnection within the session, the pending notifications are re-read. When the
+    session was LOST (expired), kazoo opens a new one, watches are re-registered, and
+    the worker does a FULL reload (``resync_count`` counts these): notifications may have
+    been purged while we were away, so replaying them could miss changes. A ZooKeeper
+    failure inside the worker is logged and the work retried once connected.
+    """
+
+    def __init__(
+        self,
+        client: KazooClient,
+        store: AclStore,
+        authorizer: AclAuthorizer,
+        *,
+        clock: Clock | None = None,
+        purge_interval_ms: int = 60_000,
+        retry_delay_s: float = 0.5,
+    ) -> None:
+        self._client = client
+        self._store = store
+        self._authorizer = authorizer
+        self._clock = clock or SystemClock()
+        self._purge_interval_ms = purge_interval_ms
+        self._retry_delay_s = retry_delay_s
+        self._tasks: queue.Queue[tuple[str, PatternType | None, list[str] | None]] = queue.Queue()
+        self._last: dict[PatternType, int] = {pt: -1 for pt in PATTERN_TYPES}
+        self._closed = threading.Event()
+        self._session_lost = False
+        self._suspended = False
+        self._worker: threading.Thread | None = None
+        self._last_purge_ms = 0
+        self.resync_count = 0
+        self.applied_count = 0
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Load every ACL, mark the authorizer ready, then follow changes."""
+        self._store.ensure_paths()
+        self._full_load()
+        self._authorizer.mark_ready()
+        self._client.add_listener(self._on_state)
+        self._worker = threading.Thread(target=self._run, name="acl-sync", daemon=True)
+        self._worker.start()
+        for pt in PATTERN_TYPES:
+            ChildrenWatch(
+                self._client, change_root(pt), lambda children, pt=pt: self._on_children(pt, children)
+            )
+
+    def close(self) -> None:
+        """Stop following changes; the authorizer keeps the ACLs it has."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._client.remove_listener(self._on_state)
+        self._tasks.put(("stop", None, None))
+        if self._worker is not None:
+            self._worker.join(timeout=10)
+
+    @property
+    def last_applied(self) -> dict[PatternType, int]:
+        """The sequence number of the last notification handled, per change root."""
+        return dict(self._last)
+
+    # --- callbacks (kazoo threads: never block) ----------------------------------------
+
+    def _on_children(self, pattern_type: PatternType, children: list[str]) -> bool | None:
+        if self._closed.is_set():
+            return False  # tells ChildrenWatch to stop
+        self._tasks.put(("changes", pattern_type, list(children)))
+        return None
+
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.LOST:
+            self._session_lost = True
+        elif state == KazooState.SUSPENDED:
+            self._suspended = True
+        elif state == KazooState.CONNECTED:
+            if self._session_lost:
+                self._session_lost = self._suspended = False
+                self._tasks.put(("resync", None, None))
+            elif self._suspended:
+                self._suspended = False
+                for pt in PATTERN_TYPES:
+                    self._tasks.put(("changes", pt, None))
+
+    # --- worker ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            kind, pattern_type, children = self._tasks.get()
+            if kind == "stop" or self._closed.is_set():
+                return
+            try:
+                if kind == "resync":
+                    self._full_load()
+                    self.resync_count += 1
+                    log.info("ACLs reloaded after a ZooKeeper session loss")
+                else:
+                    self._apply_changes(pattern_type, children)
+                self._maybe_purge()
+            except (KafkaError, KazooException, AclDataError) as exc:
+                # ZooKeeper unreachable (or, for a resync, a znode that does not decode).
+                log.warning("ACL sync %s failed, will retry: %s", kind, exc)
+                if self._closed.wait(self._retry_delay_s):
+                    return
+                if self._client.connected:
+                    retry = ("resync", None, None) if kind == "resync" else (kind, pattern_type, None)
+                    self._tasks.put(retry)
+
+    def _full_load(self) -> None:
+        # Note the newest notifications BEFORE reading: anything newer is applied after.
+        newest = {pt: max((s for s, _ in self._store.notifications(pt)), default=-1)
+                  for pt in PATTERN_TYPES}
+        self._authorizer.load_resources(self._store.load_all())
+        self._last.update(newest)
+
+    def _apply_changes(self, pattern_type: PatternType, children: list[str] | None) -> None:
+        if children is None:
+            pending = self._store.notifications(pattern_type)
+        else:
+            pending = sorted(
+                (seq, name) for name in children if (seq := change_sequence(name)) is not None
+            )
+        for seq, name in pending:
+            if seq <= self._last[pattern_type]:
+                continue
+            try:
+                pattern = self._store.read_change(pattern_type, name)
+                if pattern is not None:
+                    self._authorizer.apply_resource(pattern, self._store.load_resource(pattern))
+                    self.applied_count += 1
+            except AclDataError as exc:
+                # Retrying cannot fix bad bytes: keep what the authorizer has for that
+                # resource and move on (the next change to it, or a resync, repairs it).
+                log.error("skipping ACL change %s: %s", name, exc)
+            self._last[pattern_type] = seq
+
+    def _maybe_purge(self) -> None:
+        now = self._clock.now_ms()
+        if now - self._last_purge_ms >= self._purge_interval_ms:
+            self._last_purge_ms = now
+            self._store.purge_notifications(now)

@@ -1,0 +1,255 @@
+"""Controller election through the ephemeral ``/controller`` znode, as Kafka does it.
+
+Owns: winning, watching and giving up controllership, the ``/controller_epoch`` counter,
+and the *guard* that keeps a deposed controller from writing.
+
+How it works (kazoo-recipe style, lifecycle start()/close()):
+
+* ``start()`` makes sure ``/controller_epoch`` exists, then (on its worker thread) reads
+  ``/controller`` with a data watch. When the znode is absent it tries to win with ONE
+  transaction: create the ephemeral ``/controller`` ``{"version":1,"brokerid":N,...}``
+  and set ``/controller_epoch`` to epoch + 1, conditional on the epoch znode's version.
+  Exactly one broker's transaction succeeds; the others see NodeExists (or BadVersion)
+  and watch the winner's znode. When it is deleted (the controller closed, or its
+  session expired) every watcher tries again.
+* This broker is the controller only while ``/controller`` names its broker id AND was
+  created by its current session (``ephemeralOwner``): an old znode left by an earlier
+  process with the same id does not count, it is waited out like any other.
+* :meth:`guard` is ``("/controller_epoch", version)``: the epoch znode's version this
+  broker set when it won. Every later win moves that version on, so a write carrying
+  the guard (a ``check`` op in the write's transaction, see :mod:`zk.token_store`)
+  fails once anyone else has won -- even if this broker has not yet noticed that its
+  session expired. (The ``/controller`` znode's own version cannot serve: a new winner's
+  znode starts at version 0 again.)
+* Connection SUSPENDED: nothing changes; writes are already protected by the guard.
+  LOST (session expired): this broker stops being the controller at once (``guard()``
+  returns None), and on reconnect it reads ``/controller`` again and runs for election
+  with its new session. CONNECTED always re-reads, which re-arms the watch.
+* ``on_change(controller_id, is_me)`` runs on the worker thread -- never kazoo's --
+  each time the known controller or this broker's role changes.
+* ``close()`` deletes ``/controller`` if this session owns it, so another broker takes
+  over at once instead of after the session timeout.
+
+Must not: write anything but ``/controller`` and ``/controller_epoch``, or block kazoo's
+event thread. The kazoo client belongs to the caller and stays open after close().
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadVersionError,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+)
+
+from tokensvc.core.clock import Clock, SystemClock
+from zk import layout
+from zk.sync import SerialWorker
+from zk.token_store import Guard, StoreError, zk_call
+
+log = logging.getLogger(__name__)
+
+ChangeListener = Callable[[int | None, bool], None]
+
+_RETRY_S = 0.2
+
+
+class ControllerElection:
+    """Run for controller as ``broker_id`` on ``client``; see the module docstring."""
+
+    def __init__(
+        self,
+        client: KazooClient,
+        broker_id: int,
+        *,
+        on_change: ChangeListener | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self._client = client
+        self._broker_id = int(broker_id)
+        self._on_change = on_change
+        self._clock = clock or SystemClock()
+        self._worker = SerialWorker(f"controller-election-{broker_id}")
+        self._lock = threading.Lock()
+        self._controller_id: int | None = None
+        self._guard: Guard | None = None
+        self._epoch: int | None = None
+        self._reported: tuple[int | None, bool] | None = None
+        self._started = False
+
+    # --- state -------------------------------------------------------------------------
+
+    @property
+    def broker_id(self) -> int:
+        return self._broker_id
+
+    def controller_id(self) -> int | None:
+        """The controller's broker id as last seen through the watch (None: none known)."""
+        with self._lock:
+            return self._controller_id
+
+    @property
+    def is_controller(self) -> bool:
+        with self._lock:
+            return self._guard is not None
+
+    def guard(self) -> Guard | None:
+        """``("/controller_epoch", version)`` while this broker is the controller, else None."""
+        with self._lock:
+            return self._guard
+
+    @property
+    def epoch(self) -> int | None:
+        """The controller epoch this broker won with, while it is the controller."""
+        with self._lock:
+            return self._epoch if self._guard is not None else None
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Begin running for controller (asynchronously: watch ``is_controller``)."""
+        if self._started:
+            return
+        self._started = True
+        self._ensure_epoch()
+        self._client.add_listener(self._on_state)
+        self._worker.start()
+        self._refresh_soon()
+
+    def close(self) -> None:
+        """Stop; resign (delete ``/controller``) if this session holds it."""
+        self._client.remove_listener(self._on_state)
+        self._worker.close()
+        with self._lock:
+            owned = self._guard is not None
+            self._guard = None
+            self._epoch = None
+        if owned:
+            self._resign()
+
+    def _resign(self) -> None:
+        try:
+            stat = self._client.exists(layout.CONTROLLER)
+            if stat is not None and stat.ephemeralOwner == self._session_id():
+                self._client.delete(layout.CONTROLLER, version=stat.version)
+                log.info("broker %d resigned as controller", self._broker_id)
+        except (NoNodeError, BadVersionError):
+            pass
+        except KazooException as exc:  # the session ends soon anyway; its znode goes with it
+            log.warning("could not delete %s on close: %s", layout.CONTROLLER, exc)
+
+    # --- kazoo callbacks (kazoo's thread: never block) ----------------------------------
+
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.LOST:
+            with self._lock:
+                self._guard = None
+                self._epoch = None
+                self._controller_id = None
+            self._worker.submit("report", self._report)
+        elif state == KazooState.CONNECTED:
+            self._refresh_soon()
+
+    def _on_watch(self, _event: object) -> None:
+        self._refresh_soon()
+
+    # --- worker ------------------------------------------------------------------------
+
+    def _refresh_soon(self) -> None:
+        self._worker.submit("refresh", self._refresh_task)
+
+    def _refresh_task(self) -> None:
+        while not self._worker.closed:
+            try:
+                self._refresh()
+                return
+            except StoreError as exc:
+                log.warning("controller election: %s; retrying", exc)
+            if self._worker.sleep(_RETRY_S):
+                return
+
+    def _refresh(self) -> None:
+        """Read ``/controller`` (arming the watch); when absent, try to win; repeat until
+        a controller is known."""
+        while not self._worker.closed:
+            try:
+                data, stat = zk_call(
+                    "read /controller",
+                    lambda: self._client.get(layout.CONTROLLER, watch=self._on_watch),
+                )
+            except StoreError as exc:
+                if not isinstance(exc.__cause__, NoNodeError):
+                    raise
+                self._try_win()
+                continue
+            try:
+                controller = layout.decode_controller(data)
+            except layout.LayoutError as exc:
+                log.warning("unreadable %s: %s", layout.CONTROLLER, exc)
+                controller = None
+            mine = controller == self._broker_id and stat.ephemeralOwner == self._session_id()
+            with self._lock:
+                self._controller_id = controller
+                if not mine:
+                    self._guard = None
+                    self._epoch = None
+            self._report()
+            return
+
+    def _try_win(self) -> None:
+        self._ensure_epoch()
+        data, stat = zk_call(
+            "read /controller_epoch", lambda: self._client.get(layout.CONTROLLER_EPOCH)
+        )
+        epoch = layout.decode_controller_epoch(data) + 1
+        tx = self._client.transaction()
+        tx.create(
+            layout.CONTROLLER,
+            layout.encode_controller(self._broker_id, self._clock.now_ms()),
+            ephemeral=True,
+        )
+        tx.set_data(layout.CONTROLLER_EPOCH, layout.encode_controller_epoch(epoch), stat.version)
+        results = zk_call("run for controller", tx.commit)
+        if isinstance(results[0], NodeExistsError) or isinstance(results[1], BadVersionError):
+            return  # someone else won; the caller reads and watches their znode
+        failure = next((r for r in results if isinstance(r, Exception)), None)
+        if failure is not None:
+            raise StoreError(f"run for controller: ZooKeeper error {failure.__class__.__name__}")
+        with self._lock:
+            self._guard = (layout.CONTROLLER_EPOCH, results[1].version)
+            self._epoch = epoch
+            self._controller_id = self._broker_id
+        log.info("broker %d is the controller (epoch %d)", self._broker_id, epoch)
+
+    def _report(self) -> None:
+        with self._lock:
+            now = (self._controller_id, self._guard is not None)
+            if now == self._reported:
+                return
+            self._reported = now
+        if self._on_change is not None:
+            self._on_change(*now)
+
+    # --- helpers -----------------------------------------------------------------------
+
+    def _ensure_epoch(self) -> None:
+        try:
+            zk_call(
+                "create /controller_epoch",
+                lambda: self._client.create(
+                    layout.CONTROLLER_EPOCH, layout.encode_controller_epoch(0)
+                ),
+            )
+        except StoreError as exc:
+            if not isinstance(exc.__cause__, NodeExistsError):
+                raise
+
+    def _session_id(self) -> int | None:
+        client_id = self._client.client_id
+        return client_id[0] if client_id else None
