@@ -15,20 +15,22 @@ import json
 from datetime import UTC, datetime
 
 import click
+from click.core import ParameterSource
 
 from tokensvc.admin import AdminClient, AdminError, TokenDescription
+from tokensvc.admin.connection import split_address
 from tokensvc.client_config import ClientConfig, ClientConfigError, load_client_config
 from tokensvc.core.principal import KafkaPrincipal
 
 _ACTIONS = ("create", "renew", "expire", "describe")
-# Which action each option belongs to (options not listed are valid for every action).
+# Parameter -> (its option, the actions it belongs to); options not listed suit every action.
 _OPTION_ACTIONS = {
-    "renewer_principals": ("create",),
-    "owner_principals": ("create", "describe"),
-    "max_life_time_period": ("create",),
-    "hmac": ("renew", "expire"),
-    "renew_time_period": ("renew",),
-    "expiry_time_period": ("expire",),
+    "renewer_principals": ("--renewer-principal", ("create",)),
+    "owner_principals": ("--owner-principal", ("create", "describe")),
+    "max_life_time_period": ("--max-life-time-period", ("create",)),
+    "hmac": ("--hmac", ("renew", "expire")),
+    "renew_time_period": ("--renew-time-period", ("renew",)),
+    "expiry_time_period": ("--expiry-time-period", ("expire",)),
 }
 _COLUMNS = ("TOKENID", "HMAC", "OWNER", "REQUESTER", "RENEWERS", "ISSUEDATE", "EXPIRYDATE",
             "MAXDATE")
@@ -46,6 +48,15 @@ def _principals(
                 f"{value!r} is not a principal: use Type:name, e.g. User:alice"
             ) from None
     return tuple(principals)
+
+
+def _bootstrap(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    for address in value.split(","):
+        try:
+            split_address(address)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return value
 
 
 def _hmac(ctx: click.Context, param: click.Parameter, value: str | None) -> bytes | None:
@@ -94,11 +105,9 @@ def _check_usage(ctx: click.Context, chosen: list[str], params: dict) -> str:
             f"give exactly one of --create, --renew, --expire, --describe (given: {given})"
         )
     action = chosen[0]
-    for name, actions in _OPTION_ACTIONS.items():
-        source = ctx.get_parameter_source(name)
-        if action not in actions and source is click.core.ParameterSource.COMMANDLINE:
-            option = name.replace("_", "-").removesuffix("s")
-            raise click.UsageError(f"--{option} cannot be used with --{action}")
+    for name, (option, actions) in _OPTION_ACTIONS.items():
+        if action not in actions and ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
+            raise click.UsageError(f"{option} cannot be used with --{action}")
     if action in ("renew", "expire") and params["hmac"] is None:
         raise click.UsageError(f"--{action} needs --hmac")
     if action == "create" and len(params["owner_principals"]) > 1:
@@ -109,7 +118,8 @@ def _check_usage(ctx: click.Context, chosen: list[str], params: dict) -> str:
 @click.command(
     "kafka-delegation-token", context_settings={"help_option_names": ["-h", "--help"]}
 )
-@click.option("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT...]",
+@click.option("--bootstrap-server", required=True, callback=_bootstrap,
+              metavar="HOST:PORT[,HOST:PORT...]",
               help="Brokers to connect to (tried in turn).")
 @click.option("--command-config", type=click.Path(dir_okay=False), default=None,
               help="Kafka client properties: security.protocol, sasl.mechanism, "

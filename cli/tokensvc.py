@@ -19,6 +19,7 @@ _COMMANDS = [
     ("cli.cluster_cmd", "cluster"),
     ("cli.users_cmd", "users"),
     ("cli.audit_cmd", "audit"),
+    ("cli.tokens_cmd", "tokens"),
 ]
 
 for _module, _attr in _COMMANDS:

@@ -15,6 +15,7 @@ the password); :class:`ClientConfig` hides secrets from its ``repr``.
 from __future__ import annotations
 
 import os
+import re
 import ssl
 import tempfile
 from collections.abc import Mapping
@@ -29,6 +30,7 @@ CONTROL_FLAGS = ("required", "requisite", "sufficient", "optional")
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000
 
 _PEM_BEGIN = "-----BEGIN"
+_PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----.*?-----END \1-----", re.DOTALL)
 
 
 class ClientConfigError(ValueError):
@@ -235,9 +237,9 @@ class ClientConfig:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     token_auth: bool = False
-    ca_pem: str | None = None
+    ca_pem: str | None = field(default=None, repr=False)
     check_hostname: bool = True
-    cert_chain_pem: str | None = None
+    cert_chain_pem: str | None = field(default=None, repr=False)
     private_key_pem: str | None = field(default=None, repr=False)
     private_key_password: str | None = field(default=None, repr=False)
     request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
@@ -273,7 +275,7 @@ def _load_client_certificate(
     fd, name = tempfile.mkstemp(prefix="tokensvc-client-", suffix=".pem")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(chain if key == chain else key.strip() + "\n" + chain.strip() + "\n")
+            out.write(key.strip() + "\n" + chain.strip() + "\n")
         try:
             ctx.load_cert_chain(name, password=password)
         except (ssl.SSLError, ValueError) as exc:
@@ -439,12 +441,15 @@ def _tls(props: Mapping[str, str]) -> dict:
     elif location and location.strip():
         text = _read_store("ssl.keystore.location", location.strip())
         _require_pem(text, "ssl.keystore.type", "the keystore", keystore_type)
-        if "PRIVATE KEY-----" not in text or "CERTIFICATE-----" not in text:
+        blocks = [m.group(0) for m in _PEM_BLOCK.finditer(text)]
+        keys = [b for b in blocks if "PRIVATE KEY-----" in b.partition("\n")[0]]
+        chain = [b for b in blocks if b.startswith("-----BEGIN CERTIFICATE-----")]
+        if len(keys) != 1 or not chain:
             raise ClientConfigError(
                 "ssl.keystore.location must hold the private key and its certificate chain (PEM)"
             )
-        values["cert_chain_pem"] = text
-        values["private_key_pem"] = text
+        values["cert_chain_pem"] = "\n".join(chain) + "\n"
+        values["private_key_pem"] = keys[0] + "\n"
     key_password = props.get("ssl.key.password")
     if key_password:
         values["private_key_password"] = key_password

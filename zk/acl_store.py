@@ -29,7 +29,9 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import random
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -375,13 +377,14 @@ class AclStore:
         guard: Guard | None,
     ) -> tuple[frozenset[AccessControlEntry], frozenset[AccessControlEntry]]:
         """Compare-and-set one resource: read, apply ``change``, write with its
-        notification in one transaction; retry when another writer won. Returns
+        notification in one transaction; retry (with jittered backoff, as Kafka does)
+        when another writer won. Returns
         (old, new); no write and no notification when nothing changed."""
         try:
             path = resource_path(pattern)
         except ValueError:
             return frozenset(), frozenset()  # cannot exist in ZooKeeper
-        for _attempt in range(MAX_UPDATE_RETRIES):
+        for attempt in range(MAX_UPDATE_RETRIES):
             current, version = self._read_versioned(path)
             new = change(current)
             if new == current:
@@ -403,6 +406,8 @@ class AclStore:
             try:
                 self._commit(tx, path, guard)
             except _Retry:
+                # Jittered, growing backoff so contending writers stop colliding.
+                time.sleep(random.uniform(0, min(0.2, 0.005 * 2**attempt)))
                 continue
             return current, new
         raise KafkaError(
@@ -543,16 +548,20 @@ class AclSync:
     re-reading the named resource and calling ``authorizer.apply_resource``. Re-reading
     makes a notification idempotent, so a later ALLOW after a DENY (or the reverse)
     always ends in ZooKeeper's current state. A notification or resource whose bytes
-    do not decode is logged and skipped (the authorizer keeps that resource's ACLs). Every ``purge_interval_ms`` the worker
-    also deletes notifications older than 15 minutes (as every Kafka broker does).
+    do not decode is logged and skipped (the authorizer keeps that resource's ACLs).
+    Every ``purge_interval_ms`` the worker also deletes notifications older than 15
+    minutes (as every Kafka broker does).
 
     Connection loss: while the connection is SUSPENDED the authorizer keeps answering
     from the ACLs it has (it stays ready, as Kafka's ZooKeeper authorizer does). On
     reconnection within the session, the pending notifications are re-read. When the
     session was LOST (expired), kazoo opens a new one, watches are re-registered, and
-    the worker does a FULL reload (``resync_count`` counts these): notifications may have
-    been purged while we were away, so replaying them could miss changes. A ZooKeeper
-    failure inside the worker is logged and the work retried once connected.
+    the worker does a FULL reload: notifications may have been purged while we were
+    away, so replaying them could miss changes. A ZooKeeper failure inside the worker
+    is logged and the work retried once connected.
+
+    Stats: ``resync_count`` (full loads, including the one ``start()`` runs),
+    ``applied_changes`` (notifications applied one by one), ``last_applied``.
     """
 
     def __init__(
@@ -579,7 +588,7 @@ class AclSync:
         self._worker: threading.Thread | None = None
         self._last_purge_ms = 0
         self.resync_count = 0
-        self.applied_count = 0
+        self.applied_changes = 0
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -643,7 +652,6 @@ class AclSync:
             try:
                 if kind == "resync":
                     self._full_load()
-                    self.resync_count += 1
                     log.info("ACLs reloaded after a ZooKeeper session loss")
                 else:
                     self._apply_changes(pattern_type, children)
@@ -663,6 +671,7 @@ class AclSync:
                   for pt in PATTERN_TYPES}
         self._authorizer.load_resources(self._store.load_all())
         self._last.update(newest)
+        self.resync_count += 1
 
     def _apply_changes(self, pattern_type: PatternType, children: list[str] | None) -> None:
         if children is None:
@@ -678,7 +687,7 @@ class AclSync:
                 pattern = self._store.read_change(pattern_type, name)
                 if pattern is not None:
                     self._authorizer.apply_resource(pattern, self._store.load_resource(pattern))
-                    self.applied_count += 1
+                    self.applied_changes += 1
             except AclDataError as exc:
                 # Retrying cannot fix bad bytes: keep what the authorizer has for that
                 # resource and move on (the next change to it, or a resync, repairs it).

@@ -29,8 +29,6 @@ from typing import Any
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
-    BadVersionError,
-    KazooException,
     NodeExistsError,
     NoNodeError,
 )
@@ -38,7 +36,7 @@ from kazoo.exceptions import (
 from tokensvc.core.clock import Clock, SystemClock
 from zk import layout
 from zk.sync import SerialWorker
-from zk.token_store import StoreError, zk_call
+from zk.token_store import StoreError, delete_own_ephemeral, zk_call
 
 log = logging.getLogger(__name__)
 
@@ -140,14 +138,7 @@ class BrokerRegistry:
         if self._own is None:
             return
         path = layout.broker_path(self._own[0])
-        try:
-            stat = self._client.exists(path)
-            if stat is not None and stat.ephemeralOwner == self._session_id():
-                self._client.delete(path, version=stat.version)
-        except (NoNodeError, BadVersionError):
-            pass
-        except KazooException as exc:  # the session ends soon anyway; its znode goes with it
-            log.warning("could not delete %s on close: %s", path, exc)
+        delete_own_ephemeral(self._client, path)
 
     # --- cluster id --------------------------------------------------------------------
 

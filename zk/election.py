@@ -43,7 +43,6 @@ from collections.abc import Callable
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     BadVersionError,
-    KazooException,
     NodeExistsError,
     NoNodeError,
 )
@@ -51,7 +50,7 @@ from kazoo.exceptions import (
 from tokensvc.core.clock import Clock, SystemClock
 from zk import layout
 from zk.sync import SerialWorker
-from zk.token_store import Guard, StoreError, zk_call
+from zk.token_store import Guard, StoreError, delete_own_ephemeral, zk_call
 
 log = logging.getLogger(__name__)
 
@@ -134,15 +133,8 @@ class ControllerElection:
             self._resign()
 
     def _resign(self) -> None:
-        try:
-            stat = self._client.exists(layout.CONTROLLER)
-            if stat is not None and stat.ephemeralOwner == self._session_id():
-                self._client.delete(layout.CONTROLLER, version=stat.version)
-                log.info("broker %d resigned as controller", self._broker_id)
-        except (NoNodeError, BadVersionError):
-            pass
-        except KazooException as exc:  # the session ends soon anyway; its znode goes with it
-            log.warning("could not delete %s on close: %s", layout.CONTROLLER, exc)
+        if delete_own_ephemeral(self._client, layout.CONTROLLER):
+            log.info("broker %d resigned as controller", self._broker_id)
 
     # --- kazoo callbacks (kazoo's thread: never block) ----------------------------------
 

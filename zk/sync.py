@@ -140,8 +140,8 @@ class SerialWorker:
 class TokenSync:
     """Load every token into ``cache``, then follow ZooKeeper's token changes.
 
-    ``on_resync(token_count, duration_ms)`` is called on the worker thread after every
-    full resync, including the one ``start()`` runs.
+    ``on_resync(token_count, duration_ms)`` is called after every full resync: on the
+    caller's thread for the one ``start()`` runs, on the worker thread for later ones.
 
     Stats: ``resync_count``, ``last_resync_ms`` (duration of the last full resync),
     ``applied_changes`` (notifications applied one by one).

@@ -11,6 +11,16 @@ transaction. The controller passes :meth:`zk.election.ControllerElection.guard`,
 moves on and a write from the deposed controller fails with :class:`NotControllerError`
 instead of landing.
 
+Request keys (KIP-590 exactly-once create): a create may carry the *request key* of the
+client request it serves (the same for every forwarding attempt). The key is recorded as
+``/delegation_token/requests/<key>`` (data: the token id) in the SAME transaction as the
+token, so a retried create finds the key (:meth:`TokenStore.request_token_id`) and can
+answer with the first token, and a create whose key is already recorded fails as a whole
+(:class:`RequestKeyExistsError`). Keys are purged with the notifications after 15 minutes.
+
+It also holds what the other ``zk`` recipes share: the store errors, :func:`zk_call`
+(kazoo exceptions -> store errors) and :func:`delete_own_ephemeral`.
+
 Must not: keep state between calls (the cache is :class:`tokensvc.core.cache.TokenCache`,
 fed by :mod:`zk.sync`), know token rules, or store or log an HMAC or key (it only ever
 sees :class:`TokenInformation`). kazoo failures surface as :class:`StoreError`
@@ -20,9 +30,10 @@ subclasses, each carrying the Kafka error it maps to.
 from __future__ import annotations
 
 import logging
+import re
 import struct
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -39,6 +50,7 @@ from kazoo.exceptions import (
     UnimplementedError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import ZnodeStat
 
 from tokensvc.core.errors import Errors, KafkaError
@@ -51,6 +63,9 @@ log = logging.getLogger(__name__)
 Guard = tuple[str, int]
 
 NOTIFICATION_RETENTION_MS = 15 * 60 * 1000
+# Request keys of creates (exactly-once create; see the module docstring).
+REQUESTS = f"{layout.DELEGATION_TOKEN}/requests"
+_REQUEST_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _PIPELINE_WINDOW = 5_000
 _MULTI_READ_BATCH = 1_000
 
@@ -84,6 +99,22 @@ class NotControllerError(StoreError):
 
 class TokenExistsError(StoreError):
     """``create`` found a token znode with the same id."""
+
+
+class RequestKeyExistsError(StoreError):
+    """``create`` found its request key already recorded: an earlier attempt of the same
+    client request created ``token_id``; nothing was written."""
+
+    def __init__(self, message: str, token_id: str | None) -> None:
+        super().__init__(message)
+        self.token_id = token_id
+
+
+def request_key_path(key: str) -> str:
+    """``/delegation_token/requests/<key>``; a key is 1-64 of ``[A-Za-z0-9_-]``."""
+    if not _REQUEST_KEY.fullmatch(key or ""):
+        raise ValueError("a request key is 1-64 characters of [A-Za-z0-9_-]")
+    return f"{REQUESTS}/{key}"
 
 
 class TokenNotFoundError(StoreError):
@@ -151,7 +182,7 @@ class _VersionMismatch(StoreError):
 _UNAVAILABLE = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
 
 
-def _translate(what: str, exc: KazooException) -> StoreError:
+def _translate(what: str, exc: Exception) -> StoreError:
     if isinstance(exc, _UNAVAILABLE):
         return StoreUnavailable(f"{what}: ZooKeeper unavailable ({exc.__class__.__name__})")
     return StoreError(f"{what}: ZooKeeper error {exc.__class__.__name__}")
@@ -166,31 +197,83 @@ def zk_call(what: str, fn: Callable[[], T]) -> T:
         raise _translate(what, exc) from exc
 
 
+def delete_own_ephemeral(client: KazooClient, path: str, timeout_s: float = 2.0) -> bool:
+    """Delete ``path`` if it is an ephemeral znode of this client's session (resigning
+    on close). Best effort and bounded in time: False when it was not ours, is gone, or
+    ZooKeeper did not answer -- the session's end removes it anyway."""
+    if not client.connected:
+        return False
+    try:
+        stat = client.exists_async(path).get(timeout=timeout_s)
+        session = client.client_id[0] if client.client_id else None
+        if stat is None or stat.ephemeralOwner != session:
+            return False
+        client.delete_async(path, version=stat.version).get(timeout=timeout_s)
+    except (KazooException, KazooTimeoutError) as exc:
+        log.info("could not delete %s: %s", path, exc.__class__.__name__)
+        return False
+    return True
+
+
 class TokenStore:
     """Token znodes and their change notifications, on a started kazoo client."""
 
-    def __init__(self, client: KazooClient, *, multi_read: bool = True) -> None:
+    def __init__(
+        self,
+        client: KazooClient,
+        *,
+        multi_read: bool = True,
+        request_timeout_s: float = 10.0,
+    ) -> None:
         self._client = client
+        # kazoo queues requests while it reconnects and would wait for ever without a
+        # quorum; past this timeout a call fails with StoreUnavailable (retriable).
+        self._timeout_s = request_timeout_s
         # Batch reads with ZooKeeper's multi-read (3.6+); falls back to pipelined gets
         # when the server says it does not implement it.
         self._multi_read = multi_read
 
+    def _wait(self, what: str, async_result: IAsyncResult) -> Any:
+        return zk_call(what, lambda: async_result.get(timeout=self._timeout_s))
+
     def ensure_paths(self) -> None:
-        """Create ``/delegation_token/tokens`` and ``.../token_changes`` if missing."""
-        for path in (layout.TOKENS, layout.TOKEN_CHANGES):
-            zk_call(f"create {path}", lambda p=path: self._client.ensure_path(p))
+        """Create ``/delegation_token/tokens``, ``.../token_changes`` and ``.../requests``
+        if missing."""
+        for path in (layout.TOKENS, layout.TOKEN_CHANGES, REQUESTS):
+            self._wait(f"create {path}", self._client.ensure_path_async(path))
 
     # --- writes ------------------------------------------------------------------------
 
-    def create(self, info: TokenInformation, *, guard: Guard | None = None) -> None:
-        """Create the token znode and its notification; TokenExistsError if the id is taken."""
+    def create(
+        self,
+        info: TokenInformation,
+        *,
+        guard: Guard | None = None,
+        request_key: str | None = None,
+    ) -> None:
+        """Create the token znode and its notification; TokenExistsError if the id is taken.
+
+        With ``request_key``, the key's znode is created in the same transaction;
+        RequestKeyExistsError (nothing written) if the key is already recorded.
+        """
         path = layout.token_path(info.token_id)
-        self._commit(
-            f"create token {info.token_id}",
-            guard,
-            lambda tx: tx.create(path, layout.encode_token(info)),
-            info.token_id,
-        )
+        key_path = request_key_path(request_key) if request_key is not None else None
+
+        def operation(tx) -> None:
+            tx.create(path, layout.encode_token(info))
+            if key_path is not None:
+                tx.create(key_path, info.token_id.encode("utf-8"))
+
+        try:
+            self._commit(f"create token {info.token_id}", guard, operation, info.token_id)
+        except TokenExistsError:
+            # Which znode existed? A recorded key is the expected case (a retry).
+            recorded = self.request_token_id(request_key) if request_key is not None else None
+            if recorded is not None:
+                raise RequestKeyExistsError(
+                    f"create token {info.token_id}: request key already recorded", recorded
+                ) from None
+            raise
 
     def update(self, info: TokenInformation, *, guard: Guard | None = None) -> None:
         """Overwrite an existing token znode (renew/expire) and notify; TokenNotFoundError
@@ -237,7 +320,7 @@ class TokenStore:
             layout.encode_token_change(token_id),
             sequence=True,
         )
-        results = zk_call(what, tx.commit)
+        results = self._wait(what, tx.commit_async())
         failures = [r for r in results if isinstance(r, Exception)]
         if not failures:
             return
@@ -252,7 +335,7 @@ class TokenStore:
             raise TokenExistsError(f"{what}: a token with this id already exists")
         if isinstance(cause, NoNodeError):
             # Either the token is missing, or the notification parent is: say which.
-            if self._client.exists(layout.TOKEN_CHANGES) is None:
+            if self._wait(what, self._client.exists_async(layout.TOKEN_CHANGES)) is None:
                 raise StoreError(f"{what}: {layout.TOKEN_CHANGES} is missing; run ensure_paths()")
             raise TokenNotFoundError(f"{what}: no such token")
         if isinstance(cause, BadVersionError):
@@ -269,15 +352,26 @@ class TokenStore:
         """The token and its znode version (for a conditional :meth:`delete`), or None."""
         path = layout.token_path(token_id)
         try:
-            data, stat = zk_call(f"read token {token_id}", lambda: self._client.get(path))
+            data, stat = self._wait(f"read token {token_id}", self._client.get_async(path))
         except StoreError as exc:
             if isinstance(exc.__cause__, NoNodeError):
                 return None
             raise
         return layout.decode_token(data), stat.version
 
+    def request_token_id(self, request_key: str) -> str | None:
+        """The token id recorded for ``request_key``, or None if the key is not recorded."""
+        path = request_key_path(request_key)
+        try:
+            data, _stat = self._wait("read request key", self._client.get_async(path))
+        except StoreError as exc:
+            if isinstance(exc.__cause__, NoNodeError):
+                return None
+            raise
+        return data.decode("utf-8")
+
     def token_ids(self) -> list[str]:
-        return zk_call("list tokens", lambda: self._client.get_children(layout.TOKENS))
+        return self._wait("list tokens", self._client.get_children_async(layout.TOKENS))
 
     def load_all(self) -> list[TokenInformation]:
         """Every token, read with pipelined requests (not one round trip per token).
@@ -309,9 +403,8 @@ class TokenStore:
 
         ``watch`` is armed as a one-shot children watch (kazoo calls it on its thread).
         """
-        names = zk_call(
-            "list token changes",
-            lambda: self._client.get_children(layout.TOKEN_CHANGES, watch=watch),
+        names = self._wait(
+            "list token changes", self._client.get_children_async(layout.TOKEN_CHANGES, watch)
         )
         return sorted(
             (n for n in names if layout.token_change_sequence(n) is not None),
@@ -331,14 +424,32 @@ class TokenStore:
         self, now_ms: int, older_than_ms: int = NOTIFICATION_RETENTION_MS
     ) -> int:
         """Delete notifications created (znode ctime, ZooKeeper's clock) before
-        ``now_ms - older_than_ms``. Returns how many were deleted."""
+        ``now_ms - older_than_ms``, and request keys recorded before then
+        (:meth:`purge_request_keys`). Returns how many notifications were deleted."""
         names = self.notifications()
         paths = [f"{layout.TOKEN_CHANGES}/{n}" for n in names]
-        cutoff = now_ms - older_than_ms
-        stats = self._pipelined(paths, paths, "stat token changes", self._client.exists_async)
-        old = [path for stat, path in stats if stat is not None and stat.ctime < cutoff]
-        deleted = self._pipelined(old, old, "purge token changes", self._client.delete_async)
-        return len(deleted)
+        deleted = self._purge_older(paths, now_ms - older_than_ms, "token changes")
+        self.purge_request_keys(now_ms, older_than_ms)
+        return deleted
+
+    def purge_request_keys(
+        self, now_ms: int, older_than_ms: int = NOTIFICATION_RETENTION_MS
+    ) -> int:
+        """Delete request keys recorded (znode ctime) before ``now_ms - older_than_ms``:
+        a retry comes within the request timeout, long before. Returns how many."""
+        try:
+            keys = self._wait("list request keys", self._client.get_children_async(REQUESTS))
+        except StoreError as exc:
+            if isinstance(exc.__cause__, NoNodeError):
+                return 0
+            raise
+        paths = [f"{REQUESTS}/{k}" for k in keys]
+        return self._purge_older(paths, now_ms - older_than_ms, "request keys")
+
+    def _purge_older(self, paths: Sequence[str], cutoff_ms: int, what: str) -> int:
+        stats = self._pipelined(paths, paths, f"stat {what}", self._client.exists_async)
+        old = [path for stat, path in stats if stat is not None and stat.ctime < cutoff_ms]
+        return len(self._pipelined(old, old, f"purge {what}", self._client.delete_async))
 
     # --- pipelining --------------------------------------------------------------------
 
@@ -375,7 +486,7 @@ class TokenStore:
             pending.append((lo, async_result))
         found: list[tuple[bytes, ZnodeStat, str]] = []
         for lo, async_result in pending:
-            for i, result in enumerate(zk_call(what, async_result.get), start=lo):
+            for i, result in enumerate(self._wait(what, async_result), start=lo):
                 if isinstance(result, tuple):
                     found.append((result[0], result[1], keys[i]))
                 elif result != NoNodeError.code:
@@ -400,7 +511,7 @@ class TokenStore:
             pending = [(zk_call(what, lambda i=i: start(paths[i])), keys[i]) for i in window]
             for async_result, key in pending:
                 try:
-                    value = zk_call(what, async_result.get)
+                    value = self._wait(what, async_result)
                 except StoreError as exc:
                     if isinstance(exc.__cause__, NoNodeError):
                         continue

@@ -193,8 +193,8 @@ def test_sweeper_thread_runs_only_on_the_controller_and_keeps_running_after_take
         b.sweeper.start()
     seed(first, [_info("a", T0 + HOUR)], group)
     clock.advance(2 * HOUR)
-    assert eventually(lambda: first.store.get("a") is None)
-    assert first.removed == [("a", "expired")]
+    assert eventually(lambda: first.removed == [("a", "expired")])
+    assert first.store.get("a") is None
     assert all(b.sweeper.sweeps == 0 for b in group if b is not first)
 
     first.election.close()
@@ -202,8 +202,8 @@ def test_sweeper_thread_runs_only_on_the_controller_and_keeps_running_after_take
     assert eventually(lambda: sum(b.election.is_controller for b in rest) == 1)
     second = controller_of(rest)
     second.store.create(_info("b", T0 + HOUR))  # already due at the clock's time
-    assert eventually(lambda: second.store.get("b") is None)
-    assert second.removed == [("b", "expired")]
+    assert eventually(lambda: second.removed == [("b", "expired")])
+    assert second.store.get("b") is None
     assert first.removed == [("a", "expired")]
     assert eventually(lambda: all(b.cached_ids() == set() for b in group), timeout=1.0)
 

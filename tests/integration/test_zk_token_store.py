@@ -13,6 +13,7 @@ from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
 from zk import layout
 from zk.client import ZkSettings, open_client
+from zk.server import ManagedZooKeeper
 from zk.token_store import (
     NotControllerError,
     StoreUnavailable,
@@ -242,3 +243,31 @@ def test_multi_read_and_pipelined_reads_agree_including_missing_tokens(client, s
     assert sorted(TokenStore(client, multi_read=False).load_all(), key=str) == sorted(
         store.load_all(), key=str
     )
+
+
+def test_an_unresponsive_zookeeper_is_store_unavailable_after_the_timeout(tmp_path):
+    server = ManagedZooKeeper(tmp_path / "zk")
+    server.start()
+    c = open_client(ZkSettings(f"{server.connect}/paused", session_timeout_ms=4000))
+    try:
+        s = TokenStore(c, request_timeout_s=0.5)
+        s.ensure_paths()
+        server.pause()  # alive but silent, as without a quorum
+        with pytest.raises(StoreUnavailable) as caught:
+            s.create(_info("t1"))
+        assert caught.value.error.name == "REQUEST_TIMED_OUT"
+        server.resume()
+        assert eventually_connected(c)
+        assert s.get("t1") in (None, _info("t1"))  # the queued write may land later
+    finally:
+        server.resume()
+        c.stop()
+        c.close()
+        server.stop()
+
+
+def eventually_connected(c, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not c.connected:
+        time.sleep(0.02)
+    return c.connected

@@ -15,7 +15,11 @@ from tokensvc.authz.acl import (
     ResourceType,
 )
 from tokensvc.authz.authorizer import AclAuthorizer
-from tokensvc.authz.tokens import describe_permission, may_create_for_owner, may_describe_token
+from tokensvc.authz.tokens import (
+    describe_permission,
+    may_create_for_owner,
+    may_describe_token,
+)
 from tokensvc.core.errors import AUTHORIZER_NOT_READY, KafkaError
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation

@@ -75,16 +75,18 @@ def test_acl_json_written_by_kafka_decodes():
 
 
 def test_unknown_operation_name_decodes_as_unknown_like_kafka():
-    data = b'{"version":1,"acls":[{"principal":"User:a","permissionType":"Allow",' \
-           b'"operation":"Teleport","host":"*"}]}'
+    data = (
+        b'{"version":1,"acls":[{"principal":"User:a","permissionType":"Allow",'
+        b'"operation":"Teleport","host":"*"}]}'
+    )
     (entry,) = decode_acls(data)
     assert entry.operation is AclOperation.UNKNOWN
 
 
 @pytest.mark.parametrize(
     "data", [b"not json", b'{"version":2,"acls":[]}', b'{"version":1}', b"[]",
-             b'{"version":1,"acls":[{"principal":1,"host":"*","operation":"Read",'
-             b'"permissionType":"Allow"}]}']
+             (b'{"version":1,"acls":[{"principal":1,"host":"*","operation":"Read",'
+             b'"permissionType":"Allow"}]}')]
 )
 def test_malformed_acl_znodes_raise_acl_data_error_naming_the_path(data):
     with pytest.raises(AclDataError, match="/kafka-acl/Topic/x"):

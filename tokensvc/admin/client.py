@@ -282,21 +282,26 @@ class AdminClient:
         deadline = time.monotonic() + self.timeout_s
         backoff = INITIAL_BACKOFF_S
         last: str | None = None
+        unreachable: BrokerUnreachableError | None = None
         while True:
             try:
                 conn = self._connection(deadline)
                 response, version = send(conn, deadline)
+            except BrokerUnreachableError as exc:
+                unreachable = exc
             except ConnectionLost as exc:
                 self._drop(exc.address)
-                last = str(exc)
+                unreachable, last = None, str(exc)
             else:
                 code = error_of(response)
                 if code == Errors.NONE:
                     return response, version
                 if not _retriable(code):
                     raise_for(code, response.get("ErrorMessage"), what)
-                last = f"{Errors(code).name} from {conn.address}"
+                unreachable, last = None, f"{Errors(code).name} from {conn.address}"
             if time.monotonic() + backoff >= deadline:
+                if unreachable is not None:
+                    raise unreachable
                 raise AdminError(
                     Errors.REQUEST_TIMED_OUT,
                     f"{what} did not complete within {self.timeout_s:g}s (last: {last})",

@@ -15,6 +15,7 @@ Blocking ZooKeeper calls run in worker threads, never on the event loop.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -68,6 +69,20 @@ class _Credentials:
         return self._tokens.scram_credential(token_id, mechanism)
 
 
+def _fake_salt_secret(config: BrokerConfig) -> bytes:
+    """A secret every broker of the cluster shares, for the fake salts of unknown users.
+
+    Brokers must agree, or comparing salts for one unknown name across two
+    brokers would tell unknown names from real ones. It is a keyed hash of a
+    fixed label under the master key (or, with tokens disabled, of the shared
+    ZooKeeper connect string); it never leaves the broker.
+    """
+    label = "tokensvc-scram-fake-salt-v1"
+    if config.master_keys.enabled:
+        return config.master_keys.hmac(label, config.master_keys.current_id)
+    return hashlib.sha256(f"{label}|{config.zookeeper_connect}".encode()).digest()
+
+
 class Broker:
     def __init__(self, config: BrokerConfig, *, clock: Clock | None = None) -> None:
         self.config = config
@@ -81,6 +96,7 @@ class Broker:
             renew_period_ms=config.delegation_token_expiry_time_ms,
             clock=self.clock,
         )
+        self.fake_salt_secret = _fake_salt_secret(config)
         self.users = UserCredentialCache()
         self.credentials = _Credentials(self.users, self.cache, config.master_keys.enabled)
         self.authorizer: AclAuthorizer | None = None
@@ -318,8 +334,11 @@ class Broker:
     async def write_token(
         self, info: TokenInformation, *, create: bool = False, request_key: str | None = None
     ) -> None:
+        """Write ``info`` under the controller guard, then cache it. A create with a
+        ``request_key`` records the key in the same transaction (exactly-once create);
+        an already recorded key raises ``RequestKeyExistsError`` and writes nothing."""
         if create:
-            await self._write(self.token_store.create, info)
+            await self._write(self.token_store.create, info, request_key=request_key)
         else:
             await self._write(self.token_store.update, info)
         self.cache.upsert(info)

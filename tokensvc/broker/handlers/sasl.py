@@ -51,6 +51,7 @@ async def handle_handshake(broker: Broker, ctx: RequestContext, body: dict) -> d
         broker.credentials,
         broker.clock,
         max_message_bytes=broker.config.sasl_max_message_bytes,
+        fake_salt_secret=broker.fake_salt_secret,
     )
     return {"ErrorCode": 0, "Mechanisms": enabled}
 

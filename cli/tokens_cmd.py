@@ -1,0 +1,62 @@
+"""`tokensvc tokens export`: a token snapshot from ZooKeeper for the audit report.
+
+The snapshot is JSON lines without any HMAC (ZooKeeper holds none):
+``{"token_id","owner","requester","renewers","issue_ms","expiry_ms","max_ms"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+@click.group("tokens")
+def tokens() -> None:
+    """Read delegation tokens straight from ZooKeeper."""
+
+
+@tokens.command("export")
+@click.option("--zookeeper", "connect", required=True, help="ZooKeeper connect string (h:p[/chroot]).")
+@click.option("--out", "out", type=click.Path(dir_okay=False, writable=True), default="-",
+              show_default=True, help="File to write, or - for standard output.")
+@click.option("--zookeeper-timeout-ms", default=10_000, show_default=True, type=click.IntRange(min=1))
+def export(connect: str, out: str, zookeeper_timeout_ms: int) -> None:
+    """Write every token's details (never its HMAC) as JSON lines."""
+    from zk.client import ZkSettings, ZooKeeperUnavailable, open_client
+    from zk.token_store import StoreError, TokenStore
+
+    try:
+        client = open_client(ZkSettings(connect, connection_timeout_ms=zookeeper_timeout_ms))
+    except ZooKeeperUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+    try:
+        infos = TokenStore(client).load_all()
+    except StoreError as exc:
+        raise click.ClickException(f"could not read tokens: {exc}") from None
+    finally:
+        client.stop()
+        client.close()
+    lines = [
+        json.dumps(
+            {
+                "token_id": i.token_id,
+                "owner": str(i.owner),
+                "requester": str(i.token_requester),
+                "renewers": [str(r) for r in i.renewers],
+                "issue_ms": i.issue_timestamp,
+                "expiry_ms": i.expiry_timestamp,
+                "max_ms": i.max_timestamp,
+            },
+            sort_keys=True,
+        )
+        for i in sorted(infos, key=lambda i: i.token_id)
+    ]
+    text = "".join(line + "\n" for line in lines)
+    if out == "-":
+        sys.stdout.write(text)
+    else:
+        with open(out, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        click.echo(f"exported {len(lines)} tokens to {out}", err=True)

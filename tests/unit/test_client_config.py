@@ -1,0 +1,358 @@
+"""Kafka client properties, JAAS and PEM TLS settings read into ClientConfig."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import pytest
+
+from tokensvc import devcerts
+from tokensvc.client_config import (
+    ClientConfig,
+    ClientConfigError,
+    client_config_from_properties,
+    load_client_config,
+    parse_jaas_config,
+    parse_properties,
+)
+from tokensvc.scram.formatter import ScramMechanism
+
+SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
+SECRET = "s3cr3t-Pa55"
+
+
+def sasl_props(jaas: str, **extra: str) -> dict[str, str]:
+    props = {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": jaas,
+    }
+    props.update({k.replace("_", "."): v for k, v in extra.items()})
+    return props
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> devcerts.DevCertificates:
+    return devcerts.generate(tmp_path_factory.mktemp("tls"), client_name="alice")
+
+
+# --- .properties -----------------------------------------------------------------------
+
+
+def test_properties_skip_comments_and_accept_every_separator() -> None:
+    text = "# comment\n! also a comment\n\na=1\nb : 2\nc 3\n  d=  spaced value  \n"
+    assert parse_properties(text) == {"a": "1", "b": "2", "c": "3", "d": "spaced value  "}
+
+
+def test_properties_backslash_continues_a_line_without_leading_blanks() -> None:
+    text = (
+        "sasl.jaas.config=" + SCRAM + " required \\\n"
+        '    username="alice" \\\n'
+        '    password="x";\n'
+        "next=1\n"
+    )
+    props = parse_properties(text)
+    assert props["sasl.jaas.config"] == SCRAM + ' required username="alice" password="x";'
+    assert props["next"] == "1"
+
+
+def test_properties_unescape_keys_and_values() -> None:
+    props = parse_properties("my\\:key=tab\\there\\u00e9\\\\end\nlast=a\\=b\n")
+    assert props == {"my:key": "tab\there\u00e9\\end", "last": "a=b"}
+
+
+def test_properties_even_trailing_backslashes_do_not_continue() -> None:
+    assert parse_properties("a=x\\\\\nb=y\n") == {"a": "x\\", "b": "y"}
+
+
+def test_properties_bad_unicode_escape_is_an_error() -> None:
+    with pytest.raises(ClientConfigError, match="uXXXX"):
+        parse_properties("a=\\uZZZZ\n")
+
+
+# --- JAAS ------------------------------------------------------------------------------
+
+
+def test_jaas_quoted_values_with_escapes() -> None:
+    module = parse_jaas_config(
+        SCRAM + r' required username="al\"ice" password="p\\w;d=x" tokenauth=true;'
+    )
+    assert module.login_module == SCRAM
+    assert module.control_flag == "required"
+    assert dict(module.options) == {
+        "username": 'al"ice', "password": "p\\w;d=x", "tokenauth": "true",
+    }
+
+
+def test_jaas_unquoted_values_and_spacing_around_equals() -> None:
+    module = parse_jaas_config(f"{SCRAM} required\n  username = alice\tpassword=x-y.z_1 ;")
+    assert dict(module.options) == {"username": "alice", "password": "x-y.z_1"}
+
+
+@pytest.mark.parametrize("flag", ["required", "REQUISITE", "Sufficient", "optional"])
+def test_jaas_every_control_flag_is_accepted_case_insensitively(flag: str) -> None:
+    assert parse_jaas_config(f'{SCRAM} {flag} username="a" password="b";').control_flag == (
+        flag.lower()
+    )
+
+
+def test_jaas_module_without_options() -> None:
+    module = parse_jaas_config(f"{SCRAM} required;")
+    assert dict(module.options) == {}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (f'{SCRAM} username="a" password="b";', "control flag"),
+        (f'{SCRAM} mandatory username="a";', "control flag"),
+        (f'{SCRAM} required username="a" password="b"', "must end with ';'"),
+        (f'{SCRAM} required username="a" password;', "needs '='"),
+        (f"{SCRAM} required username=;", "has no value"),
+        (f'{SCRAM} required username="a" password="unterminated;', "unterminated"),
+        (f'{SCRAM} required username="a";{SCRAM} required username="b";', "found 2"),
+        ("", "found 0"),
+        ('"quoted" required;', "class name"),
+        (f"{SCRAM} required = x;", "option name"),
+    ],
+)
+def test_jaas_syntax_errors_say_what_is_wrong(text: str, message: str) -> None:
+    with pytest.raises(ClientConfigError, match=message):
+        parse_jaas_config(text)
+
+
+def test_jaas_errors_never_show_option_values() -> None:
+    with pytest.raises(ClientConfigError) as info:
+        parse_jaas_config(f'{SCRAM} required username="a" password="{SECRET}"')
+    assert SECRET not in str(info.value)
+
+
+# --- SASL ------------------------------------------------------------------------------
+
+
+def test_scram_user_login() -> None:
+    config = client_config_from_properties(
+        sasl_props(f'{SCRAM} required username="alice" password="{SECRET}";')
+    )
+    assert config.security_protocol == "SASL_PLAINTEXT"
+    assert config.sasl_mechanism is ScramMechanism.SCRAM_SHA_512
+    assert (config.username, config.password, config.token_auth) == ("alice", SECRET, False)
+    assert config.uses_sasl and not config.uses_tls
+
+
+def test_tokenauth_true_selects_token_login() -> None:
+    config = client_config_from_properties(
+        sasl_props(f'{SCRAM} required username="tokenid" password="hmac==" tokenauth="TRUE";',
+                   sasl_mechanism="SCRAM-SHA-256")
+    )
+    assert config.token_auth is True
+    assert config.sasl_mechanism is ScramMechanism.SCRAM_SHA_256
+
+
+def test_tokenauth_other_values_mean_user_login() -> None:
+    config = client_config_from_properties(
+        sasl_props(f'{SCRAM} required username="u" password="p" tokenauth=false;')
+    )
+    assert config.token_auth is False
+
+
+def test_repr_hides_the_password() -> None:
+    config = client_config_from_properties(
+        sasl_props(f'{SCRAM} required username="alice" password="{SECRET}";')
+    )
+    assert SECRET not in repr(config)
+    assert "alice" in repr(config)
+
+
+def test_unknown_login_module_is_a_clear_error() -> None:
+    props = sasl_props(
+        'org.apache.kafka.common.security.plain.PlainLoginModule required username="a" '
+        f'password="{SECRET}";'
+    )
+    with pytest.raises(ClientConfigError, match="PlainLoginModule.*needs .*ScramLoginModule") as info:
+        client_config_from_properties(props)
+    assert SECRET not in str(info.value)
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "GSSAPI", "OAUTHBEARER"])
+def test_non_scram_mechanisms_are_refused(mechanism: str) -> None:
+    props = sasl_props(f'{SCRAM} required username="a" password="b";', sasl_mechanism=mechanism)
+    with pytest.raises(ClientConfigError, match=f"sasl.mechanism '{mechanism}' is not supported"):
+        client_config_from_properties(props)
+
+
+def test_sasl_needs_a_mechanism_and_a_jaas_config() -> None:
+    with pytest.raises(ClientConfigError, match="sasl.mechanism is required"):
+        client_config_from_properties({"security.protocol": "SASL_SSL"})
+    with pytest.raises(ClientConfigError, match="sasl.jaas.config is required"):
+        client_config_from_properties(
+            {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256"}
+        )
+
+
+def test_missing_username_or_password_is_named() -> None:
+    with pytest.raises(ClientConfigError, match="username is missing"):
+        client_config_from_properties(sasl_props(f'{SCRAM} required password="{SECRET}";'))
+    with pytest.raises(ClientConfigError, match="password is missing"):
+        client_config_from_properties(sasl_props(f'{SCRAM} required username="a";'))
+
+
+def test_unknown_security_protocol_is_refused() -> None:
+    with pytest.raises(ClientConfigError, match="security.protocol must be one of"):
+        client_config_from_properties({"security.protocol": "SASL_TLS"})
+
+
+def test_defaults_are_plaintext_and_thirty_seconds() -> None:
+    config = client_config_from_properties({"client.id": "ops", "unrelated.key": "ignored"})
+    assert config == ClientConfig(client_id="ops")
+    assert config.request_timeout_ms == 30_000
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-5"])
+def test_request_timeout_must_be_a_positive_integer(value: str) -> None:
+    with pytest.raises(ClientConfigError, match="request.timeout.ms"):
+        client_config_from_properties({"request.timeout.ms": value})
+
+
+def test_request_timeout_is_read() -> None:
+    assert client_config_from_properties({"request.timeout.ms": "1500"}).request_timeout_ms == 1500
+
+
+# --- TLS -------------------------------------------------------------------------------
+
+
+def test_pem_truststore_location_gives_a_verifying_context(certs: devcerts.DevCertificates) -> None:
+    config = client_config_from_properties(
+        {"security.protocol": "SSL", "ssl.truststore.type": "PEM",
+         "ssl.truststore.location": str(certs.ca)}
+    )
+    assert config.uses_tls and not config.uses_sasl
+    assert config.ca_pem == certs.ca.read_text()
+    ctx = config.ssl_context()
+    assert ctx.verify_mode is ssl.CERT_REQUIRED
+    assert ctx.check_hostname is True
+    assert len(ctx.get_ca_certs()) == 1
+
+
+def test_inline_truststore_certificates(certs: devcerts.DevCertificates) -> None:
+    config = client_config_from_properties(
+        {"security.protocol": "SSL", "ssl.truststore.type": "PEM",
+         "ssl.truststore.certificates": certs.ca.read_text()}
+    )
+    assert len(config.ssl_context().get_ca_certs()) == 1
+
+
+def test_empty_endpoint_identification_disables_hostname_checks(
+    certs: devcerts.DevCertificates,
+) -> None:
+    config = client_config_from_properties(
+        {"security.protocol": "SSL", "ssl.truststore.location": str(certs.ca),
+         "ssl.endpoint.identification.algorithm": ""}
+    )
+    assert config.check_hostname is False
+    assert config.ssl_context().check_hostname is False
+
+
+def test_unknown_endpoint_identification_algorithm_is_refused() -> None:
+    with pytest.raises(ClientConfigError, match="ssl.endpoint.identification.algorithm"):
+        client_config_from_properties(
+            {"security.protocol": "SSL", "ssl.endpoint.identification.algorithm": "ldap"}
+        )
+
+
+def test_jks_truststore_type_asks_for_pem() -> None:
+    with pytest.raises(ClientConfigError, match="ssl.truststore.type=JKS is not supported.*PEM"):
+        client_config_from_properties(
+            {"security.protocol": "SSL", "ssl.truststore.type": "JKS",
+             "ssl.truststore.location": "/nonexistent.jks"}
+        )
+
+
+def test_binary_truststore_without_type_asks_for_pem(tmp_path: Path) -> None:
+    store = tmp_path / "truststore.jks"
+    store.write_bytes(b"\xfe\xed\xfe\xed\x00\x00\x00\x02binary")
+    with pytest.raises(ClientConfigError, match="not PEM.*set ssl.truststore.type=PEM"):
+        client_config_from_properties(
+            {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-256",
+             "sasl.jaas.config": f'{SCRAM} required username="a" password="b";',
+             "ssl.truststore.location": str(store)}
+        )
+
+
+def test_unreadable_truststore_names_the_key(tmp_path: Path) -> None:
+    with pytest.raises(ClientConfigError, match="ssl.truststore.location: cannot read"):
+        client_config_from_properties(
+            {"security.protocol": "SSL", "ssl.truststore.location": str(tmp_path / "missing.pem")}
+        )
+
+
+def test_truststore_location_and_certificates_are_exclusive(
+    certs: devcerts.DevCertificates,
+) -> None:
+    with pytest.raises(ClientConfigError, match="not both"):
+        client_config_from_properties(
+            {"security.protocol": "SSL", "ssl.truststore.location": str(certs.ca),
+             "ssl.truststore.certificates": certs.ca.read_text()}
+        )
+
+
+def test_pem_keystore_location_loads_the_client_certificate(
+    certs: devcerts.DevCertificates,
+) -> None:
+    assert certs.client is not None
+    config = client_config_from_properties(
+        {"security.protocol": "SSL", "ssl.keystore.type": "PEM",
+         "ssl.keystore.location": str(certs.client), "ssl.truststore.location": str(certs.ca)}
+    )
+    assert config.cert_chain_pem is not None and config.private_key_pem is not None
+    assert "PRIVATE KEY" not in repr(config)
+    assert isinstance(config.ssl_context(), ssl.SSLContext)
+
+
+def test_inline_keystore_needs_both_chain_and_key(certs: devcerts.DevCertificates) -> None:
+    assert certs.client is not None
+    text = certs.client.read_text()
+    key = text[: text.index("-----END PRIVATE KEY-----") + len("-----END PRIVATE KEY-----")]
+    chain = text[len(key):]
+    config = client_config_from_properties(
+        {"security.protocol": "SSL", "ssl.keystore.certificate.chain": chain,
+         "ssl.keystore.key": key, "ssl.truststore.certificates": certs.ca.read_text()}
+    )
+    assert isinstance(config.ssl_context(), ssl.SSLContext)
+    with pytest.raises(ClientConfigError, match="must be set together"):
+        client_config_from_properties({"security.protocol": "SSL", "ssl.keystore.key": key})
+
+
+def test_keystore_without_a_key_is_refused(certs: devcerts.DevCertificates) -> None:
+    with pytest.raises(ClientConfigError, match="private key and its certificate chain"):
+        client_config_from_properties(
+            {"security.protocol": "SSL", "ssl.keystore.location": str(certs.ca)}
+        )
+
+
+def test_tls_keys_are_ignored_for_plaintext(tmp_path: Path) -> None:
+    config = client_config_from_properties(
+        {"security.protocol": "PLAINTEXT", "ssl.truststore.type": "JKS"}
+    )
+    assert config.ca_pem is None
+
+
+# --- files -----------------------------------------------------------------------------
+
+
+def test_load_client_config_reads_a_properties_file(tmp_path: Path) -> None:
+    path = tmp_path / "client.properties"
+    path.write_text(
+        "security.protocol=SASL_PLAINTEXT\n"
+        "sasl.mechanism=SCRAM-SHA-256\n"
+        f'sasl.jaas.config={SCRAM} required \\\n  username="alice" \\\n  password="{SECRET}";\n',
+        encoding="utf-8",
+    )
+    config = load_client_config(path)
+    assert (config.username, config.password) == ("alice", SECRET)
+
+
+def test_load_client_config_missing_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ClientConfigError, match="cannot read client properties"):
+        load_client_config(tmp_path / "nope.properties")

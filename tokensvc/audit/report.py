@@ -1,0 +1,763 @@
+"""The token audit report: a Spark job over the brokers' audit files.
+
+This module owns reading audit lines (any Spark-readable path; malformed lines
+are classified and counted, never fatal), the report DataFrames (token_usage,
+owner_usage, lifecycle, logins_hourly, findings), writing each as Parquet and
+CSV, ``summary.json``, ``report.html`` with its PNG charts, and the text summary
+the CLI prints. The rules are those of :mod:`tokensvc.audit.rules`, whose pure
+reference implementation the tests hold this job to.
+
+It uses DataFrame expressions only (no Python UDFs), so executors need nothing
+but Spark. It must not be imported by the broker: pyspark is loaded only here.
+
+Run it as ``tokensvc audit report``, ``python -m tokensvc.audit.report`` or
+``spark-submit tokensvc/audit/report.py`` (same options).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob as globlib
+import html
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from tokensvc.audit.events import EVENT_TYPES, SCHEMA_VERSION, WRITER_EVENT_TYPE
+from tokensvc.audit.rules import (
+    DEFAULT_SETTINGS,
+    FINDING_COLUMNS,
+    HOUR_MS,
+    LIFECYCLE_COLUMNS,
+    LOGINS_HOURLY_COLUMNS,
+    OWNER_FROM_CREATE,
+    OWNER_FROM_LOGIN,
+    OWNER_FROM_SNAPSHOT,
+    OWNER_FROM_SWEEP,
+    OWNER_FROM_TOKEN,
+    OWNER_USAGE_COLUMNS,
+    RULES,
+    TOKEN_USAGE_COLUMNS,
+    UNUSED_DETAIL,
+    RuleSettings,
+)
+
+DEFAULT_GLOB = "audit-*.jsonl*"
+REPORTS = ("token_usage", "owner_usage", "lifecycle", "logins_hourly", "findings")
+MALFORMED_REASONS = ("not_json", "wrong_types", "unknown_schema", "unknown_type",
+                     "missing_fields")
+HTML_TOP_TOKENS = 25
+HTML_FINDINGS = 500
+
+_S, _L, _I, _B = T.StringType(), T.LongType(), T.IntegerType(), T.BooleanType()
+# Every field of every event type (schema 1), as Spark reads it. A value of the
+# wrong JSON type lands the raw line in _corrupt_record.
+EVENT_SCHEMA = T.StructType([
+    T.StructField(name, kind) for name, kind in (
+        ("schema", _I), ("ts", _L), ("broker_id", _I), ("event_id", _S), ("type", _S),
+        ("outcome", _S), ("mechanism", _S), ("kind", _S), ("username", _S), ("token_id", _S),
+        ("principal", _S), ("client_host", _S), ("client_port", _I), ("listener", _S),
+        ("reason", _S), ("action", _S), ("error_code", _I), ("error", _S), ("requester", _S),
+        ("token_authenticated", _B), ("owner", _S), ("renewers", T.ArrayType(_S)),
+        ("expiry_ms", _L), ("max_ms", _L), ("count", _L), ("forwarded", _B), ("api", _S),
+        ("client_id", _S), ("controller_id", _I), ("attempts", _I),
+        ("latency_ms", T.DoubleType()), ("resource_type", _S), ("resource_name", _S),
+        ("pattern_type", _S), ("acl_principal", _S), ("host", _S), ("operation", _S),
+        ("permission", _S), ("user", _S), ("iterations", _I), ("dropped", _L),
+        ("dropped_total", _L), ("_corrupt_record", _S),
+    )
+])
+SNAPSHOT_SCHEMA = T.StructType([
+    T.StructField("token_id", _S), T.StructField("owner", _S), T.StructField("requester", _S),
+    T.StructField("renewers", T.ArrayType(_S)), T.StructField("issue_ms", _L),
+    T.StructField("expiry_ms", _L), T.StructField("max_ms", _L),
+])
+
+
+class ReportError(Exception):
+    """A problem the person running the report can fix (bad path, bad option)."""
+
+
+@dataclass(frozen=True)
+class ReportOptions:
+    input: str
+    output: str
+    since_ms: int | None = None
+    until_ms: int | None = None
+    settings: RuleSettings = DEFAULT_SETTINGS
+    tokens: str | None = None
+    glob: str = DEFAULT_GLOB
+
+
+def parse_time(text: str) -> int:
+    """Epoch milliseconds from ``text``: digits are epoch ms, anything else ISO-8601
+    (a time without a zone is UTC)."""
+    text = text.strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ReportError(f"not a time: {text!r} (use ISO-8601 or epoch milliseconds)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+# --- input ---------------------------------------------------------------------
+
+
+def _local_path(path: str) -> str | None:
+    """The filesystem path if ``path`` is local (no scheme or file:), else None."""
+    parsed = urlparse(path)
+    if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
+        return parsed.path if parsed.scheme == "file" else path
+    return None
+
+
+def _check_exists(path: str, what: str) -> bool:
+    """Raise ReportError if a local ``path`` (glob allowed) is missing; True if a directory."""
+    local = _local_path(path)
+    if local is None:
+        return True
+    if any(ch in local for ch in "*?["):
+        if not globlib.glob(local):
+            raise ReportError(f"{what} matches nothing: {path}")
+        return False
+    if not os.path.exists(local):
+        raise ReportError(f"{what} does not exist: {path}")
+    return os.path.isdir(local)
+
+
+def read_lines(spark: SparkSession, path: str, glob: str = DEFAULT_GLOB) -> DataFrame:
+    """One row per line (column ``value``). A directory is searched recursively for
+    files named like ``glob``; a named local file is read whatever its name."""
+    is_dir = _check_exists(path, "input path")
+    reader = spark.read.option("recursiveFileLookup", "true")
+    if is_dir:
+        reader = reader.option("pathGlobFilter", glob)
+    try:
+        return reader.text(path)
+    except AnalysisException as exc:
+        raise ReportError(f"cannot read input {path}: {exc.getMessage()}") from None
+
+
+def classify(lines: DataFrame) -> DataFrame:
+    """Parse lines; column ``status`` is ``ok``, ``blank`` or a malformed reason, and
+    the event's fields are top-level columns."""
+    e = F.from_json("value", EVENT_SCHEMA,
+                    {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"})
+    as_object = F.from_json("value", T.MapType(_S, _S))
+    parsed = lines.select(F.col("value"), e.alias("e"), as_object.isNotNull().alias("is_object"))
+    status = (
+        F.when(F.trim("value") == "", "blank")
+        .when(~F.col("is_object"), "not_json")
+        .when(F.col("e._corrupt_record").isNotNull(), "wrong_types")
+        .when(F.col("e.schema").isNull() | (F.col("e.schema") != SCHEMA_VERSION),
+              "unknown_schema")
+        .when(~F.col("e.type").isin(*sorted(EVENT_TYPES)), "unknown_type")
+        .when(F.col("e.ts").isNull() | F.col("e.broker_id").isNull()
+              | F.col("e.event_id").isNull(), "missing_fields")
+        .otherwise("ok")
+    )
+    fields = [F.col(f"e.{f.name}").alias(f.name) for f in EVENT_SCHEMA.fields
+              if f.name != "_corrupt_record"]
+    return parsed.select(status.alias("status"), *fields)
+
+
+def read_snapshot(spark: SparkSession, path: str) -> DataFrame:
+    """The token snapshot (JSON lines of ``tokensvc tokens export``); bad lines skipped."""
+    _check_exists(path, "token snapshot")
+    try:
+        df = spark.read.schema(SNAPSHOT_SCHEMA).option("mode", "PERMISSIVE").json(path)
+    except AnalysisException as exc:
+        raise ReportError(f"cannot read token snapshot {path}: {exc.getMessage()}") from None
+    return df.filter(F.col("token_id").isNotNull() & F.col("expiry_ms").isNotNull()
+                     & F.col("max_ms").isNotNull())
+
+
+def empty_snapshot(spark: SparkSession) -> DataFrame:
+    return spark.createDataFrame([], SNAPSHOT_SCHEMA)
+
+
+# --- reports -------------------------------------------------------------------
+
+
+def _hour(ts: Column) -> Column:
+    return ts - ts % HOUR_MS
+
+
+def _hour_text(hour_ms: Column) -> Column:
+    return F.date_format(F.timestamp_millis(hour_ms), "yyyy-MM-dd'T'HH:00'Z'")
+
+
+class Reports:
+    """The report DataFrames over one set of in-range, de-duplicated events."""
+
+    def __init__(self, events: DataFrame, snapshot: DataFrame, settings: RuleSettings,
+                 as_of_ms: int) -> None:
+        self.settings = settings
+        self.as_of_ms = as_of_ms
+        self.snapshot = snapshot
+        self.logins = events.filter(F.col("type") == "authentication").select(
+            "ts", "broker_id", (F.col("outcome") == "success").alias("ok"), "kind",
+            F.coalesce("token_id", "username").alias("tid"), "principal", "client_host",
+            "reason",
+        )
+        self.token_logins = self.logins.filter((F.col("kind") == "token") & F.col("tid").isNotNull())
+        self.tokens = events.filter(F.col("type") == "token").select(
+            "ts", "action", (F.col("outcome") == "success").alias("ok"), "requester",
+            F.coalesce("token_authenticated", F.lit(False)).alias("token_authenticated"),
+            "owner", "token_id", "client_host",
+        )
+        self.sweeps = events.filter(F.col("type") == "sweep").select("ts", "token_id", "owner")
+        self.owners = self._owners()
+        self.token_usage = self._token_usage()
+
+    def _owners(self) -> DataFrame:
+        create_ok = (F.col("action") == "create") & F.col("ok")
+        sources = [
+            self.tokens.filter(F.col("token_id").isNotNull()).select(
+                "token_id", "owner",
+                F.when(create_ok, OWNER_FROM_CREATE).otherwise(OWNER_FROM_TOKEN).alias("p")),
+            self.snapshot.select("token_id", "owner", F.lit(OWNER_FROM_SNAPSHOT).alias("p")),
+            self.token_logins.filter("ok").select(
+                F.col("tid").alias("token_id"), F.col("principal").alias("owner"),
+                F.lit(OWNER_FROM_LOGIN).alias("p")),
+            self.sweeps.select("token_id", "owner", F.lit(OWNER_FROM_SWEEP).alias("p")),
+        ]
+        union = sources[0]
+        for df in sources[1:]:
+            union = union.unionByName(df)
+        return (union.filter(F.col("owner").isNotNull()).groupBy("token_id")
+                .agg(F.min(F.struct("p", "owner"))["owner"].alias("owner")))
+
+    def _token_usage(self) -> DataFrame:
+        ids = (
+            self.token_logins.select(F.col("tid").alias("token_id"))
+            .unionByName(self.tokens.filter(F.col("token_id").isNotNull()).select("token_id"))
+            .unionByName(self.sweeps.select("token_id"))
+            .unionByName(self.snapshot.select("token_id"))
+            .distinct()
+        )
+        ok = F.col("ok")
+        usage = self.token_logins.groupBy(F.col("tid").alias("token_id")).agg(
+            F.count(F.when(ok, 1)).alias("logins_ok"),
+            F.count(F.when(~ok, 1)).alias("logins_failed"),
+            F.countDistinct(F.when(ok, F.col("client_host"))).alias("distinct_hosts"),
+            F.sort_array(F.collect_set(F.when(ok, F.col("broker_id")))).alias("brokers"),
+            F.min(F.when(ok, F.col("ts"))).alias("first_use"),
+            F.max(F.when(ok, F.col("ts"))).alias("last_use"),
+        )
+        joined = ids.join(usage, "token_id", "left").join(self.owners, "token_id", "left")
+        return joined.select(
+            "token_id", "owner",
+            F.coalesce("logins_ok", F.lit(0)).alias("logins_ok"),
+            F.coalesce("logins_failed", F.lit(0)).alias("logins_failed"),
+            F.coalesce("distinct_hosts", F.lit(0)).alias("distinct_hosts"),
+            F.coalesce("brokers", F.array().cast("array<int>")).alias("brokers"),
+            "first_use", "last_use",
+        ).select(*TOKEN_USAGE_COLUMNS)
+
+    def owner_usage(self) -> DataFrame:
+        totals = self.token_usage.filter(F.col("owner").isNotNull()).groupBy("owner").agg(
+            F.count("*").alias("tokens"),
+            F.sum("logins_ok").alias("logins_ok"),
+            F.sum("logins_failed").alias("logins_failed"),
+        )
+        hosts = (
+            self.token_logins.filter("ok")
+            .join(self.owners, F.col("tid") == F.col("token_id"))
+            .groupBy("owner").agg(F.countDistinct("client_host").alias("distinct_hosts"))
+        )
+        return totals.join(hosts, "owner", "left").select(
+            "owner", "tokens", "logins_ok", "logins_failed",
+            F.coalesce("distinct_hosts", F.lit(0)).alias("distinct_hosts"),
+        ).select(*OWNER_USAGE_COLUMNS)
+
+    def lifecycle(self) -> DataFrame:
+        changes = self.tokens.filter(F.col("ok") & F.col("action").isin("create", "renew",
+                                                                         "expire"))
+        rows = changes.select("ts", "action").unionByName(
+            self.sweeps.select("ts", F.lit("sweep").alias("action")))
+        action = F.col("action")
+        return rows.groupBy(_hour(F.col("ts")).alias("hour_ms")).agg(
+            F.count(F.when(action == "create", 1)).alias("creates"),
+            F.count(F.when(action == "renew", 1)).alias("renews"),
+            F.count(F.when(action == "expire", 1)).alias("expiries"),
+            F.count(F.when(action == "sweep", 1)).alias("sweeps"),
+        ).withColumn("hour", _hour_text(F.col("hour_ms"))).select(*LIFECYCLE_COLUMNS)
+
+    def logins_hourly(self) -> DataFrame:
+        return self.logins.groupBy(_hour(F.col("ts")).alias("hour_ms")).agg(
+            F.count(F.when(F.col("ok"), 1)).alias("ok"),
+            F.count(F.when(~F.col("ok"), 1)).alias("failed"),
+        ).withColumn("hour", _hour_text(F.col("hour_ms"))).select(*LOGINS_HOURLY_COLUMNS)
+
+    # -- findings -----------------------------------------------------------------
+
+    @staticmethod
+    def _finding(df: DataFrame, rule: str, *, token_id: Column, owner: Column,
+                 client_host: Column, detail: Column, first_ts: Column, last_ts: Column,
+                 count: Column) -> DataFrame:
+        return df.select(
+            F.lit(rule).alias("rule"), token_id.cast(_S).alias("token_id"),
+            owner.cast(_S).alias("owner"), client_host.cast(_S).alias("client_host"),
+            detail.alias("detail"), first_ts.cast(_L).alias("first_ts"),
+            last_ts.cast(_L).alias("last_ts"), count.cast(_L).alias("count"),
+        )
+
+    def _bursts(self, failures: DataFrame, key: str) -> DataFrame:
+        window = (Window.partitionBy(key).orderBy("ts")
+                  .rangeBetween(0, self.settings.burst_window_ms))
+        return (
+            failures.select(key, "ts",
+                            F.count(F.lit(1)).over(window).alias("n"),
+                            F.max("ts").over(window).alias("end"))
+            .filter(F.col("n") >= self.settings.burst_threshold)
+            .groupBy(key).agg(F.min("ts").alias("first_ts"), F.max("end").alias("last_ts"),
+                              F.max("n").alias("count"))
+        )
+
+    def findings(self) -> DataFrame:
+        s = self.settings
+        none = F.lit(None).cast(_S)
+        failures = self.logins.filter(~F.col("ok"))
+        burst_detail = F.format_string(f"%d failed logins within {s.burst_window_s}s",
+                                       F.col("count"))
+        by_token = self._bursts(
+            failures.filter((F.col("kind") == "token") & F.col("tid").isNotNull()), "tid"
+        ).join(self.owners, F.col("tid") == self.owners["token_id"], "left")
+        by_host = self._bursts(failures.filter(F.col("client_host").isNotNull()), "client_host")
+
+        def grouped(reason: str) -> DataFrame:
+            return (failures.filter(F.col("reason") == reason)
+                    .groupBy("tid", "client_host")
+                    .agg(F.count("*").alias("count"), F.min("ts").alias("first_ts"),
+                         F.max("ts").alias("last_ts"))
+                    .join(self.owners, F.col("tid") == self.owners["token_id"], "left"))
+
+        session_requests = (
+            self.tokens.filter("token_authenticated")
+            .groupBy("requester", "client_host")
+            .agg(F.count("*").alias("count"), F.min("ts").alias("first_ts"),
+                 F.max("ts").alias("last_ts"))
+        )
+        other_owner = self.tokens.filter(
+            (F.col("action") == "create") & F.col("ok") & F.col("owner").isNotNull()
+            & F.col("requester").isNotNull() & (F.col("owner") != F.col("requester"))
+        )
+        many_hosts = self.token_usage.filter(F.col("distinct_hosts") > s.host_threshold)
+        parts = [
+            self._finding(by_token, "failed_login_burst_token", token_id=F.col("tid"),
+                          owner=F.col("owner"), client_host=none, detail=burst_detail,
+                          first_ts=F.col("first_ts"), last_ts=F.col("last_ts"),
+                          count=F.col("count")),
+            self._finding(by_host, "failed_login_burst_host", token_id=none, owner=none,
+                          client_host=F.col("client_host"), detail=burst_detail,
+                          first_ts=F.col("first_ts"), last_ts=F.col("last_ts"),
+                          count=F.col("count")),
+            self._finding(grouped("unknown_token"), "unknown_token", token_id=F.col("tid"),
+                          owner=F.col("owner"), client_host=F.col("client_host"),
+                          detail=F.format_string("%d logins with an unknown token id",
+                                                 F.col("count")),
+                          first_ts=F.col("first_ts"), last_ts=F.col("last_ts"),
+                          count=F.col("count")),
+            self._finding(grouped("expired_token"), "expired_token_use", token_id=F.col("tid"),
+                          owner=F.col("owner"), client_host=F.col("client_host"),
+                          detail=F.format_string("%d logins with an expired token",
+                                                 F.col("count")),
+                          first_ts=F.col("first_ts"), last_ts=F.col("last_ts"),
+                          count=F.col("count")),
+            self._finding(many_hosts, "too_many_hosts", token_id=F.col("token_id"),
+                          owner=F.col("owner"), client_host=none,
+                          detail=F.format_string(
+                              f"used from %d distinct hosts (threshold {s.host_threshold})",
+                              F.col("distinct_hosts")),
+                          first_ts=F.col("first_use"), last_ts=F.col("last_use"),
+                          count=F.col("distinct_hosts")),
+            self._finding(session_requests, "token_session_token_request", token_id=none,
+                          owner=F.col("requester"), client_host=F.col("client_host"),
+                          detail=F.format_string(
+                              "%d token requests from a token-authenticated session",
+                              F.col("count")),
+                          first_ts=F.col("first_ts"), last_ts=F.col("last_ts"),
+                          count=F.col("count")),
+            self._finding(other_owner, "created_for_other_owner", token_id=F.col("token_id"),
+                          owner=F.col("owner"), client_host=F.col("client_host"),
+                          detail=F.concat(F.lit("created by "), F.col("requester")),
+                          first_ts=F.col("ts"), last_ts=F.col("ts"), count=F.lit(1)),
+            self._unused(),
+        ]
+        union = parts[0]
+        for df in parts[1:]:
+            union = union.unionByName(df)
+        return union.select(*FINDING_COLUMNS)
+
+    def _unused(self) -> DataFrame:
+        created = (self.tokens.filter((F.col("action") == "create") & F.col("ok")
+                                      & F.col("token_id").isNotNull())
+                   .groupBy("token_id").agg(F.min("ts").alias("first_ts")))
+        ends = self.tokens.filter(
+            (F.col("action") == "expire") & F.col("ok") & F.col("token_id").isNotNull()
+        ).select("token_id", "ts", F.lit("expire").alias("how")).unionByName(
+            self.sweeps.select("token_id", "ts", F.lit("sweep").alias("how")))
+        ended = ends.groupBy("token_id").agg(F.min(F.struct("ts", "how")).alias("end"))
+        unused_ids = self.token_usage.filter(F.col("logins_ok") == 0).select("token_id", "owner")
+        from_log = created.join(ended, "token_id").join(unused_ids, "token_id")
+        how = F.col("end.how")
+        log_findings = self._finding(
+            from_log, "unused_before_expiry", token_id=F.col("token_id"), owner=F.col("owner"),
+            client_host=F.lit(None), detail=F.when(how == "sweep", UNUSED_DETAIL["sweep"])
+            .otherwise(UNUSED_DETAIL["expire"]),
+            first_ts=F.col("first_ts"), last_ts=F.col("end.ts"), count=F.lit(0))
+        end = F.least("expiry_ms", "max_ms")
+        from_snapshot = (
+            self.snapshot.select("token_id", "issue_ms", end.alias("end_ms"))
+            .filter(F.col("end_ms") < F.lit(self.as_of_ms))
+            .join(unused_ids, "token_id")
+            .join(from_log.select("token_id"), "token_id", "left_anti")
+            .dropDuplicates(["token_id"])
+        )
+        snapshot_findings = self._finding(
+            from_snapshot, "unused_before_expiry", token_id=F.col("token_id"),
+            owner=F.col("owner"), client_host=F.lit(None),
+            detail=F.lit(UNUSED_DETAIL["snapshot"]), first_ts=F.col("issue_ms"),
+            last_ts=F.col("end_ms"), count=F.lit(0))
+        return log_findings.unionByName(snapshot_findings)
+
+
+# --- output --------------------------------------------------------------------
+
+
+def _csv_ready(df: DataFrame) -> DataFrame:
+    """CSV has no arrays: join them with ';'."""
+    return df.select(*[
+        F.concat_ws(";", F.col(f.name).cast("array<string>")).alias(f.name)
+        if isinstance(f.dataType, T.ArrayType) else F.col(f.name)
+        for f in df.schema.fields
+    ])
+
+
+def write_report(df: DataFrame, directory: str, name: str) -> int:
+    """``directory/name/parquet`` and ``directory/name/csv`` (one file each); the row count."""
+    df = df.coalesce(1).cache()
+    rows = df.count()
+    base = f"{directory.rstrip('/')}/{name}"
+    df.write.mode("overwrite").parquet(f"{base}/parquet")
+    _csv_ready(df).write.mode("overwrite").option("header", "true").csv(f"{base}/csv")
+    df.unpersist()
+    return rows
+
+
+def _order(name: str) -> list[Column]:
+    """The row order of each report (deterministic output)."""
+    if name == "findings":
+        return [F.col("rule"), F.col("first_ts"), F.coalesce("token_id", F.lit("")),
+                F.coalesce("client_host", F.lit(""))]
+    key = {"token_usage": "token_id", "owner_usage": "owner"}.get(name, "hour_ms")
+    return [F.col(key)]
+
+
+def run_report(spark: SparkSession, options: ReportOptions) -> dict[str, Any]:
+    """Read, compute, write every output under ``options.output``; the summary."""
+    started = time.monotonic()
+    out = Path(options.output)
+    out.mkdir(parents=True, exist_ok=True)
+    previous_tz = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    try:
+        summary = _run(spark, options, out)
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", previous_tz)
+    summary["elapsed_s"] = round(time.monotonic() - started, 3)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return summary
+
+
+def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, Any]:
+    classified = classify(read_lines(spark, options.input, options.glob)).persist()
+    try:
+        statuses = {r["status"]: r["n"] for r in
+                    classified.groupBy("status").agg(F.count("*").alias("n")).collect()}
+        valid = classified.filter(F.col("status") == "ok").drop("status")
+        deduped = valid.dropDuplicates(["event_id"]).persist()
+        in_range = F.lit(True)
+        if options.since_ms is not None:
+            in_range = in_range & (F.col("ts") >= options.since_ms)
+        if options.until_ms is not None:
+            in_range = in_range & (F.col("ts") < options.until_ms)
+        events = deduped.filter(in_range)
+        by_type = {r["type"]: r["n"] for r in
+                   events.groupBy("type").agg(F.count("*").alias("n")).collect()}
+        span = events.agg(F.min("ts").alias("first"), F.max("ts").alias("last"),
+                          F.sum(F.when(F.col("type") == WRITER_EVENT_TYPE, F.col("dropped")))
+                          .alias("dropped")).first()
+        assert span is not None
+        first_ts, last_ts = span["first"], span["last"]
+        as_of = options.until_ms if options.until_ms is not None else (
+            last_ts if last_ts is not None else int(time.time() * 1000))
+        snapshot = (read_snapshot(spark, options.tokens) if options.tokens
+                    else empty_snapshot(spark)).persist()
+        reports = Reports(events, snapshot, options.settings, as_of)
+        frames = {
+            "token_usage": reports.token_usage,
+            "owner_usage": reports.owner_usage(),
+            "lifecycle": reports.lifecycle(),
+            "logins_hourly": reports.logins_hourly(),
+            "findings": reports.findings(),
+        }
+        rows = {name: write_report(df.orderBy(*_order(name)), str(out), name)
+                for name, df in frames.items()}
+        findings_by_rule = dict.fromkeys(RULES, 0)
+        for r in frames["findings"].groupBy("rule").count().collect():
+            findings_by_rule[r["rule"]] = r["count"]
+        valid_count = statuses.get("ok", 0)
+        deduped_count = deduped.count()
+        events_count = sum(by_type.values())
+        summary: dict[str, Any] = {
+            "input": options.input,
+            "output": str(out),
+            "tokens_snapshot": options.tokens,
+            "lines": sum(statuses.values()),
+            "blank_lines": statuses.get("blank", 0),
+            "malformed": sum(statuses.get(r, 0) for r in MALFORMED_REASONS),
+            "malformed_by_reason": {r: statuses.get(r, 0) for r in MALFORMED_REASONS},
+            "events_read": valid_count,
+            "duplicates": valid_count - deduped_count,
+            "outside_time_range": deduped_count - events_count,
+            "events": events_count,
+            "events_by_type": dict(sorted(by_type.items())),
+            "writer_dropped": int(span["dropped"] or 0),
+            "time_range": {"first_ts": first_ts, "last_ts": last_ts,
+                           "first": iso(first_ts), "last": iso(last_ts)},
+            "since_ms": options.since_ms,
+            "until_ms": options.until_ms,
+            "as_of_ms": as_of,
+            "settings": asdict(options.settings),
+            "rows": rows,
+            "findings_by_rule": findings_by_rule,
+        }
+        _write_html(out, summary, frames)
+        snapshot.unpersist()
+        deduped.unpersist()
+        return summary
+    finally:
+        classified.unpersist()
+
+
+# --- report.html and charts ----------------------------------------------------
+
+
+def _hours(rows: list[Any]) -> list[datetime]:
+    return [datetime.fromtimestamp(r["hour_ms"] / 1000, UTC) for r in rows]
+
+
+def _chart(path: Path, title: str, rows: list[Any], series: Sequence[tuple[str, str]],
+           stacked: bool) -> None:
+    from matplotlib.dates import DateFormatter
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 3.6), dpi=100)
+    ax = fig.subplots()
+    if rows:
+        hours = _hours(rows)
+        width = 1 / 24 * 0.9
+        bottom = [0] * len(rows)
+        for column, label in series:
+            values = [r[column] for r in rows]
+            if stacked:
+                ax.bar(hours, values, width=width, bottom=bottom, label=label, align="edge")
+                bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+            else:
+                ax.plot(hours, values, marker=".", label=label)
+        ax.xaxis.set_major_formatter(DateFormatter("%m-%d %H:00"))
+        ax.legend(loc="upper right")
+        fig.autofmt_xdate()
+    else:
+        ax.text(0.5, 0.5, "no events", ha="center", va="center", transform=ax.transAxes)
+    ax.set_title(title)
+    ax.set_xlabel("hour (UTC)")
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+
+
+def _table(columns: Sequence[str], rows: list[dict[str, Any]]) -> str:
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(_cell(c, row.get(c)))}</td>" for c in columns)
+        + "</tr>"
+        for row in rows
+    )
+    if not rows:
+        body = f'<tr><td colspan="{len(columns)}">none</td></tr>'
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _cell(column: str, value: Any) -> str:
+    if value is None:
+        return ""
+    if column in ("first_use", "last_use", "first_ts", "last_ts") and isinstance(value, int):
+        return iso(value) or ""
+    if isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    return str(value)
+
+
+def _write_html(out: Path, summary: dict[str, Any], frames: dict[str, DataFrame]) -> None:
+    logins = frames["logins_hourly"].orderBy("hour_ms").collect()
+    lifecycle = frames["lifecycle"].orderBy("hour_ms").collect()
+    _chart(out / "logins_per_hour.png", "Logins per hour", logins,
+           [("ok", "ok"), ("failed", "failed")], stacked=True)
+    _chart(out / "lifecycle_per_hour.png", "Token lifecycle per hour", lifecycle,
+           [("creates", "creates"), ("renews", "renews"), ("expiries", "expiries"),
+            ("sweeps", "sweep removals")], stacked=False)
+    top_tokens = [r.asDict() for r in frames["token_usage"].orderBy(
+        (F.col("logins_ok") + F.col("logins_failed")).desc(), "token_id"
+    ).limit(HTML_TOP_TOKENS).collect()]
+    findings = [r.asDict() for r in frames["findings"].orderBy(*_order("findings"))
+                .limit(HTML_FINDINGS).collect()]
+    by_rule = [{"rule": k, "findings": v} for k, v in summary["findings_by_rule"].items()]
+    counts = [{"what": k, "value": summary[k]} for k in (
+        "lines", "events", "malformed", "blank_lines", "duplicates", "outside_time_range",
+        "writer_dropped")]
+    counts += [{"what": f"{k} rows", "value": v} for k, v in summary["rows"].items()]
+    tr = summary["time_range"]
+    more = summary["rows"]["findings"] - len(findings)
+    page = f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>tokensvc token audit</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; }}
+table {{ border-collapse: collapse; margin-bottom: 1.5em; font-size: 0.9em; }}
+th, td {{ border: 1px solid #bbb; padding: 0.25em 0.6em; text-align: left; }}
+th {{ background: #eee; }}
+</style></head><body>
+<h1>Token audit report</h1>
+<p>Input <code>{html.escape(summary["input"])}</code>, events from
+{html.escape(str(tr["first"]))} to {html.escape(str(tr["last"]))} (UTC).</p>
+<h2>Counts</h2>
+{_table(["what", "value"], counts)}
+<h2>Findings by rule</h2>
+{_table(["rule", "findings"], by_rule)}
+<h2>Charts</h2>
+<p><img src="logins_per_hour.png" alt="logins per hour, ok and failed"></p>
+<p><img src="lifecycle_per_hour.png" alt="token lifecycle per hour"></p>
+<h2>Top tokens by logins</h2>
+{_table(TOKEN_USAGE_COLUMNS, top_tokens)}
+<h2>Findings</h2>
+{_table(FINDING_COLUMNS, findings)}
+{f"<p>{more} more in findings/csv.</p>" if more > 0 else ""}
+</body></html>
+"""
+    (out / "report.html").write_text(page, encoding="utf-8")
+
+
+# --- running it ----------------------------------------------------------------
+
+
+def create_session(master: str | None = None, app_name: str = "tokensvc-audit-report"
+                   ) -> SparkSession:
+    """A SparkSession for the report. Without ``master``: spark-submit's, else local[*]."""
+    builder = SparkSession.builder.appName(app_name)
+    if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        master = "local[*]"
+    if master is not None:
+        builder = builder.master(master)
+        if master.startswith("local"):
+            builder = builder.config("spark.sql.shuffle.partitions", "8")
+    builder = (builder.config("spark.sql.session.timeZone", "UTC")
+               .config("spark.ui.showConsoleProgress", "false"))
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """The few lines a person reads in the terminal after a run."""
+    tr, rows = summary["time_range"], summary["rows"]
+    lines = [
+        (f"events: {summary['events']} (lines {summary['lines']}, "
+         f"malformed {summary['malformed']}, duplicates {summary['duplicates']}, "
+         f"outside range {summary['outside_time_range']})"),
+        f"time range: {tr['first'] or '-'} .. {tr['last'] or '-'}",
+        (f"tokens: {rows['token_usage']}  owners: {rows['owner_usage']}  "
+         f"findings: {rows['findings']}"),
+    ]
+    lines += [f"  {rule:<28} {n}" for rule, n in summary["findings_by_rule"].items()]
+    lines.append(f"report: {Path(summary['output']) / 'report.html'}")
+    return "\n".join(lines)
+
+
+def build_options(
+    input_path: str,
+    output: str,
+    *,
+    since: str | None = None,
+    until: str | None = None,
+    host_threshold: int = DEFAULT_SETTINGS.host_threshold,
+    burst_threshold: int = DEFAULT_SETTINGS.burst_threshold,
+    burst_window_s: int = DEFAULT_SETTINGS.burst_window_s,
+    tokens: str | None = None,
+    glob: str = DEFAULT_GLOB,
+) -> ReportOptions:
+    """Validated options from command-line values (raises ReportError)."""
+    try:
+        settings = RuleSettings(host_threshold, burst_threshold, burst_window_s)
+    except ValueError as exc:
+        raise ReportError(str(exc)) from None
+    since_ms = parse_time(since) if since else None
+    until_ms = parse_time(until) if until else None
+    if since_ms is not None and until_ms is not None and since_ms >= until_ms:
+        raise ReportError("--since must be before --until")
+    return ReportOptions(input_path, output, since_ms, until_ms, settings, tokens, glob)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tokensvc.audit.report`` / ``spark-submit tokensvc/audit/report.py``."""
+    parser = argparse.ArgumentParser(prog="tokensvc-audit-report", description=__doc__.split(
+        "\n\n")[0])
+    parser.add_argument("--input", required=True, help="audit files: any Spark-readable path")
+    parser.add_argument("--output", required=True, help="local directory for the reports")
+    parser.add_argument("--master", default=None, help="Spark master (default local[*])")
+    parser.add_argument("--since", help="first time included (ISO-8601 or epoch ms)")
+    parser.add_argument("--until", help="first time excluded (ISO-8601 or epoch ms)")
+    parser.add_argument("--host-threshold", type=int, default=DEFAULT_SETTINGS.host_threshold)
+    parser.add_argument("--burst-threshold", type=int, default=DEFAULT_SETTINGS.burst_threshold)
+    parser.add_argument("--burst-window-s", type=int, default=DEFAULT_SETTINGS.burst_window_s)
+    parser.add_argument("--tokens", help="token snapshot (JSON lines)")
+    parser.add_argument("--glob", default=DEFAULT_GLOB, help="file names read in a directory")
+    args = parser.parse_args(argv)
+    try:
+        options = build_options(
+            args.input, args.output, since=args.since, until=args.until,
+            host_threshold=args.host_threshold, burst_threshold=args.burst_threshold,
+            burst_window_s=args.burst_window_s, tokens=args.tokens, glob=args.glob,
+        )
+        summary = run_report(create_session(args.master), options)
+    except ReportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_summary(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
