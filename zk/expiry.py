@@ -93,6 +93,11 @@ class ExpirySweeper:
         self._thread = threading.Thread(target=self._run, name="expiry-sweeper", daemon=True)
         self._thread.start()
 
+    @property
+    def running(self) -> bool:
+        """True while the sweeping thread is alive."""
+        return self._thread is not None and self._thread.is_alive()
+
     def close(self, timeout: float = 5.0) -> None:
         self._stop.set()
         if self._thread is not None:

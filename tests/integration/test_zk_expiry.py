@@ -3,7 +3,6 @@ and sweeping carries on after a takeover (FakeClock-driven sweeps plus one real 
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 
@@ -220,9 +219,10 @@ def test_sweep_stops_when_controllership_is_lost_midway(cluster, clock):
 def test_sweeper_close_stops_its_thread(cluster):
     (leader,) = cluster(1, interval_ms=10)
     leader.sweeper.start()
+    assert leader.sweeper.running
     assert eventually(lambda: leader.sweeper.sweeps > 0)
     leader.sweeper.close()
     count = leader.sweeper.sweeps
     time.sleep(0.1)
     assert leader.sweeper.sweeps == count
-    assert not any(t.name == "expiry-sweeper" for t in threading.enumerate())
+    assert not leader.sweeper.running

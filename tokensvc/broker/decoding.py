@@ -15,7 +15,12 @@ must not touch sockets.
 
 from __future__ import annotations
 
-from tokensvc.protocol import ProtocolError, RequestHeader, decode_request_header, flexible
+from tokensvc.protocol import (
+    ProtocolError,
+    RequestHeader,
+    decode_request_header,
+    flexible,
+)
 from tokensvc.protocol.api import ApiKey
 from tokensvc.protocol.messages import REQUESTS
 from tokensvc.protocol.primitives import Reader

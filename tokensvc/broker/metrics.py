@@ -3,14 +3,24 @@
 Owns one CollectorRegistry per broker (several brokers may share a process in
 tests) and the optional HTTP endpoint on ``metrics.listener``. Gauges that
 mirror state (cache sizes, queue depth, controller) read it on scrape through
-callbacks, so the request path only increments counters.
+callbacks, so the request path only increments counters. Every metric, and
+what to alert on, is listed in ``docs/operations.md``.
+
+Must not: label anything with a token id, user name or other per-credential
+value (cardinality, and the endpoint is unauthenticated), or block the loop.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    start_http_server,
+)
 
 from tokensvc.core.errors import Errors
 
@@ -34,8 +44,12 @@ class BrokerMetrics:
         self.token_requests = Counter(
             "tokensvc_token_requests", "Token API outcomes", ["action", "error"], registry=r
         )
+        self.reauthentications = Counter(
+            "tokensvc_reauthentications",
+            "KIP-368 re-authentications on live connections, by mechanism and result",
+            ["mechanism", "result"], registry=r,
+        )
         self.connections = Gauge("tokensvc_active_connections", "Open client connections", registry=r)
-        self.sessions = Gauge("tokensvc_authenticated_sessions", "Authenticated connections", registry=r)
         self.connections_refused = Counter(
             "tokensvc_connections_refused", "Connections refused, by reason", ["reason"], registry=r
         )
@@ -45,7 +59,14 @@ class BrokerMetrics:
             ["client_id"], registry=r,
         )
         self.sessions_revoked = Counter(
-            "tokensvc_sessions_revoked", "Token sessions closed because the token went away", registry=r
+            "tokensvc_sessions_revoked",
+            "Token sessions closed because their token was removed or passed its expiry",
+            registry=r,
+        )
+        self.sessions_expired = Counter(
+            "tokensvc_sessions_expired",
+            "Connections closed for a request after the session lifetime without re-authentication",
+            registry=r,
         )
         self.sweep_removed = Counter(
             "tokensvc_expiry_swept_tokens", "Tokens removed by the expiry sweep", registry=r
@@ -67,6 +88,9 @@ class BrokerMetrics:
 
     def login(self, mechanism: str | None, result: str, kind: str) -> None:
         self.logins.labels(mechanism or "", result, kind).inc()
+
+    def reauthentication(self, mechanism: str | None, result: str) -> None:
+        self.reauthentications.labels(mechanism or "", result).inc()
 
     def token_request(self, action: str, error: Errors) -> None:
         self.token_requests.labels(action, Errors(error).name).inc()

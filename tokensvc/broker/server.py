@@ -3,7 +3,9 @@
 Owns: one asyncio server per listener, TLS contexts from PEM files, the frame
 loop of each connection (size prefix checked before anything is allocated,
 requests answered strictly in order), idle and stalled-frame timeouts,
-``max.connections.per.ip``, and closing connections that break the protocol.
+``max.connections.per.ip``, closing connections that break the protocol, and
+KIP-368 enforcement: a request other than SaslHandshake after the session's
+lifetime (``Session.expires_at_ms``) closes the connection.
 A client can make its own connection fail; it can never make the broker
 crash or stall other connections: every per-connection error ends in a close.
 """
@@ -18,6 +20,7 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from tokensvc.broker.context import RequestContext
+from tokensvc.broker.decoding import decode_client_request
 from tokensvc.broker.handlers import sasl
 from tokensvc.broker.handlers.cluster import api_versions_body
 from tokensvc.broker.session import IllegalSaslState, Session, State
@@ -29,7 +32,6 @@ from tokensvc.protocol import (
     ProtocolError,
     RequestHeader,
     UnsupportedVersionError,
-    decode_request,
     encode_response,
     frame,
 )
@@ -130,8 +132,8 @@ class BrokerServer:
         for server in self._servers.values():
             try:
                 await asyncio.wait_for(server.wait_closed(), 5)
-            except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - best effort on shutdown
-                pass
+            except Exception as exc:  # noqa: BLE001 - best effort on shutdown
+                log.debug("listener did not close cleanly: %s", exc)
         self._servers.clear()
 
     # -- one connection ---------------------------------------------------
@@ -166,7 +168,7 @@ class BrokerServer:
                 timeout = stalled if decoder.buffered else idle
                 try:
                     data = await asyncio.wait_for(reader.read(READ_CHUNK), timeout)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     conn.closed_reason = "stalled frame" if decoder.buffered else "idle"
                     break
                 if not data:
@@ -186,7 +188,7 @@ class BrokerServer:
             log.debug("connection %s:%d ended: %s", host, port, exc)
         except asyncio.CancelledError:
             pass
-        except Exception:  # noqa: BLE001 - a client must never crash the broker
+        except Exception:
             log.exception("unexpected error on connection %s:%d; closing it", host, port)
         finally:
             self.broker.sessions.detach(conn)
@@ -208,7 +210,7 @@ class BrokerServer:
                 return None
             return challenge
         try:
-            header, body = decode_request(payload)
+            header, body = decode_client_request(payload)
         except UnsupportedVersionError as exc:
             if exc.header is not None and exc.header.api_key == 18:
                 # Kafka answers an unknown ApiVersions version with a v0 response
@@ -216,13 +218,17 @@ class BrokerServer:
                 h = RequestHeader(18, 0, exc.header.correlation_id, exc.header.client_id)
                 return encode_response(h, api_versions_body(Errors.UNSUPPORTED_VERSION))
             raise
-        if session.state is State.AUTHENTICATED and session.expired(broker.clock.now_ms()):
-            if header.api_key != 17:
-                log.info("closing %s: session lifetime over without re-authentication",
-                         session.client_host)
-                broker.on_session_expired(session)
-                session.close()
-                return None
+        if (
+            session.state is State.AUTHENTICATED
+            and header.api_key != 17
+            and session.expired(broker.clock.now_ms())
+        ):
+            log.info("closing %s: session lifetime over without re-authentication",
+                     session.client_host)
+            broker.metrics.sessions_expired.inc()
+            broker.on_session_expired(session)
+            session.close()
+            return None
         if not session.allowed(header.api_key):
             log.info(
                 "closing %s:%d: api %d not allowed in state %s",

@@ -59,6 +59,18 @@ _TRANSITIONS: dict[tuple[State, str], State] = {
 }
 
 
+def session_deadline(token_deadline_ms: int | None, authenticated_at_ms: int, reauth_ms: int) -> int:
+    """Absolute ms after which a session needs re-authentication (0 = never).
+
+    KIP-368: the credential's expiry (a token's min(expiry, max)), capped by
+    ``connections.max.reauth.ms`` after the authentication when that is set.
+    """
+    capped = authenticated_at_ms + reauth_ms if reauth_ms > 0 else 0
+    if token_deadline_ms is None:
+        return capped
+    return min(token_deadline_ms, capped) if capped else token_deadline_ms
+
+
 class IllegalSaslState(Exception):
     """The client sent something its connection state does not allow."""
 
@@ -115,6 +127,19 @@ class Session:
     def expired(self, now_ms: int) -> bool:
         return self.expires_at_ms > 0 and now_ms >= self.expires_at_ms
 
+    def reauth_mechanism_allowed(self, mechanism: str) -> bool:
+        """A re-authentication must use the mechanism of the first login (as Kafka)."""
+        return self.state is not State.AUTHENTICATED or self.mechanism in (None, mechanism)
+
+    def follow_token(self, token_deadline_ms: int, reauth_ms: int) -> None:
+        """The session's token changed its deadline (renewed, or expired with a period).
+
+        The lifetime becomes the token's new deadline, still capped by
+        ``connections.max.reauth.ms`` counted from the last (re-)authentication:
+        a renewal extends it, an expiry moved closer shrinks it.
+        """
+        self.expires_at_ms = session_deadline(token_deadline_ms, self.authenticated_at_ms, reauth_ms)
+
     def _move(self, event: str) -> None:
         try:
             self.state = _TRANSITIONS[(self.state, event)]
@@ -139,10 +164,13 @@ class Session:
         expires_at_ms: int,
         now_ms: int = 0,
     ) -> None:
-        if self.state is State.REAUTHENTICATING and self.principal is not None:
-            if principal.without_token_flag() != self.principal.without_token_flag():
-                self.state = State.CLOSED
-                raise IllegalSaslState("re-authentication must be for the same principal")
+        if (
+            self.state is State.REAUTHENTICATING
+            and self.principal is not None
+            and principal.without_token_flag() != self.principal.without_token_flag()
+        ):
+            self.state = State.CLOSED
+            raise IllegalSaslState("re-authentication must be for the same principal")
         self._move("sasl_success")
         self.principal = principal
         self.mechanism = mechanism

@@ -6,6 +6,16 @@ failed-authentication delay, and the authentication audit events. Every SCRAM
 failure reaches the client as SASL_AUTHENTICATION_FAILED with one message that
 does not say whether the user or token exists; the reason class goes to the
 audit log only.
+
+Re-authentication (KIP-368) is a new SaslHandshake (v1+) and SaslAuthenticate
+on an authenticated connection. As in Kafka it must keep the mechanism of the
+first login (else UNSUPPORTED_SASL_MECHANISM and the connection closes) and
+end with the same principal (else SASL_AUTHENTICATION_FAILED, "Cannot change
+principals during re-authentication", and the connection closes). Both
+refusals are audited as failed authentications; a successful one as a
+``session`` event ``reauthenticated``. After every successful login the
+session is bound to its token in the :class:`SessionRegistry`, which then
+applies the token's renewals, expiries and removal to it.
 """
 
 from __future__ import annotations
@@ -25,6 +35,10 @@ if TYPE_CHECKING:
     from tokensvc.broker.session import Session
 
 
+class ReauthenticationRefused(IllegalSaslState):
+    """A re-authentication proved a different principal; answered as an auth failure."""
+
+
 def failure_message(mechanism: str | None) -> str:
     return (
         "Authentication failed during authentication due to invalid credentials "
@@ -40,6 +54,9 @@ async def handle_handshake(broker: Broker, ctx: RequestContext, body: dict) -> d
         return {"ErrorCode": int(Errors.ILLEGAL_SASL_STATE), "Mechanisms": enabled}
     if mechanism not in enabled:
         session.close()
+        return {"ErrorCode": int(Errors.UNSUPPORTED_SASL_MECHANISM), "Mechanisms": enabled}
+    if not session.reauth_mechanism_allowed(mechanism):
+        _refuse_reauth(broker, session, mechanism, "mechanism_changed")
         return {"ErrorCode": int(Errors.UNSUPPORTED_SASL_MECHANISM), "Mechanisms": enabled}
     try:
         session.on_handshake(ctx.api_version)
@@ -59,7 +76,8 @@ async def handle_handshake(broker: Broker, ctx: RequestContext, body: dict) -> d
 async def evaluate(broker: Broker, session: Session, auth_bytes: bytes) -> tuple[bytes, int]:
     """Run one SCRAM step. Returns (challenge, session lifetime ms).
 
-    Raises ScramAuthenticationError (after the configured delay) or IllegalSaslState.
+    Raises ScramAuthenticationError (after the configured delay), ReauthenticationRefused
+    or IllegalSaslState.
     """
     server = session.sasl
     if not isinstance(server, ScramServer):
@@ -70,6 +88,8 @@ async def evaluate(broker: Broker, session: Session, auth_bytes: bytes) -> tuple
     except ScramAuthenticationError as exc:
         session.close()
         broker.metrics.login(session.mechanism, "failure", _kind(server))
+        if session.authenticated_once:
+            broker.metrics.reauthentication(session.mechanism, "failure")
         broker.audit.emit(
             "authentication",
             outcome="failure",
@@ -93,15 +113,24 @@ async def evaluate(broker: Broker, session: Session, auth_bytes: bytes) -> tuple
     lifetime = broker.session_lifetime_ms(server)
     now = broker.clock.now_ms()
     reauth = session.authenticated_once
-    session.on_sasl_success(
-        server.principal,
-        session.mechanism or "",
-        server.token_id,
-        now + lifetime if lifetime > 0 else 0,
-        now,
-    )
+    previous = session.principal
+    try:
+        session.on_sasl_success(
+            server.principal,
+            session.mechanism or "",
+            server.token_id,
+            now + lifetime if lifetime > 0 else 0,
+            now,
+        )
+    except IllegalSaslState:
+        _refuse_reauth(broker, session, session.mechanism, "principal_changed", server)
+        raise ReauthenticationRefused(
+            f"Cannot change principals during re-authentication from {previous}: "
+            f"{server.principal}"
+        ) from None
     broker.metrics.login(session.mechanism, "success", _kind(server))
-    broker.sessions.bind(session)
+    if reauth:
+        broker.metrics.reauthentication(session.mechanism, "success")
     broker.audit.emit(
         "session" if reauth else "authentication",
         **(
@@ -128,11 +157,43 @@ async def evaluate(broker: Broker, session: Session, auth_bytes: bytes) -> tuple
             }
         ),
     )
+    broker.sessions.bind(session)
+    if server.token_id is not None:
+        # Read the cache after binding: a removal racing with this login is then
+        # seen either here or by the registry (see SessionRegistry.follow).
+        broker.sessions.follow(session, broker.cache.info(server.token_id))
     return challenge, lifetime
 
 
 def _kind(server: ScramServer) -> str:
     return "token" if server.token_requested else "user"
+
+
+def _refuse_reauth(
+    broker: Broker,
+    session: Session,
+    mechanism: str | None,
+    reason: str,
+    server: ScramServer | None = None,
+) -> None:
+    """A re-authentication that changes mechanism or principal: audit, count, close."""
+    kind = _kind(server) if server is not None else ("token" if session.token_id else "user")
+    broker.metrics.login(mechanism, "failure", kind)
+    broker.metrics.reauthentication(mechanism, "failure")
+    broker.audit.emit(
+        "authentication",
+        outcome="failure",
+        mechanism=mechanism,
+        kind=kind,
+        username=server.username if server is not None else None,
+        token_id=server.token_id if server is not None else session.token_id,
+        principal=str(session.principal),
+        client_host=session.client_host,
+        client_port=session.client_port,
+        listener=session.listener,
+        reason=reason,
+    )
+    session.close()
 
 
 async def handle_authenticate(broker: Broker, ctx: RequestContext, body: dict) -> dict:
@@ -144,6 +205,13 @@ async def handle_authenticate(broker: Broker, ctx: RequestContext, body: dict) -
         return {
             "ErrorCode": int(Errors.SASL_AUTHENTICATION_FAILED),
             "ErrorMessage": failure_message(session.mechanism),
+            "AuthBytes": b"",
+            "SessionLifetimeMs": 0,
+        }
+    except ReauthenticationRefused as exc:
+        return {
+            "ErrorCode": int(Errors.SASL_AUTHENTICATION_FAILED),
+            "ErrorMessage": str(exc),
             "AuthBytes": b"",
             "SessionLifetimeMs": 0,
         }

@@ -37,7 +37,8 @@ async def handle_describe(broker: Broker, ctx: RequestContext, body: dict) -> di
         return _describe_error(ctx.api_version, Errors.CLUSTER_AUTHORIZATION_FAILED)
     requested = body.get("Users")
     all_users = broker.users.users()
-    if requested is None:
+    # As in Kafka, a null or empty list describes every user (librdkafka sends empty).
+    if not requested:
         names = sorted(all_users)
         counts: Counter = Counter()
     else:

@@ -1,0 +1,104 @@
+"""``python -m bench [--quick] [--only B1,B4]``: run the benchmark suite (``./dev bench``).
+
+Runs each benchmark with its reference in the same run, prints one table and
+writes ``bench/results/<timestamp>.json`` and ``bench/results/latest.json``.
+``--quick`` runs every benchmark at a small size (CI smoke: it checks the suite
+works, not its speed). If ``bench/authz_bench.py`` is present its authorizer
+throughput is added as an extra line. The exit status is 0 when every benchmark
+ran (missed targets included) and 1 when one failed with an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.suite import RESULTS_DIR, BenchContext, Outcome, now_utc, table, timed, write_results
+
+BENCHMARKS = (
+    "bench.b1_logins",
+    "bench.b2_forwarded_creates",
+    "bench.b3_propagation",
+    "bench.b4_cold_start",
+    "bench.b5_expiry_sweep",
+    "bench.b7_cache_memory",
+    "bench.b6_audit_report",  # last: the heaviest, and it needs no broker
+)
+AUTHZ_ID = "authz"
+
+
+def _authz_outcome(ctx: BenchContext) -> Outcome:
+    module = importlib.import_module("bench.authz_bench")
+    acls, decisions = (2_000, 20_000) if ctx.quick else (10_000, 200_000)
+    result = module.run(acls, decisions, 1)
+    return Outcome(
+        AUTHZ_ID,
+        f"authorizer decisions/s with {result['acls']:,} ACLs (extra)",
+        measured=float(result["decisions_per_second"]),
+        unit="decisions/s",
+        details=result,
+    )
+
+
+def plan(only: set[str] | None) -> list[tuple[str, str, Callable[[BenchContext], Outcome]]]:
+    """(id, title, run) of every benchmark selected, in suite order."""
+    selected = []
+    for name in BENCHMARKS:
+        module = importlib.import_module(name)
+        if only is None or module.ID in only:
+            selected.append((module.ID, module.TITLE, module.run))
+    if importlib.util.find_spec("bench.authz_bench") is not None and (
+        only is None or AUTHZ_ID in only
+    ):
+        selected.append((AUTHZ_ID, "authorizer decisions/s (extra)", _authz_outcome))
+    return selected
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (CI smoke test)")
+    parser.add_argument("--only", default=None,
+                        help="comma-separated ids to run, e.g. B1,B4 (also: authz)")
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR,
+                        help=f"where the JSON goes (default {RESULTS_DIR})")
+    parser.add_argument("--verbose", action="store_true", help="log what the suite starts")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(message)s")
+    only = None
+    if args.only:
+        only = {part.strip() for part in args.only.split(",") if part.strip()}
+        known = {importlib.import_module(n).ID for n in BENCHMARKS} | {AUTHZ_ID}
+        unknown = sorted(only - known)
+        if unknown:
+            parser.error(f"unknown benchmark id(s): {', '.join(unknown)}")
+
+    started = now_utc()
+    clock = time.monotonic()
+    ctx = BenchContext(args.quick)
+    outcomes: list[Outcome] = []
+    try:
+        for bench_id, title, run in plan(only):
+            print(f"[{bench_id}] {title} ...", file=sys.stderr, flush=True)
+            outcome = timed(lambda run=run: run(ctx), bench_id, title)
+            outcomes.append(outcome)
+            status = outcome.error or ("met" if outcome.met else "missed" if outcome.met is False
+                                       else "done")
+            print(f"[{bench_id}] {status} in {outcome.seconds:.1f}s", file=sys.stderr, flush=True)
+    finally:
+        ctx.close()
+    path = write_results(outcomes, quick=args.quick, started=started,
+                         seconds=time.monotonic() - clock, directory=args.results_dir)
+    print(table(outcomes))
+    print(f"\nresults: {path} (and latest.json)")
+    return 1 if any(o.error for o in outcomes) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,184 @@
+"""Set-ups the benchmarks share: local clusters of real broker processes, preloaded tokens.
+
+Owns how the suite starts brokers (``tokensvc.cluster.LocalCluster``: one process
+per broker, a managed ZooKeeper, the suite's master key, and the overrides every
+bench broker gets), how it makes token details in bulk, and the two shared
+set-ups of :class:`bench.suite.BenchContext`: ``cluster3`` (3 brokers, used by
+B1-B3) and ``preloaded`` (a ZooKeeper holding ``sizes.tokens`` tokens, used by
+B4 and B5). Everything started here is stopped when the suite closes.
+
+It must not measure anything: benchmarks time their own work.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bench import zkraw
+from bench.suite import BenchContext
+from tokensvc.cluster import LocalCluster
+from tokensvc.core.keys import key_id, token_hmac
+from tokensvc.core.principal import KafkaPrincipal
+from tokensvc.core.token import TokenInformation
+from zk.server import ManagedZooKeeper
+
+DAY_MS = 86_400_000
+OWNER = KafkaPrincipal.user("bench-owner")
+
+# Every bench broker: the suite's master key, and no delay after a failed login.
+# Kafka's connection.failed.authentication.delay.ms (100 ms here by default) slows
+# down password guessing; B3 and B4 poll a token login until it first succeeds, and
+# the delay would round every sample up to the next 100 ms.
+def broker_overrides(ctx: BenchContext, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    overrides = {
+        "delegation.token.secret.key": ctx.master_key,
+        "connection.failed.authentication.delay.ms": "0",
+    }
+    overrides.update(extra or {})
+    return overrides
+
+
+@dataclass
+class ClusterHandle:
+    """A running local cluster and what benchmarks need to reach it."""
+
+    cluster: LocalCluster
+    zk_connect: str
+    admin_user: str
+    admin_password: str
+
+    def address(self, broker_id: int) -> str:
+        return self.cluster.broker_info(broker_id)["listeners"]["SASL_PLAINTEXT"]
+
+    def controller(self, timeout: float = 30.0) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = zkraw.controller_id(self.zk_connect)
+            if found is not None:
+                return found
+            time.sleep(0.1)
+        raise RuntimeError("no controller elected")
+
+    def roles(self) -> tuple[int, list[int]]:
+        """(controller id, the other broker ids in order)."""
+        controller = self.controller()
+        return controller, [b for b in self.cluster.broker_ids() if b != controller]
+
+
+def start_cluster(
+    ctx: BenchContext,
+    stack: contextlib.ExitStack,
+    name: str,
+    brokers: int,
+    *,
+    zookeeper: str | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> ClusterHandle:
+    """Start ``brokers`` broker processes (and a managed ZooKeeper unless ``zookeeper``);
+    stopped when ``stack`` closes."""
+    cluster = LocalCluster.up(
+        ctx.directory(name),
+        brokers=brokers,
+        zookeeper=zookeeper,
+        overrides=broker_overrides(ctx, extra),
+        die_with_parent=True,
+    )
+    stack.callback(cluster.down)
+    admin = cluster.info["admin"]
+    return ClusterHandle(cluster, cluster.info["zookeeper"]["connect"], admin["username"],
+                         admin["password"])
+
+
+def cluster3(ctx: BenchContext) -> ClusterHandle:
+    """The shared 3-broker cluster (B1-B3)."""
+    return ctx.shared("cluster3", lambda stack: start_cluster(ctx, stack, "cluster3", 3))
+
+
+def new_token_id() -> str:
+    """16 random bytes, URL-safe base64 without padding: Kafka's token id."""
+    return secrets.token_urlsafe(16)
+
+
+def make_tokens(
+    ctx: BenchContext, count: int, *, now_ms: int | None = None, expiry_ms: int | None = None
+) -> list[TokenInformation]:
+    """``count`` tokens of :data:`OWNER` under the suite's master key, valid for a day
+    unless ``expiry_ms`` is given."""
+    now = now_ms if now_ms is not None else int(time.time() * 1000)
+    kid = key_id(ctx.master_key)
+    expiry = expiry_ms if expiry_ms is not None else now + DAY_MS
+    return [
+        TokenInformation(new_token_id(), OWNER, OWNER, (), now, expiry, now + 7 * DAY_MS, kid)
+        for _ in range(count)
+    ]
+
+
+def token_password(ctx: BenchContext, token_id: str) -> str:
+    """The SCRAM password of a token: standard base64 of its HMAC (what the owner got)."""
+    import base64
+
+    return base64.b64encode(token_hmac(ctx.master_key, token_id)).decode("ascii")
+
+
+@dataclass
+class Preloaded:
+    """A ZooKeeper chroot holding ``tokens`` and the managed server behind it."""
+
+    server: ManagedZooKeeper
+    tokens: list[TokenInformation]
+    load_seconds: float
+
+    @property
+    def connect(self) -> str:
+        """The connect string of the chroot with the tokens (one cluster at a time uses it)."""
+        return f"{self.server.connect}/preloaded"
+
+
+def preloaded(ctx: BenchContext) -> Preloaded:
+    """The shared ZooKeeper with ``sizes.tokens`` tokens in ``/preloaded`` (B4, B5)."""
+
+    def start(stack: contextlib.ExitStack) -> Preloaded:
+        server = ManagedZooKeeper(ctx.directory("preloaded-zk"), die_with_parent=True)
+        server.start()
+        stack.callback(server.stop)
+        tokens = make_tokens(ctx, ctx.sizes.tokens)
+        started = time.monotonic()
+        zkraw.write_tokens(f"{server.connect}/preloaded", tokens)
+        return Preloaded(server, tokens, time.monotonic() - started)
+
+    return ctx.shared("preloaded", start)
+
+
+@contextlib.contextmanager
+def cluster_on(
+    ctx: BenchContext, name: str, zookeeper: str, brokers: int = 1,
+    extra: Mapping[str, str] | None = None,
+) -> Iterator[ClusterHandle]:
+    """A cluster on an existing ZooKeeper, stopped when the block ends."""
+    with contextlib.ExitStack() as stack:
+        yield start_cluster(ctx, stack, name, brokers, zookeeper=zookeeper, extra=extra)
+
+
+def summary(values: list[float]) -> dict[str, Any]:
+    """count, mean, p50, p90, p99 and max of ``values`` (seconds in, milliseconds out)."""
+    if not values:
+        return {"count": 0}
+    ordered = sorted(values)
+
+    def pct(p: float) -> float:
+        index = min(len(ordered) - 1, max(0, int(round(p / 100 * len(ordered) + 0.5)) - 1))
+        return round(ordered[index] * 1000, 3)
+
+    return {
+        "count": len(ordered),
+        "mean_ms": round(sum(ordered) / len(ordered) * 1000, 3),
+        "p50_ms": pct(50),
+        "p90_ms": pct(90),
+        "p99_ms": pct(99),
+        "max_ms": round(ordered[-1] * 1000, 3),
+    }

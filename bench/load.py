@@ -1,0 +1,88 @@
+"""Load generation in separate processes, so the broker under test and the clients
+never share an interpreter (or its GIL) with the suite.
+
+Owns starting N spawn-context worker processes that run one coroutine function
+each, all measuring the same wall-clock window (``start_at`` .. ``start_at +
+seconds``, after a warm-up), and adding up what they report. Workers import
+their function by module path, so anything under ``bench`` can be a workload.
+
+It must not interpret results beyond adding counts and pooling latencies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import multiprocessing
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+SPAWN_ALLOWANCE_S = 3.0
+
+
+@dataclass
+class Window:
+    """The measured wall-clock window every worker shares (``time.time()`` seconds)."""
+
+    start: float
+    end: float
+
+    def holds(self, t: float) -> bool:
+        return self.start <= t < self.end
+
+
+@dataclass
+class WorkerReport:
+    """What one worker saw inside the window."""
+
+    done: int = 0
+    errors: int = 0
+    latencies: list[float] = field(default_factory=list)
+    error_samples: list[str] = field(default_factory=list)
+
+    def merge(self, other: WorkerReport) -> None:
+        self.done += other.done
+        self.errors += other.errors
+        self.latencies.extend(other.latencies)
+        self.error_samples.extend(other.error_samples[: max(0, 5 - len(self.error_samples))])
+
+
+Workload = Callable[[Window, dict[str, Any]], Awaitable[WorkerReport]]
+
+
+def _run_worker(target: str, window: Window, params: dict[str, Any]) -> WorkerReport:
+    module, _, name = target.partition(":")
+    workload: Workload = getattr(importlib.import_module(module), name)
+    return asyncio.run(workload(window, params))
+
+
+def run_processes(
+    target: str,
+    params: dict[str, Any],
+    *,
+    processes: int,
+    warmup_s: float,
+    seconds: float,
+) -> tuple[WorkerReport, float]:
+    """Run ``target`` (``"module:function"``) in ``processes`` fresh processes; the pooled
+    report and the window's length in seconds."""
+    start = time.time() + SPAWN_ALLOWANCE_S + warmup_s
+    window = Window(start, start + seconds)
+    context = multiprocessing.get_context("spawn")
+    total = WorkerReport()
+    with ProcessPoolExecutor(processes, mp_context=context) as pool:
+        futures = [pool.submit(_run_worker, target, window, dict(params, worker=n))
+                   for n in range(processes)]
+        for future in futures:
+            total.merge(future.result(timeout=seconds + warmup_s + 120))
+    return total, seconds
+
+
+async def until(t: float) -> None:
+    """Sleep until wall-clock time ``t``."""
+    delay = t - time.time()
+    if delay > 0:
+        await asyncio.sleep(delay)

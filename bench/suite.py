@@ -1,0 +1,258 @@
+"""The benchmark suite's frame: what a result is, the shared run context, the report.
+
+Owns :class:`Outcome` (one benchmark's figure, its reference from the same run,
+the ratio and the targets), :class:`BenchContext` (sizes for full or quick mode,
+a scratch directory, and the expensive shared set-ups -- a 3-broker local
+cluster, a ZooKeeper preloaded with tokens -- started on first use and torn
+down at the end), the table printed to the terminal and the JSON written to
+``bench/results/``.
+
+It must not decide speed targets itself: each benchmark module states its own
+targets and says whether they are met; this module only renders them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+@dataclass
+class Target:
+    """One acceptance target, e.g. ``>= 2,000 logins/s``; ``met`` is None when unmeasured."""
+
+    text: str
+    met: bool | None
+
+
+@dataclass
+class Outcome:
+    """One benchmark's result: the figure next to its reference, and the ratio.
+
+    ``ratio`` is ``measured / reference`` unless ``ratio_label`` says otherwise
+    (B4 reports how many times faster than the eager reference).
+    """
+
+    id: str
+    title: str
+    measured: float | None = None
+    unit: str = ""
+    reference: float | None = None
+    reference_unit: str = ""
+    reference_label: str = ""
+    ratio: float | None = None
+    ratio_label: str = "measured / reference"
+    targets: list[Target] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    error: str | None = None
+
+    @property
+    def met(self) -> bool | None:
+        """True when every target is met, False when one is missed, None without targets."""
+        verdicts = [t.met for t in self.targets]
+        if self.error is not None or any(v is False for v in verdicts):
+            return False if verdicts or self.error else None
+        if not verdicts or any(v is None for v in verdicts):
+            return None
+        return True
+
+
+def ratio(measured: float | None, reference: float | None) -> float | None:
+    if measured is None or not reference:
+        return None
+    return measured / reference
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Every size knob of the suite, for full and quick mode."""
+
+    b1_seconds: float
+    b1_processes: int
+    b1_concurrency: int
+    b2_seconds: float
+    b2_concurrency: int
+    b3_samples: int
+    tokens: int
+    b4_eager_sample: int
+    b5_due_fraction: float
+    b5_window_s: float
+    b6_events: tuple[int, int]
+    b7_tokens: int
+
+    @classmethod
+    def for_mode(cls, quick: bool) -> Sizes:
+        if quick:
+            return cls(
+                b1_seconds=2.0, b1_processes=1, b1_concurrency=16,
+                b2_seconds=2.0, b2_concurrency=16,
+                b3_samples=15,
+                tokens=5_000, b4_eager_sample=100,
+                b5_due_fraction=0.01, b5_window_s=3.0,
+                b6_events=(10_000, 40_000),
+                b7_tokens=10_000,
+            )
+        return cls(
+            b1_seconds=10.0, b1_processes=1, b1_concurrency=64,
+            b2_seconds=10.0, b2_concurrency=32,
+            b3_samples=200,
+            tokens=100_000, b4_eager_sample=2_000,
+            b5_due_fraction=0.01, b5_window_s=8.0,
+            b6_events=(1_000_000, 10_000_000),
+            b7_tokens=100_000,
+        )
+
+
+class BenchContext:
+    """Sizes, a scratch directory and lazily started shared set-ups for one suite run.
+
+    ``master_key`` is generated per run and handed to every broker the suite
+    starts, so benchmarks can compute token HMACs (as a client that was given
+    them would know them). It is never written into results.
+    """
+
+    def __init__(self, quick: bool, workdir: Path | None = None) -> None:
+        self.quick = quick
+        self.sizes = Sizes.for_mode(quick)
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="tokensvc-bench-"))
+        self.master_key = secrets.token_urlsafe(32)
+        self._stack = contextlib.ExitStack()
+        self._shared: dict[str, Any] = {}
+
+    def directory(self, name: str) -> Path:
+        path = self.workdir / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def shared(self, name: str, start: Callable[[contextlib.ExitStack], Any]) -> Any:
+        """The set-up called ``name``, started by ``start(stack)`` on first use; whatever
+        ``start`` registers on the stack is undone when the suite closes."""
+        if name not in self._shared:
+            self._shared[name] = start(self._stack)
+        return self._shared[name]
+
+    def release(self, name: str) -> None:
+        """Forget a shared set-up (its clean-up still runs at close)."""
+        self._shared.pop(name, None)
+
+    def close(self) -> None:
+        try:
+            self._stack.close()
+        finally:
+            if self._own_workdir:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+# -- report -----------------------------------------------------------------------------
+
+
+def _number(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "-"
+    if abs(value) >= 100:
+        text = f"{value:,.0f}"
+    elif abs(value) >= 10:
+        text = f"{value:.1f}"
+    else:
+        text = f"{value:.3g}"
+    return f"{text} {unit}".rstrip()
+
+
+def _verdict(outcome: Outcome) -> str:
+    if outcome.error is not None:
+        return "ERROR"
+    return {True: "met", False: "MISSED", None: "-"}[outcome.met]
+
+
+def table(outcomes: list[Outcome]) -> str:
+    """The results as a Markdown table (readable in a terminal, pasteable into docs)."""
+    rows = [("id", "what", "measured", "reference (same run)", "ratio", "target", "verdict")]
+    for o in outcomes:
+        reference = _number(o.reference, o.reference_unit)
+        if o.reference_label and o.reference is not None:
+            reference = f"{reference} ({o.reference_label})"
+        ratio_text = "-" if o.ratio is None else f"{o.ratio:.2f} ({o.ratio_label})"
+        targets = "; ".join(
+            f"{t.text} {'ok' if t.met else 'MISS' if t.met is False else '?'}" for t in o.targets
+        )
+        rows.append((
+            o.id,
+            o.title,
+            _number(o.measured, o.unit) if o.error is None else f"error: {o.error}"[:60],
+            reference,
+            ratio_text,
+            targets or "-",
+            _verdict(o),
+        ))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = []
+    for n, row in enumerate(rows):
+        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
+        if n == 0:
+            lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+    }
+
+
+def write_results(
+    outcomes: list[Outcome],
+    *,
+    quick: bool,
+    started: datetime,
+    seconds: float,
+    directory: Path = RESULTS_DIR,
+) -> Path:
+    """Write ``<timestamp>.json`` and ``latest.json`` under ``directory``; the first path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    document = {
+        "started": started.isoformat(timespec="seconds"),
+        "quick": quick,
+        "seconds": round(seconds, 1),
+        "machine": machine(),
+        "results": [dict(asdict(o), met=o.met) for o in outcomes],
+    }
+    text = json.dumps(document, indent=2, default=str) + "\n"
+    stamp = started.strftime("%Y%m%dT%H%M%SZ") + ("-quick" if quick else "")
+    path = directory / f"{stamp}.json"
+    path.write_text(text, encoding="utf-8")
+    (directory / "latest.json").write_text(text, encoding="utf-8")
+    return path
+
+
+def now_utc() -> datetime:
+    return datetime.now(UTC)
+
+
+def timed(fn: Callable[[], Outcome], bench_id: str, title: str) -> Outcome:
+    """Run one benchmark; an exception becomes an outcome with ``error`` set."""
+    started = time.monotonic()
+    try:
+        outcome = fn()
+    except Exception as exc:  # noqa: BLE001 - one failing benchmark must not stop the suite
+        outcome = Outcome(bench_id, title, error=f"{exc.__class__.__name__}: {exc}")
+    outcome.seconds = round(time.monotonic() - started, 1)
+    return outcome

@@ -1,0 +1,188 @@
+"""Raw ZooKeeper work for the benchmarks: fast set-up writes and the kazoo-only references.
+
+Owns everything the suite does on ZooKeeper without a broker: loading many token
+znodes quickly (pipelined async creates: set-up, not measured), rewriting tokens
+with their change notifications, reading the controller id, and the two
+references measured "with kazoo alone": B2's raw write rate (the same
+transaction the controller commits, at the same concurrency) and B3's watch
+latency. Clients come from :func:`zk.client.open_client`, so like the rest of
+the project this module does not import kazoo; it only calls the client's
+methods.
+
+It must not be used by the service, and writes only the znode layout of
+:mod:`zk.layout` (tokens the brokers will read as theirs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from tokensvc.core.token import TokenInformation
+from zk import layout
+from zk.client import ZkSettings, open_client
+from zk.token_store import TokenStore
+
+PIPELINE_WINDOW = 4_000
+
+
+@contextlib.contextmanager
+def client(connect: str) -> Iterator[Any]:
+    """A started client on ``connect`` (chroot created), stopped on exit."""
+    zk = open_client(ZkSettings(connect))
+    try:
+        yield zk
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def _drain(results: deque, keep: int) -> None:
+    while len(results) > keep:
+        results.popleft().get(timeout=60)
+
+
+def write_tokens(connect: str, infos: Iterable[TokenInformation]) -> int:
+    """Create one znode per token, pipelined, without change notifications (brokers
+    started afterwards load them). Returns how many were written."""
+    written = 0
+    with client(connect) as zk:
+        TokenStore(zk).ensure_paths()
+        results: deque = deque()
+        for info in infos:
+            results.append(zk.create_async(layout.token_path(info.token_id),
+                                           layout.encode_token(info)))
+            written += 1
+            _drain(results, PIPELINE_WINDOW)
+        _drain(results, 0)
+    return written
+
+
+def rewrite_tokens(connect: str, infos: Sequence[TokenInformation]) -> None:
+    """Overwrite existing token znodes, each in one transaction with its change
+    notification (what the controller does on renew), pipelined."""
+    with client(connect) as zk:
+        results: deque = deque()
+        for info in infos:
+            tx = zk.transaction()
+            tx.set_data(layout.token_path(info.token_id), layout.encode_token(info))
+            tx.create(layout.token_change_create_path(),
+                      layout.encode_token_change(info.token_id), sequence=True)
+            results.append(tx.commit_async())
+            _drain(results, PIPELINE_WINDOW)
+        _drain(results, 0)
+        for info in infos[:1]:
+            if zk.exists(layout.token_path(info.token_id)) is None:
+                raise RuntimeError("rewrite_tokens: token znode missing after rewrite")
+
+
+def controller_id(connect: str) -> int | None:
+    """The broker id in ``/controller``, None when there is no controller."""
+    with client(connect) as zk:
+        found = zk.exists(layout.CONTROLLER)
+        if found is None:
+            return None
+        data, _ = zk.get(layout.CONTROLLER)
+        return layout.decode_controller(data)
+
+
+def raw_create_rate(
+    connect: str, infos: Sequence[TokenInformation], concurrency: int, seconds: float
+) -> dict[str, Any]:
+    """Commit ``check(guard) + create(token) + create(token_change)`` transactions with
+    ``concurrency`` in flight on one client for ``seconds``; the rate and latencies.
+
+    The transaction is the controller's create (``TokenStore.create`` with its guard).
+    """
+    with client(connect) as zk:
+        TokenStore(zk).ensure_paths()
+        guard = f"{layout.DELEGATION_TOKEN}/bench_guard"
+        zk.ensure_path(guard)
+        version = zk.exists(guard).version
+        lock = threading.Condition()
+        state = {"in_flight": 0, "done": 0, "failed": 0}
+        latencies: list[float] = []
+        pending = iter(infos)
+        deadline = time.perf_counter() + seconds
+        started = time.perf_counter()
+
+        def submit() -> bool:
+            info = next(pending, None)
+            if info is None or time.perf_counter() >= deadline:
+                return False
+            tx = zk.transaction()
+            tx.check(guard, version)
+            tx.create(layout.token_path(info.token_id), layout.encode_token(info))
+            tx.create(layout.token_change_create_path(),
+                      layout.encode_token_change(info.token_id), sequence=True)
+            sent = time.perf_counter()
+            result = tx.commit_async()
+            result.rawlink(lambda r, sent=sent: completed(r, sent))
+            return True
+
+        def completed(result: Any, sent: float) -> None:
+            elapsed = time.perf_counter() - sent
+            ok = result.successful() and not any(isinstance(r, Exception) for r in result.value)
+            with lock:
+                state["in_flight"] -= 1
+                if ok:
+                    state["done"] += 1
+                    latencies.append(elapsed)
+                else:
+                    state["failed"] += 1
+                lock.notify_all()
+
+        with lock:
+            while time.perf_counter() < deadline:
+                while state["in_flight"] < concurrency:
+                    state["in_flight"] += 1
+                    if not submit():
+                        state["in_flight"] -= 1
+                        break
+                if not lock.wait(timeout=1.0) and state["in_flight"] == 0:
+                    break
+            lock.wait_for(lambda: state["in_flight"] == 0, timeout=30)
+        elapsed = time.perf_counter() - started
+        return {
+            "creates": state["done"],
+            "failed": state["failed"],
+            "seconds": elapsed,
+            "per_second": state["done"] / elapsed,
+            "latencies_s": latencies,
+        }
+
+
+def watch_latencies(connect: str, samples: int, pause_s: float) -> list[float]:
+    """Seconds from a writer's acknowledged create (token + change notification, as the
+    controller commits) until a second session's children watch on the notifications
+    fires -- the floor under any broker's propagation."""
+    latencies: list[float] = []
+    with client(connect) as writer, client(connect) as watcher:
+        TokenStore(writer).ensure_paths()
+        for n in range(samples):
+            fired = threading.Event()
+            fired_at: list[float] = []
+
+            def on_event(_event: Any, fired: threading.Event = fired,
+                         fired_at: list[float] = fired_at) -> None:
+                fired_at.append(time.perf_counter())
+                fired.set()
+
+            watcher.get_children(layout.TOKEN_CHANGES, watch=on_event)
+            token_id = f"watch-probe-{n}-{time.monotonic_ns()}"
+            tx = writer.transaction()
+            tx.create(layout.token_path(token_id), b"{}")
+            tx.create(layout.token_change_create_path(), layout.encode_token_change(token_id),
+                      sequence=True)
+            tx.commit()
+            acked = time.perf_counter()
+            if not fired.wait(10):
+                raise RuntimeError("ZooKeeper watch did not fire within 10 s")
+            latencies.append(max(0.0, fired_at[0] - acked))
+            writer.delete(layout.token_path(token_id))
+            time.sleep(pause_s)
+    return latencies
