@@ -25,6 +25,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Self
 
 # Jars of pyspark/jars/ that QuorumPeerMain needs (prefixes of file names).
 _JAR_PREFIXES = (
@@ -86,7 +87,9 @@ def find_java() -> str:
 
 
 def java_major_version(java: str) -> int:
-    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [java, "-version"], capture_output=True, text=True, timeout=30, check=False
+    )
     text = out.stderr + out.stdout
     for token in text.replace('"', " ").split():
         head = token.split(".")[0]
@@ -231,15 +234,15 @@ class ZooKeeperNode:
             "org.apache.zookeeper.server.quorum.QuorumPeerMain",
             str(cfg),
         ]
-        out = open(self.data_dir / "zookeeper.out", "ab")
-        self.process = subprocess.Popen(
-            cmd,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent if self.die_with_parent else os.setsid,
-        )
-        out.close()
+        with open(self.data_dir / "zookeeper.out", "ab") as out:
+            # preexec_fn runs only prctl/setsid, both async-signal-safe.
+            self.process = subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent if self.die_with_parent else os.setsid,  # noqa: PLW1509
+            )
 
     def serving(self) -> bool:
         try:
@@ -333,7 +336,7 @@ class ManagedZooKeeper(ZooKeeperNode):
             audit=audit,
         )
 
-    def __enter__(self) -> ManagedZooKeeper:
+    def __enter__(self) -> Self:
         self.start()
         return self
 
@@ -386,7 +389,7 @@ class ZooKeeperEnsemble:
         for node in self.nodes:
             node.stop()
 
-    def __enter__(self) -> ZooKeeperEnsemble:
+    def __enter__(self) -> Self:
         self.start()
         return self
 

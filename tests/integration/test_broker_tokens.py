@@ -215,7 +215,7 @@ def _raw(address) -> socket.socket:
 def _closed(s: socket.socket) -> bool:
     try:
         return s.recv(1) == b""
-    except (ConnectionResetError, socket.timeout):
+    except (TimeoutError, ConnectionResetError):
         return True
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from kafka import KafkaAdminClient
+from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.errors import KafkaTimeoutError
 from kafka.net.sasl import get_sasl_mechanism
 
@@ -85,6 +85,20 @@ def test_raw_hmac_bytes_are_accepted_too(cluster: LocalCluster, admin: AdminClie
         assert client.describe_cluster()["cluster_id"]
     finally:
         client.close()
+
+
+def test_consumer_logs_in_with_a_token(cluster: LocalCluster, admin: AdminClient) -> None:
+    token = admin.create_token()
+    consumer = KafkaConsumer(
+        bootstrap_servers=cluster.info["bootstrap_servers"].split(","),
+        security_protocol="SASL_PLAINTEXT",
+        **token_login_config(token.token_id, token.hmac_b64, "SCRAM-SHA-256"),
+    )
+    try:
+        assert consumer.topics() == set()
+        assert consumer.bootstrap_connected()
+    finally:
+        consumer.close()
 
 
 def test_password_logins_still_use_kafka_pythons_own_scram(cluster: LocalCluster) -> None:

@@ -8,9 +8,9 @@ import json
 from click.testing import CliRunner
 
 from cli.tokens_cmd import tokens
+from tokensvc.core.clock import FakeClock
 from tokensvc.core.keys import MasterKeys, token_hmac
 from tokensvc.core.manager import TokenManager
-from tokensvc.core.clock import FakeClock
 from tokensvc.core.principal import KafkaPrincipal
 from zk.client import ZkSettings, open_client
 from zk.token_store import TokenStore

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Self
 
 from tokensvc.broker.channel import BrokerChannel
 
@@ -61,7 +62,7 @@ class WireClient:
             self._thread.join(5)
             self._loop.close()
 
-    def __enter__(self) -> WireClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -308,7 +308,7 @@ class Broker:
             response = await handler.handle(self, ctx, body)
         except KafkaError as exc:
             response = handler.error_body(version, exc.error)
-        except Exception:  # noqa: BLE001 - one failed request must not kill the connection
+        except Exception:
             log.exception("%s failed", handler.name)
             response = handler.error_body(version, Errors.UNKNOWN_SERVER_ERROR)
         return encode_response(ctx.header, response), int(response.get("ErrorCode", 0) or 0)

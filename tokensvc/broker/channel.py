@@ -11,6 +11,7 @@ the caller opens a new one.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import ssl
 
@@ -150,8 +151,6 @@ class BrokerChannel:
         self.closed = True
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                pass
         self._fail(ChannelClosed("channel closed"))

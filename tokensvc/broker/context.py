@@ -47,6 +47,4 @@ class RequestContext:
             return False
         if self.security_protocol == "PLAINTEXT":
             return False
-        if self.security_protocol == "SSL" and self.principal.name == "ANONYMOUS":
-            return False
-        return True
+        return not (self.security_protocol == "SSL" and self.principal.name == "ANONYMOUS")
