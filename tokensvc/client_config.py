@@ -228,8 +228,9 @@ def parse_jaas_config(text: str) -> JaasLoginModule:
 class ClientConfig:
     """How to reach and log in to brokers: what a Kafka client's properties say.
 
-    ``ca_pem`` (PEM text) replaces the system trust store when given; ``cert_chain_pem``
-    and ``private_key_pem`` are the client certificate for two-way TLS.
+    ``ca_pem`` (PEM text) replaces the system trust store when given. The client
+    certificate for two-way TLS is either ``keystore_location`` (a PEM file holding the
+    key and its chain) or the inline ``cert_chain_pem`` and ``private_key_pem``.
     """
 
     security_protocol: str = "PLAINTEXT"
@@ -239,6 +240,7 @@ class ClientConfig:
     token_auth: bool = False
     ca_pem: str | None = field(default=None, repr=False)
     check_hostname: bool = True
+    keystore_location: str | None = None
     cert_chain_pem: str | None = field(default=None, repr=False)
     private_key_pem: str | None = field(default=None, repr=False)
     private_key_password: str | None = field(default=None, repr=False)
@@ -261,29 +263,29 @@ class ClientConfig:
         else:
             ctx = ssl.create_default_context()
         ctx.check_hostname = self.check_hostname
-        if self.cert_chain_pem is not None and self.private_key_pem is not None:
-            _load_client_certificate(
-                ctx, self.cert_chain_pem, self.private_key_pem, self.private_key_password
-            )
+        if self.keystore_location is not None:
+            _load_cert_chain(ctx, self.keystore_location, self.private_key_password)
+        elif self.cert_chain_pem is not None and self.private_key_pem is not None:
+            # ssl loads certificates only from files: inline PEM goes through a private
+            # (0600) temporary file that is removed at once.
+            fd, name = tempfile.mkstemp(prefix="tokensvc-client-", suffix=".pem")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as out:
+                    out.write(self.private_key_pem.strip() + "\n" + self.cert_chain_pem.strip() + "\n")
+                _load_cert_chain(ctx, name, self.private_key_password)
+            finally:
+                os.unlink(name)
         return ctx
 
 
-def _load_client_certificate(
-    ctx: ssl.SSLContext, chain: str, key: str, password: str | None
-) -> None:
-    # ssl only loads certificates from files: write both to a private temporary file.
-    fd, name = tempfile.mkstemp(prefix="tokensvc-client-", suffix=".pem")
+def _load_cert_chain(ctx: ssl.SSLContext, path: str, password: str | None) -> None:
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(key.strip() + "\n" + chain.strip() + "\n")
-        try:
-            ctx.load_cert_chain(name, password=password)
-        except (ssl.SSLError, ValueError) as exc:
-            raise ClientConfigError(
-                f"ssl.keystore: the client certificate or key could not be loaded ({exc.__class__.__name__})"
-            ) from None
-    finally:
-        os.unlink(name)
+        ctx.load_cert_chain(path, password=password)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        raise ClientConfigError(
+            "ssl.keystore: the client certificate or its key could not be loaded "
+            f"({exc.__class__.__name__}; check ssl.key.password)"
+        ) from None
 
 
 def load_client_config(path: str | os.PathLike) -> ClientConfig:
@@ -448,8 +450,7 @@ def _tls(props: Mapping[str, str]) -> dict:
             raise ClientConfigError(
                 "ssl.keystore.location must hold the private key and its certificate chain (PEM)"
             )
-        values["cert_chain_pem"] = "\n".join(chain) + "\n"
-        values["private_key_pem"] = keys[0] + "\n"
+        values["keystore_location"] = location.strip()
     key_password = props.get("ssl.key.password")
     if key_password:
         values["private_key_password"] = key_password

@@ -88,7 +88,7 @@ class TokenAwareScram(SaslMechanism):
                 self._client.verify_server_final(auth_bytes)
         except ScramAuthenticationError as exc:
             raise SaslAuthenticationFailedError(
-                f"delegation token login as {self.token_id} failed: {exc}"
+                f"delegation token login as {self.token_id} failed ({exc.reason})"
             ) from None
         return self.is_done()
 

@@ -303,17 +303,23 @@ def test_renew_with_an_unknown_hmac_is_token_not_found(admin: AdminClient) -> No
 # --- ACLs ----------------------------------------------------------------------------------
 
 
-def test_acls_round_trip_create_describe_delete(admin: AdminClient) -> None:
+@pytest.fixture
+def acl_admin(tls_bootstrap: str, admin_config: ClientConfig) -> Iterator[AdminClient]:
+    with AdminClient(tls_bootstrap, admin_config, timeout_s=5) as client:
+        yield client
+
+
+def test_acls_round_trip_create_describe_delete(acl_admin: AdminClient) -> None:
     binding = AclBinding(
         ResourcePattern(ResourceType.USER, "erin"),
         AccessControlEntry("User:frank", "*", AclOperation.CREATE_TOKENS, AclPermissionType.ALLOW),
     )
-    admin.create_acls([binding])
+    acl_admin.create_acls([binding])
     only_frank = AclBindingFilter.of(principal="User:frank")
-    assert eventually(lambda: _acls(admin, only_frank, [binding])) == [binding]
-    results = admin.delete_acls([AclBindingFilter.exact(binding)])
+    assert eventually(lambda: _acls(acl_admin, only_frank, [binding])) == [binding]
+    results = acl_admin.delete_acls([AclBindingFilter.exact(binding)])
     assert [r.deleted for r in results] == [(binding,)]
-    assert eventually(lambda: _acls(admin, only_frank, [])) == []
+    assert eventually(lambda: _acls(acl_admin, only_frank, [])) == []
 
 
 def _acls(admin: AdminClient, acl_filter: AclBindingFilter, expected: list) -> list:
@@ -322,12 +328,12 @@ def _acls(admin: AdminClient, acl_filter: AclBindingFilter, expected: list) -> l
     return found
 
 
-def test_invalid_acl_is_refused_with_the_binding_named(admin: AdminClient) -> None:
+def test_invalid_acl_is_refused_with_the_binding_named(acl_admin: AdminClient) -> None:
     bad = AclBinding(
         ResourcePattern(ResourceType.CLUSTER, "not-the-cluster"),
         AccessControlEntry("User:frank", "*", AclOperation.ALTER, AclPermissionType.ALLOW),
     )
     with pytest.raises(AdminError) as info:
-        admin.create_acls([bad])
+        acl_admin.create_acls([bad])
     assert info.value.error is Errors.INVALID_REQUEST
     assert "create ACL User:frank ALLOW" in info.value.message

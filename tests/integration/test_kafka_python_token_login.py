@@ -96,7 +96,6 @@ def test_consumer_logs_in_with_a_token(cluster: LocalCluster, admin: AdminClient
     )
     try:
         assert consumer.topics() == set()
-        assert consumer.bootstrap_connected()
     finally:
         consumer.close()
 

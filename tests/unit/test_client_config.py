@@ -305,9 +305,23 @@ def test_pem_keystore_location_loads_the_client_certificate(
         {"security.protocol": "SSL", "ssl.keystore.type": "PEM",
          "ssl.keystore.location": str(certs.client), "ssl.truststore.location": str(certs.ca)}
     )
-    assert config.cert_chain_pem is not None and config.private_key_pem is not None
+    assert config.keystore_location == str(certs.client)
     assert "PRIVATE KEY" not in repr(config)
     assert isinstance(config.ssl_context(), ssl.SSLContext)
+
+
+def test_keystore_that_cannot_be_loaded_is_a_clear_error(
+    certs: devcerts.DevCertificates,
+) -> None:
+    assert certs.client is not None
+    config = client_config_from_properties(
+        {"security.protocol": "SSL", "ssl.keystore.location": str(certs.client),
+         "ssl.key.password": "unused-for-a-plain-key"}
+    )
+    assert isinstance(config.ssl_context(), ssl.SSLContext)
+    broken = ClientConfig(security_protocol="SSL", keystore_location=str(certs.ca))
+    with pytest.raises(ClientConfigError, match="could not be loaded"):
+        broken.ssl_context()
 
 
 def test_inline_keystore_needs_both_chain_and_key(certs: devcerts.DevCertificates) -> None:

@@ -285,7 +285,7 @@ class BrokerConnection:
             raise AdminError(
                 Errors.SASL_AUTHENTICATION_FAILED,
                 f"authentication as {who} at {self.address} failed: the broker's SCRAM answer "
-                f"did not verify ({exc})",
+                f"did not verify ({exc.reason})",
             ) from None
         lifetime = final.get("SessionLifetimeMs") or 0
         if lifetime > 0:

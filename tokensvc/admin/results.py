@@ -34,7 +34,14 @@ class AdminError(KafkaError):
     """A request failed with a Kafka error; ``message`` is one line a person can act on."""
 
     def __init__(self, error: Errors | int, message: str | None = None) -> None:
-        super().__init__(Errors(error), message or describe(error))
+        try:
+            known = Errors(error)
+        except ValueError:
+            known = Errors.UNKNOWN_SERVER_ERROR
+            message = message or describe(error)
+            if str(error) not in message:
+                message += f" (error code {error})"
+        super().__init__(known, message or describe(known))
 
 
 class BrokerUnreachableError(AdminError):
@@ -52,16 +59,12 @@ def raise_for(code: int, message: str | None = None, context: str | None = None)
     """
     if code == Errors.NONE:
         return
-    try:
-        error = Errors(code)
-        text = describe(error)
-    except ValueError:
-        raise AdminError(Errors.UNKNOWN_SERVER_ERROR, f"broker answered unknown error code {code}")
+    text = describe(code)
     if message and message != text:
         text = f"{text}: {message}"
     if context:
         text = f"{context}: {text}"
-    raise AdminError(error, text)
+    raise AdminError(code, text)
 
 
 # --- tokens ----------------------------------------------------------------------------

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("tokensvc.broker.server")
 
 READ_CHUNK = 64 * 1024
+CLOSE_FLUSH_S = 1.0
 
 
 def server_ssl_context(config) -> ssl.SSLContext:
@@ -71,6 +72,20 @@ def _cert_principal(writer: asyncio.StreamWriter) -> KafkaPrincipal | None:
                      "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST"}.get(key, key)
             rdns.append(f"{short}={value}")
     return KafkaPrincipal("User", ",".join(rdns)) if rdns else None
+
+
+async def _close_gracefully(writer: asyncio.StreamWriter) -> None:
+    """Close after the responses already written reach the client (on TLS the close_notify
+    too), as Kafka does: a SaslAuthenticate failure must arrive before the connection ends.
+    A peer that does not read for ``CLOSE_FLUSH_S`` is cut off."""
+    transport = writer.transport
+    if transport.is_closing():
+        return
+    writer.close()
+    try:
+        await asyncio.wait_for(writer.wait_closed(), CLOSE_FLUSH_S)
+    except (TimeoutError, ConnectionError, ssl.SSLError, asyncio.CancelledError):
+        transport.abort()
 
 
 class Connection:
@@ -163,13 +178,30 @@ class BrokerServer:
         decoder = FrameDecoder(self.config.socket_request_max_bytes)
         idle = self.config.connections_max_idle_ms / 1000.0
         stalled = min(idle, self.config.request_timeout_ms / 1000.0)
+        clock = asyncio.get_running_loop().time
+        # When the first byte of the frame being received arrived: a frame must be complete
+        # within request.timeout.ms of it, however slowly its bytes trickle in.
+        frame_started: float | None = None
         try:
             while session.state is not State.CLOSED:
-                timeout = stalled if decoder.buffered else idle
+                if decoder.buffered:
+                    if frame_started is None:
+                        frame_started = clock()
+                    timeout = max(0.0, frame_started + stalled - clock())
+                else:
+                    timeout = idle
                 try:
                     data = await asyncio.wait_for(reader.read(READ_CHUNK), timeout)
                 except TimeoutError:
-                    conn.closed_reason = "stalled frame" if decoder.buffered else "idle"
+                    if decoder.buffered:
+                        conn.closed_reason = "stalled frame"
+                        log.info("closing %s:%d on %s: request frame not complete within "
+                                 "request.timeout.ms=%d", host, port, listener.name,
+                                 self.config.request_timeout_ms)
+                    else:
+                        conn.closed_reason = "idle"
+                        log.info("closing %s:%d on %s: idle longer than connections.max.idle.ms=%d",
+                                 host, port, listener.name, self.config.connections_max_idle_ms)
                     break
                 if not data:
                     break
@@ -178,6 +210,7 @@ class BrokerServer:
                     payload = decoder.next_frame()
                     if payload is None:
                         break
+                    frame_started = None
                     response = await self._handle(conn, listener, payload)
                     if response is not None:
                         writer.write(frame(response))
@@ -196,8 +229,7 @@ class BrokerServer:
             if self._per_ip[host] <= 0:
                 del self._per_ip[host]
             metrics.connections.dec()
-            if not writer.transport.is_closing():
-                writer.transport.abort()
+            await _close_gracefully(writer)
 
     async def _handle(self, conn: Connection, listener: Listener, payload: bytes) -> bytes | None:
         session = conn.session

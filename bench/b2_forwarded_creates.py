@@ -1,0 +1,123 @@
+"""B2: token creates per second sent to a non-controller broker (KIP-590 forwarding).
+
+Measured: ``concurrency`` client connections (in a separate process), each
+logged in as the super user and sending CreateDelegationToken v3 requests one
+after another, to a broker of the shared 3-broker cluster that is not the
+controller. Each create is forwarded in an EnvelopeRequest to the controller,
+which commits one ZooKeeper transaction (controller guard check + token znode
++ change notification) and answers through the forwarding broker.
+
+Reference (same run): the same transaction committed with kazoo alone from this
+process, the same number in flight, into a separate chroot (so no broker
+follows it), for the same time.
+
+Target: >= 0.7 of the raw write rate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from bench import env, zkraw
+from bench.load import Window, WorkerReport, run_processes, until
+from bench.suite import BenchContext, Outcome, Target, ratio
+from bench.wire import CREATE_TOKEN, WireError, create_token_body, open_logged_in
+
+ID = "B2"
+TITLE = "forwarded token creates/s (non-controller broker)"
+TARGET_RATIO = 0.7
+
+
+async def create_workload(window: Window, params: dict[str, Any]) -> WorkerReport:
+    """Worker: ``concurrency`` logged-in connections, one create in flight on each."""
+    report = WorkerReport()
+    conns = [
+        await open_logged_in(params["address"], params["user"], params["password"])
+        for _ in range(params["concurrency"])
+    ]
+    body = create_token_body()
+
+    async def loop(conn) -> None:
+        while time.time() < window.end:
+            started = time.perf_counter()
+            try:
+                response = await conn.request(CREATE_TOKEN, 3, body)
+            except WireError as exc:
+                report.errors += 1
+                report.error_samples.append(str(exc))
+                return
+            finished = time.time()
+            if not window.holds(finished):
+                continue
+            if response["ErrorCode"]:
+                report.errors += 1
+                report.error_samples.append(f"error code {response['ErrorCode']}")
+            else:
+                report.done += 1
+                report.latencies.append(time.perf_counter() - started)
+
+    try:
+        await asyncio.gather(*(loop(c) for c in conns))
+    finally:
+        for conn in conns:
+            conn.close()
+    await until(window.end)
+    return report
+
+
+def run(ctx: BenchContext) -> Outcome:
+    sizes = ctx.sizes
+    handle = env.cluster3(ctx)
+    controller, others = handle.roles()
+    broker_id = others[0]
+    concurrency = sizes.b2_concurrency
+    report, seconds = run_processes(
+        "bench.b2_forwarded_creates:create_workload",
+        {
+            "address": handle.address(broker_id),
+            "user": handle.admin_user,
+            "password": handle.admin_password,
+            "concurrency": concurrency,
+        },
+        processes=1,
+        warmup_s=1.0,
+        seconds=sizes.b2_seconds,
+    )
+    measured = report.done / seconds
+
+    # Enough token details for the raw writer never to run out.
+    budget = max(20_000, int(measured * sizes.b2_seconds * 4))
+    raw = zkraw.raw_create_rate(
+        f"{handle.zk_connect.split('/', 1)[0]}/bench-raw-{time.monotonic_ns()}",
+        env.make_tokens(ctx, budget),
+        concurrency,
+        sizes.b2_seconds,
+    )
+    reference = raw["per_second"]
+    r = ratio(measured, reference)
+    return Outcome(
+        ID,
+        TITLE,
+        measured=measured,
+        unit="creates/s",
+        reference=reference,
+        reference_unit="txn/s",
+        reference_label="raw kazoo, same txn",
+        ratio=r,
+        targets=[Target(f">= {TARGET_RATIO} of raw writes", r is not None and r >= TARGET_RATIO)],
+        details={
+            "broker_id": broker_id,
+            "controller_id": controller,
+            "concurrency": concurrency,
+            "window_s": seconds,
+            "creates": report.done,
+            "errors": report.errors,
+            "error_samples": report.error_samples,
+            "create_latency": env.summary(report.latencies),
+            "raw_transactions": raw["creates"],
+            "raw_failed": raw["failed"],
+            "raw_latency": env.summary(raw["latencies_s"]),
+        },
+    )

@@ -1,0 +1,115 @@
+"""B3: propagation -- a create acknowledged on one broker until the token logs in on another.
+
+Measured: on the shared 3-broker cluster, a super-user connection creates a token
+on broker A (a non-controller, so the create is forwarded); from the moment the
+response arrives, broker B (the other non-controller) is asked to log the token
+in, again and again on fresh connections, until it succeeds. B learns of the
+token only through ZooKeeper: the controller's change notification fires B's
+children watch, B reads the notification and the token znode and updates its
+cache. Samples are taken one at a time with a short pause between them.
+
+Reference (same run): ZooKeeper's own watch latency with kazoo alone -- one
+session commits the same transaction (token znode + change notification) and a
+second session's children watch on the notifications fires.
+
+Target: p99 <= 100 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+
+from bench import env, zkraw
+from bench.b1_logins import MECHANISM
+from bench.suite import BenchContext, Outcome, Target, ratio
+from bench.wire import CREATE_TOKEN, WireConnection, WireError, create_token_body, login, open_logged_in
+
+ID = "B3"
+TITLE = "propagation: create acked on A -> first login on B (p99)"
+TARGET_P99_MS = 100.0
+PAUSE_S = 0.05
+GIVE_UP_S = 10.0
+
+
+async def _try_login(address: str, token_id: str, password: str, salted: dict) -> bool:
+    host, _, port = address.rpartition(":")
+    conn = await WireConnection.open(host, int(port))
+    try:
+        await login(conn, MECHANISM, token_id, password, token=True, salted_cache=salted)
+        return True
+    except WireError:
+        return False
+    finally:
+        conn.close()
+
+
+async def sample_propagation(
+    create_at: str, login_at: str, user: str, password: str, samples: int
+) -> tuple[list[float], list[int]]:
+    """Seconds from each create's response to the first successful login elsewhere, and
+    how many login attempts each took."""
+    admin = await open_logged_in(create_at, user, password)
+    salted: dict = {}
+    latencies: list[float] = []
+    attempts: list[int] = []
+    try:
+        for _ in range(samples):
+            created = await admin.request(CREATE_TOKEN, 3, create_token_body())
+            acked = time.perf_counter()
+            if created["ErrorCode"]:
+                raise RuntimeError(f"create failed with error code {created['ErrorCode']}")
+            token_id = created["TokenId"]
+            token_password = base64.b64encode(created["Hmac"]).decode("ascii")
+            tries = 0
+            while True:
+                tries += 1
+                if await _try_login(login_at, token_id, token_password, salted):
+                    break
+                if time.perf_counter() - acked > GIVE_UP_S:
+                    raise RuntimeError(f"token not usable on {login_at} after {GIVE_UP_S}s")
+            latencies.append(time.perf_counter() - acked)
+            attempts.append(tries)
+            await asyncio.sleep(PAUSE_S)
+    finally:
+        admin.close()
+    return latencies, attempts
+
+
+def run(ctx: BenchContext) -> Outcome:
+    samples = ctx.sizes.b3_samples
+    handle = env.cluster3(ctx)
+    controller, others = handle.roles()
+    create_id, login_id = others[0], others[-1]
+    latencies, attempts = asyncio.run(sample_propagation(
+        handle.address(create_id), handle.address(login_id), handle.admin_user,
+        handle.admin_password, samples,
+    ))
+    watch = zkraw.watch_latencies(
+        f"{handle.zk_connect.split('/', 1)[0]}/bench-watch-{time.monotonic_ns()}",
+        samples, PAUSE_S,
+    )
+    measured = env.summary(latencies)
+    reference = env.summary(watch)
+    p99 = measured["p99_ms"]
+    return Outcome(
+        ID,
+        TITLE,
+        measured=p99,
+        unit="ms p99",
+        reference=reference["p99_ms"],
+        reference_unit="ms p99",
+        reference_label="kazoo watch",
+        ratio=ratio(p99, reference["p99_ms"]),
+        targets=[Target(f"p99 <= {TARGET_P99_MS:.0f} ms", p99 <= TARGET_P99_MS)],
+        details={
+            "create_broker_id": create_id,
+            "login_broker_id": login_id,
+            "controller_id": controller,
+            "samples": samples,
+            "propagation": measured,
+            "login_attempts_mean": round(sum(attempts) / len(attempts), 2),
+            "watch_latency": reference,
+        },
+    )
