@@ -24,7 +24,14 @@ import time
 from bench import env, zkraw
 from bench.b1_logins import MECHANISM
 from bench.suite import BenchContext, Outcome, Target, ratio
-from bench.wire import CREATE_TOKEN, WireConnection, WireError, create_token_body, login, open_logged_in
+from bench.wire import (
+    CREATE_TOKEN,
+    WireConnection,
+    WireError,
+    create_token_body,
+    login,
+    open_logged_in,
+)
 
 ID = "B3"
 TITLE = "propagation: create acked on A -> first login on B (p99)"

@@ -13,6 +13,7 @@ It must not measure anything: benchmarks time their own work.
 from __future__ import annotations
 
 import contextlib
+import math
 import secrets
 import time
 from collections.abc import Iterator, Mapping
@@ -171,7 +172,7 @@ def summary(values: list[float]) -> dict[str, Any]:
     ordered = sorted(values)
 
     def pct(p: float) -> float:
-        index = min(len(ordered) - 1, max(0, int(round(p / 100 * len(ordered) + 0.5)) - 1))
+        index = min(len(ordered) - 1, max(0, math.ceil(p / 100 * len(ordered)) - 1))
         return round(ordered[index] * 1000, 3)
 
     return {

@@ -36,17 +36,20 @@ class Window:
 
 @dataclass
 class WorkerReport:
-    """What one worker saw inside the window."""
+    """What one worker saw inside the window; ``sent_at`` (wall-clock send times) is
+    parallel to ``latencies`` when a workload records it."""
 
     done: int = 0
     errors: int = 0
     latencies: list[float] = field(default_factory=list)
+    sent_at: list[float] = field(default_factory=list)
     error_samples: list[str] = field(default_factory=list)
 
     def merge(self, other: WorkerReport) -> None:
         self.done += other.done
         self.errors += other.errors
         self.latencies.extend(other.latencies)
+        self.sent_at.extend(other.sent_at)
         self.error_samples.extend(other.error_samples[: max(0, 5 - len(self.error_samples))])
 
 
@@ -66,10 +69,12 @@ def run_processes(
     processes: int,
     warmup_s: float,
     seconds: float,
+    start_at: float | None = None,
 ) -> tuple[WorkerReport, float]:
     """Run ``target`` (``"module:function"``) in ``processes`` fresh processes; the pooled
-    report and the window's length in seconds."""
-    start = time.time() + SPAWN_ALLOWANCE_S + warmup_s
+    report and the window's length in seconds. The window opens ``warmup_s`` after the
+    workers have had time to start, or at wall-clock ``start_at`` when given."""
+    start = start_at if start_at is not None else time.time() + SPAWN_ALLOWANCE_S + warmup_s
     window = Window(start, start + seconds)
     context = multiprocessing.get_context("spawn")
     total = WorkerReport()
@@ -77,7 +82,7 @@ def run_processes(
         futures = [pool.submit(_run_worker, target, window, dict(params, worker=n))
                    for n in range(processes)]
         for future in futures:
-            total.merge(future.result(timeout=seconds + warmup_s + 120))
+            total.merge(future.result(timeout=start - time.time() + seconds + 120))
     return total, seconds
 
 

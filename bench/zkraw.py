@@ -28,6 +28,7 @@ from zk.client import ZkSettings, open_client
 from zk.token_store import TokenStore
 
 PIPELINE_WINDOW = 4_000
+BATCH = 200
 
 
 @contextlib.contextmanager
@@ -42,22 +43,37 @@ def client(connect: str) -> Iterator[Any]:
 
 
 def _drain(results: deque, keep: int) -> None:
+    """Wait for the oldest pending results until at most ``keep`` remain; a failed
+    transaction raises."""
     while len(results) > keep:
-        results.popleft().get(timeout=60)
+        outcome = results.popleft().get(timeout=60)
+        if isinstance(outcome, list):
+            failures = [r for r in outcome if isinstance(r, Exception)]
+            if failures:
+                raise RuntimeError(f"ZooKeeper transaction failed: {failures[0]!r}")
 
 
 def write_tokens(connect: str, infos: Iterable[TokenInformation]) -> int:
-    """Create one znode per token, pipelined, without change notifications (brokers
-    started afterwards load them). Returns how many were written."""
+    """Create one znode per token without change notifications (brokers started
+    afterwards load them): ``BATCH`` creates per transaction, transactions pipelined.
+    Returns how many were written."""
     written = 0
     with client(connect) as zk:
         TokenStore(zk).ensure_paths()
         results: deque = deque()
+        tx = zk.transaction()
+        in_tx = 0
         for info in infos:
-            results.append(zk.create_async(layout.token_path(info.token_id),
-                                           layout.encode_token(info)))
-            written += 1
-            _drain(results, PIPELINE_WINDOW)
+            tx.create(layout.token_path(info.token_id), layout.encode_token(info))
+            in_tx += 1
+            if in_tx == BATCH:
+                results.append(tx.commit_async())
+                written += in_tx
+                tx, in_tx = zk.transaction(), 0
+                _drain(results, PIPELINE_WINDOW // BATCH)
+        if in_tx:
+            results.append(tx.commit_async())
+            written += in_tx
         _drain(results, 0)
     return written
 
@@ -75,9 +91,6 @@ def rewrite_tokens(connect: str, infos: Sequence[TokenInformation]) -> None:
             results.append(tx.commit_async())
             _drain(results, PIPELINE_WINDOW)
         _drain(results, 0)
-        for info in infos[:1]:
-            if zk.exists(layout.token_path(info.token_id)) is None:
-                raise RuntimeError("rewrite_tokens: token znode missing after rewrite")
 
 
 def controller_id(connect: str) -> int | None:
@@ -186,3 +199,20 @@ def watch_latencies(connect: str, samples: int, pause_s: float) -> list[float]:
             writer.delete(layout.token_path(token_id))
             time.sleep(pause_s)
     return latencies
+
+
+@contextlib.contextmanager
+def deletion_times(connect: str, token_ids: Sequence[str]) -> Iterator[dict[str, float]]:
+    """While the block runs, record the wall-clock time (``time.time()``) at which each
+    token znode of ``token_ids`` is deleted, from an exists watch of a separate session."""
+    times: dict[str, float] = {}
+    with client(connect) as zk:
+        for token_id in token_ids:
+            def on_event(event: Any, token_id: str = token_id) -> None:
+                if event.type == "DELETED":
+                    times[token_id] = time.time()
+
+            if zk.exists(layout.token_path(token_id), watch=on_event) is None:
+                raise RuntimeError(f"token {token_id} is not in ZooKeeper")
+        yield times
+

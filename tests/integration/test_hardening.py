@@ -169,13 +169,13 @@ def test_connection_that_keeps_sending_requests_is_not_idle(
     cluster: LocalCluster, address: tuple[str, int]
 ) -> None:
     with _admin(cluster, address) as admin:
-        deadline = time.monotonic() + 2.5 * IDLE_MS / 1000
+        deadline = time.monotonic() + 2 * IDLE_MS / 1000
         answered = 0
         while time.monotonic() < deadline:
             assert admin.request(METADATA, 12, METADATA_ALL)["Brokers"]
             answered += 1
             time.sleep(IDLE_MS / 1000 / 4)
-    assert answered >= 8
+    assert answered >= 6
 
 
 # -- stalled frames ----------------------------------------------------------------------------

@@ -21,7 +21,6 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.client import WireClient
-from tokensvc.broker.channel import ChannelClosed
 from tokensvc.cluster import LocalCluster
 
 CREATE, RENEW, EXPIRE = 38, 39, 40

@@ -229,8 +229,13 @@ class Reports:
             "owner", "token_id", "client_host",
         )
         self.sweeps = events.filter(F.col("type") == "sweep").select("ts", "token_id", "owner")
-        self.owners = self._owners()
-        self.token_usage = self._token_usage()
+        # Both are small and read by several reports: computed once.
+        self.owners = self._owners().persist()
+        self.token_usage = self._token_usage().persist()
+
+    def close(self) -> None:
+        self.owners.unpersist()
+        self.token_usage.unpersist()
 
     def _owners(self) -> DataFrame:
         create_ok = (F.col("action") == "create") & F.col("ok")
@@ -457,15 +462,11 @@ def _csv_ready(df: DataFrame) -> DataFrame:
     ])
 
 
-def write_report(df: DataFrame, directory: str, name: str) -> int:
-    """``directory/name/parquet`` and ``directory/name/csv`` (one file each); the row count."""
-    df = df.coalesce(1).cache()
-    rows = df.count()
+def write_report(df: DataFrame, directory: str, name: str) -> None:
+    """``directory/name/parquet`` and ``directory/name/csv`` (one file each)."""
     base = f"{directory.rstrip('/')}/{name}"
     df.write.mode("overwrite").parquet(f"{base}/parquet")
     _csv_ready(df).write.mode("overwrite").option("header", "true").csv(f"{base}/csv")
-    df.unpersist()
-    return rows
 
 
 def _order(name: str) -> list[Column]:
@@ -495,29 +496,38 @@ def run_report(spark: SparkSession, options: ReportOptions) -> dict[str, Any]:
 
 def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, Any]:
     classified = classify(read_lines(spark, options.input, options.glob)).persist()
+    cached: list[DataFrame] = [classified]
     try:
         statuses = {r["status"]: r["n"] for r in
                     classified.groupBy("status").agg(F.count("*").alias("n")).collect()}
         valid = classified.filter(F.col("status") == "ok").drop("status")
-        deduped = valid.dropDuplicates(["event_id"]).persist()
         in_range = F.lit(True)
         if options.since_ms is not None:
             in_range = in_range & (F.col("ts") >= options.since_ms)
         if options.until_ms is not None:
             in_range = in_range & (F.col("ts") < options.until_ms)
-        events = deduped.filter(in_range)
-        by_type = {r["type"]: r["n"] for r in
-                   events.groupBy("type").agg(F.count("*").alias("n")).collect()}
-        span = events.agg(F.min("ts").alias("first"), F.max("ts").alias("last"),
-                          F.sum(F.when(F.col("type") == WRITER_EVENT_TYPE, F.col("dropped")))
-                          .alias("dropped")).first()
-        assert span is not None
-        first_ts, last_ts = span["first"], span["last"]
+        deduped = valid.dropDuplicates(["event_id"]).withColumn("in_range", in_range)
+        events = deduped.filter("in_range").drop("in_range").persist()
+        cached.append(events)
+        counts = deduped.agg(
+            F.count("*").alias("deduped"),
+            F.count(F.when(F.col("in_range"), 1)).alias("events"),
+            F.min(F.when(F.col("in_range"), F.col("ts"))).alias("first"),
+            F.max(F.when(F.col("in_range"), F.col("ts"))).alias("last"),
+        ).first()
+        assert counts is not None
+        type_rows = events.groupBy("type").agg(F.count("*").alias("n"),
+                                               F.sum("dropped").alias("dropped")).collect()
+        by_type = {r["type"]: r["n"] for r in type_rows}
+        dropped = sum(r["dropped"] or 0 for r in type_rows if r["type"] == WRITER_EVENT_TYPE)
+        first_ts, last_ts = counts["first"], counts["last"]
         as_of = options.until_ms if options.until_ms is not None else (
             last_ts if last_ts is not None else int(time.time() * 1000))
         snapshot = (read_snapshot(spark, options.tokens) if options.tokens
                     else empty_snapshot(spark)).persist()
+        cached.append(snapshot)
         reports = Reports(events, snapshot, options.settings, as_of)
+        cached += [reports.owners, reports.token_usage]
         frames = {
             "token_usage": reports.token_usage,
             "owner_usage": reports.owner_usage(),
@@ -525,14 +535,16 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
             "logins_hourly": reports.logins_hourly(),
             "findings": reports.findings(),
         }
-        rows = {name: write_report(df.orderBy(*_order(name)), str(out), name)
-                for name, df in frames.items()}
+        frames = {name: df.orderBy(*_order(name)).coalesce(1).persist()
+                  for name, df in frames.items()}
+        cached += frames.values()
+        rows = {name: df.count() for name, df in frames.items()}
+        for name, df in frames.items():
+            write_report(df, str(out), name)
         findings_by_rule = dict.fromkeys(RULES, 0)
         for r in frames["findings"].groupBy("rule").count().collect():
             findings_by_rule[r["rule"]] = r["count"]
         valid_count = statuses.get("ok", 0)
-        deduped_count = deduped.count()
-        events_count = sum(by_type.values())
         summary: dict[str, Any] = {
             "input": options.input,
             "output": str(out),
@@ -542,11 +554,11 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
             "malformed": sum(statuses.get(r, 0) for r in MALFORMED_REASONS),
             "malformed_by_reason": {r: statuses.get(r, 0) for r in MALFORMED_REASONS},
             "events_read": valid_count,
-            "duplicates": valid_count - deduped_count,
-            "outside_time_range": deduped_count - events_count,
-            "events": events_count,
+            "duplicates": valid_count - counts["deduped"],
+            "outside_time_range": counts["deduped"] - counts["events"],
+            "events": counts["events"],
             "events_by_type": dict(sorted(by_type.items())),
-            "writer_dropped": int(span["dropped"] or 0),
+            "writer_dropped": dropped,
             "time_range": {"first_ts": first_ts, "last_ts": last_ts,
                            "first": iso(first_ts), "last": iso(last_ts)},
             "since_ms": options.since_ms,
@@ -557,11 +569,10 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
             "findings_by_rule": findings_by_rule,
         }
         _write_html(out, summary, frames)
-        snapshot.unpersist()
-        deduped.unpersist()
         return summary
     finally:
-        classified.unpersist()
+        for df in cached:
+            df.unpersist()
 
 
 # --- report.html and charts ----------------------------------------------------

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import itertools
 import logging
 import time
 import uuid
@@ -62,6 +63,8 @@ REQUEST_KEY_MARK = "|rk="
 _BACKOFF_START_S = 0.05
 _BACKOFF_MAX_S = 1.0
 _CONNECT_TIMEOUT_S = 5.0
+# Forwarded writes in flight to the controller at once (one per channel).
+CHANNELS_PER_CONTROLLER = 8
 
 
 def split_request_key(client_id: str | None) -> tuple[str | None, str | None]:
@@ -78,13 +81,19 @@ def envelope_client_id(broker_id: int, request_key: str) -> str:
 
 
 class EnvelopeForwarder:
-    """Forwards writes to the controller; holds one channel per controller broker."""
+    """Forwards writes to the controller over a few channels per controller broker.
+
+    The controller answers the requests of one connection strictly in order, so a
+    single channel would let only one forwarded write reach ZooKeeper at a time;
+    requests are spread round-robin over ``CHANNELS_PER_CONTROLLER`` channels.
+    """
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.config = broker.config
         self.ledger = CreateLedger(broker)
-        self._channels: dict[int, BrokerChannel] = {}
+        self._channels: dict[tuple[int, int], BrokerChannel] = {}
+        self._next_slot = itertools.count()
         self._lock = asyncio.Lock()
 
     async def close(self) -> None:
@@ -92,9 +101,9 @@ class EnvelopeForwarder:
             await channel.close()
         self._channels.clear()
 
-    async def _channel(self, controller: int, timeout: float) -> BrokerChannel:
+    async def _channel(self, controller: int, slot: int, timeout: float) -> BrokerChannel:
         async with self._lock:
-            channel = self._channels.get(controller)
+            channel = self._channels.get((controller, slot))
             if channel is not None and not channel.closed:
                 return channel
             name = self.config.inter_broker_listener_name
@@ -122,15 +131,15 @@ class EnvelopeForwarder:
             except BaseException:
                 await channel.close()
                 raise
-            self._channels[controller] = channel
+            self._channels[(controller, slot)] = channel
             return channel
 
-    async def _drop(self, controller: int, channel: BrokerChannel | None) -> None:
+    async def _drop(self, controller: int, slot: int, channel: BrokerChannel | None) -> None:
         """Close ``channel`` and forget it, unless another request already replaced it."""
         if channel is None:
             return
-        if self._channels.get(controller) is channel:
-            del self._channels[controller]
+        if self._channels.get((controller, slot)) is channel:
+            del self._channels[(controller, slot)]
         await channel.close()
 
     async def forward(self, ctx: RequestContext, handler: ApiHandler) -> tuple[bytes, int]:
@@ -159,19 +168,24 @@ class EnvelopeForwarder:
                 ctx.forwarded = True
                 ctx.request_key = key
                 response, error = await self.ledger.apply(ctx, decode_client_request(ctx.payload)[1])
-                self._audit(ctx, handler, controller, error, attempts, started)
-                return response, error
-            if controller is not None and controller != broker.broker_id:
+                if error != Errors.NOT_CONTROLLER:
+                    self._audit(ctx, handler, controller, error, attempts, started)
+                    return response, error
+                last_error = Errors.NOT_CONTROLLER  # lost it again at once: look again
+            elif controller is not None and controller != broker.broker_id:
                 attempts += 1
                 channel = None
+                slot = next(self._next_slot) % CHANNELS_PER_CONTROLLER
                 try:
-                    channel = await self._channel(controller, min(remaining, _CONNECT_TIMEOUT_S))
+                    channel = await self._channel(
+                        controller, slot, min(remaining, _CONNECT_TIMEOUT_S)
+                    )
                     response = await channel.request(
                         ENVELOPE, 0, body, client_id=client_id, timeout=remaining
                     )
                 except OSError as exc:  # refused, ChannelClosed, ChannelAuthError, TimeoutError
                     log.info("forwarding to controller %s failed (%s); retrying", controller, exc)
-                    await self._drop(controller, channel)
+                    await self._drop(controller, slot, channel)
                     last_error = Errors.REQUEST_TIMED_OUT
                 else:
                     error = _error_of(response.get("ErrorCode", 0))
