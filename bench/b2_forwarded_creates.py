@@ -31,7 +31,8 @@ TARGET_RATIO = 0.7
 
 
 async def create_workload(window: Window, params: dict[str, Any]) -> WorkerReport:
-    """Worker: ``concurrency`` logged-in connections, one create in flight on each."""
+    """Worker: ``concurrency`` logged-in connections, one create in flight on each; records
+    each create's latency and wall-clock send time."""
     report = WorkerReport()
     conns = [
         await open_logged_in(params["address"], params["user"], params["password"])
@@ -41,6 +42,7 @@ async def create_workload(window: Window, params: dict[str, Any]) -> WorkerRepor
 
     async def loop(conn) -> None:
         while time.time() < window.end:
+            sent_at = time.time()
             started = time.perf_counter()
             try:
                 response = await conn.request(CREATE_TOKEN, 3, body)
@@ -57,6 +59,7 @@ async def create_workload(window: Window, params: dict[str, Any]) -> WorkerRepor
             else:
                 report.done += 1
                 report.latencies.append(time.perf_counter() - started)
+                report.sent_at.append(sent_at)
 
     try:
         await asyncio.gather(*(loop(c) for c in conns))
@@ -91,7 +94,7 @@ def run(ctx: BenchContext) -> Outcome:
     budget = max(20_000, int(measured * sizes.b2_seconds * 4))
     raw = zkraw.raw_create_rate(
         f"{handle.zk_connect.split('/', 1)[0]}/bench-raw-{time.monotonic_ns()}",
-        env.make_tokens(ctx, budget),
+        env.make_tokens(ctx.master_key, budget),
         concurrency,
         sizes.b2_seconds,
     )

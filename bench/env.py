@@ -105,14 +105,11 @@ def new_token_id() -> str:
     return secrets.token_urlsafe(16)
 
 
-def make_tokens(
-    ctx: BenchContext, count: int, *, now_ms: int | None = None, expiry_ms: int | None = None
-) -> list[TokenInformation]:
-    """``count`` tokens of :data:`OWNER` under the suite's master key, valid for a day
-    unless ``expiry_ms`` is given."""
-    now = now_ms if now_ms is not None else int(time.time() * 1000)
-    kid = key_id(ctx.master_key)
-    expiry = expiry_ms if expiry_ms is not None else now + DAY_MS
+def make_tokens(master_key: str, count: int) -> list[TokenInformation]:
+    """``count`` tokens of :data:`OWNER` under ``master_key``, valid for a day."""
+    now = int(time.time() * 1000)
+    kid = key_id(master_key)
+    expiry = now + DAY_MS
     return [
         TokenInformation(new_token_id(), OWNER, OWNER, (), now, expiry, now + 7 * DAY_MS, kid)
         for _ in range(count)
@@ -147,7 +144,7 @@ def preloaded(ctx: BenchContext) -> Preloaded:
         server = ManagedZooKeeper(ctx.directory("preloaded-zk"), die_with_parent=True)
         server.start()
         stack.callback(server.stop)
-        tokens = make_tokens(ctx, ctx.sizes.tokens)
+        tokens = make_tokens(ctx.master_key, ctx.sizes.tokens)
         started = time.monotonic()
         zkraw.write_tokens(f"{server.connect}/preloaded", tokens)
         return Preloaded(server, tokens, time.monotonic() - started)

@@ -7,7 +7,9 @@ at the 0600 files that hold them.
 
 from __future__ import annotations
 
+import shutil
 import signal
+import sys
 import threading
 from pathlib import Path
 from types import FrameType
@@ -32,6 +34,14 @@ def _parse_overrides(values: tuple[str, ...]) -> dict[str, str]:
             raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--set")
         overrides[key.strip()] = value.strip()
     return overrides
+
+
+def _command(name: str) -> str:
+    """``name`` as a person can type it: bare when on PATH, else the virtualenv's script."""
+    if shutil.which(name):
+        return name
+    script = Path(sys.executable).parent / name
+    return str(script) if script.exists() else name
 
 
 def usage_text(info: dict[str, Any], directory: Path) -> str:
@@ -61,7 +71,7 @@ def usage_text(info: dict[str, Any], directory: Path) -> str:
     lines += [
         "",
         "Create a delegation token:",
-        f"  kafka-delegation-token --bootstrap-server {bootstrap} \\",
+        f"  {_command('kafka-delegation-token')} --bootstrap-server {bootstrap} \\",
         f"      --command-config {admin['properties']} --create --max-life-time-period -1",
         "",
         "From confluent-kafka:",
@@ -75,9 +85,9 @@ def usage_text(info: dict[str, Any], directory: Path) -> str:
         '    "sasl.username": info["admin"]["username"],',
         '    "sasl.password": info["admin"]["password"],',
         "  })",
-        "  print(admin.describe_cluster().result())",
+        "  print([node.id for node in admin.describe_cluster().result().nodes])",
         "",
-        f"Stop it with: tokensvc cluster down --dir {directory}",
+        f"Stop it with: {_command('tokensvc')} cluster down --dir {directory}",
     ]
     return "\n".join(lines)
 

@@ -5,7 +5,9 @@ broker is the controller -- asks the cache for due tokens (``cache.due(now)``, a
 ordered by deadline, no scan), deletes each from ZooKeeper under the controller guard,
 and purges change notifications older than 15 minutes.
 
-Each due token is re-read from ZooKeeper before it is deleted, and the delete is
+Each due token is re-read from ZooKeeper before it is deleted (due tokens are read in
+batches of ``SWEEP_BATCH`` with multi-reads, and a batch's deletes are pipelined, so a
+sweep costs a few round trips per batch, not two per token), and the delete is
 conditional on the version read: a token renewed a moment ago (and not yet seen by
 this broker's cache) is left alone and its fresh state put into the cache. A guard
 failure (another broker won the election) ends the sweep at once. Deleted tokens are
@@ -31,6 +33,9 @@ from zk.election import ControllerElection
 from zk.token_store import NotControllerError, StoreError, TokenStore
 
 log = logging.getLogger(__name__)
+
+# Due tokens re-read (one multi-read) and deleted (pipelined) per step of a sweep.
+SWEEP_BATCH = 1_000
 
 REASON_EXPIRED = "expired"
 REASON_MAX_LIFETIME = "max_lifetime"
@@ -119,9 +124,9 @@ class ExpirySweeper:
             now = self._clock.now_ms()
             removed = 0
             try:
-                for info in self._cache.due(now):
-                    if self._remove_if_expired(info.token_id, now):
-                        removed += 1
+                due = [info.token_id for info in self._cache.due(now)]
+                for lo in range(0, len(due), SWEEP_BATCH):
+                    removed += self._remove_expired(due[lo : lo + SWEEP_BATCH], now)
                 self.purged_notifications += self._store.purge_notifications(now)
             except NotControllerError:
                 log.info("lost controllership during the expiry sweep; stopping it")
@@ -132,21 +137,29 @@ class ExpirySweeper:
                 log.info("expiry sweep removed %d tokens", removed)
             return removed
 
-    def _remove_if_expired(self, token_id: str, now: int) -> bool:
+    def _remove_expired(self, token_ids: list[str], now: int) -> int:
+        """Re-read ``token_ids``, delete those still expired (each conditional on the
+        version read), and update the cache; returns how many were deleted."""
         guard = self._election.guard()
         if guard is None:
             raise NotControllerError("this broker is no longer the controller")
-        found = self._store.get_versioned(token_id)
-        if found is None:
-            self._cache.remove(token_id)  # already gone; the notification is on its way
-            return False
-        info, version = found
-        if not info.expired_at(now):
-            self._cache.upsert(info)  # renewed since the cache last heard of it
-            return False
-        if not self._store.delete(token_id, guard=guard, version=version):
-            return False  # changed or deleted meanwhile; the next sweep looks again
-        self._cache.remove(token_id)
-        if self._on_removed is not None:
-            self._on_removed(info, removal_reason(info, now))
-        return True
+        current = self._store.get_many_versioned(token_ids)
+        expired: dict[str, tuple[TokenInformation, int]] = {}
+        for token_id in token_ids:
+            found = current.get(token_id)
+            if found is None:
+                self._cache.remove(token_id)  # already gone; the notification is on its way
+            elif not found[0].expired_at(now):
+                self._cache.upsert(found[0])  # renewed since the cache last heard of it
+            else:
+                expired[token_id] = found
+        # Tokens changed or deleted meanwhile are skipped; the next sweep looks again.
+        deleted = self._store.delete_many(
+            [(token_id, version) for token_id, (_, version) in expired.items()], guard=guard
+        )
+        for token_id in deleted:
+            info = expired[token_id][0]
+            self._cache.remove(token_id)
+            if self._on_removed is not None:
+                self._on_removed(info, removal_reason(info, now))
+        return len(deleted)

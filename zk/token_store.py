@@ -304,13 +304,36 @@ class TokenStore:
             return False
         return True
 
-    def _commit(
-        self,
-        what: str,
-        guard: Guard | None,
-        operation: Callable[[object], None],
-        token_id: str,
-    ) -> None:
+    def delete_many(
+        self, versions: Sequence[tuple[str, int]], *, guard: Guard | None = None
+    ) -> list[str]:
+        """Delete each ``(token id, version)`` as :meth:`delete` does -- one transaction
+        with its notification, conditional on the version -- but pipelined, up to
+        ``_PIPELINE_WINDOW`` in flight. Returns the ids deleted; tokens gone or changed
+        meanwhile are skipped. A failed guard raises NotControllerError."""
+        deleted: list[str] = []
+        for lo in range(0, len(versions), _PIPELINE_WINDOW):
+            pending = []
+            for token_id, version in versions[lo : lo + _PIPELINE_WINDOW]:
+                path = layout.token_path(token_id)
+                tx = self._transaction(
+                    guard, lambda tx, path=path, version=version: tx.delete(path, version),
+                    token_id,
+                )
+                what = f"delete token {token_id}"
+                pending.append((token_id, what, zk_call(what, tx.commit_async)))
+            for token_id, what, async_result in pending:
+                try:
+                    self._check_results(what, guard, self._wait(what, async_result))
+                except (TokenNotFoundError, _VersionMismatch):
+                    continue
+                deleted.append(token_id)
+        return deleted
+
+    def _transaction(
+        self, guard: Guard | None, operation: Callable[[object], None], token_id: str
+    ) -> Any:
+        """A transaction: the guard's check, ``operation``, the change notification."""
         tx = self._client.transaction()
         if guard is not None:
             tx.check(guard[0], guard[1])
@@ -320,7 +343,20 @@ class TokenStore:
             layout.encode_token_change(token_id),
             sequence=True,
         )
-        results = self._wait(what, tx.commit_async())
+        return tx
+
+    def _commit(
+        self,
+        what: str,
+        guard: Guard | None,
+        operation: Callable[[object], None],
+        token_id: str,
+    ) -> None:
+        tx = self._transaction(guard, operation, token_id)
+        self._check_results(what, guard, self._wait(what, tx.commit_async()))
+
+    def _check_results(self, what: str, guard: Guard | None, results: list) -> None:
+        """Raise the store error a transaction's results stand for (nothing if it passed)."""
         failures = [r for r in results if isinstance(r, Exception)]
         if not failures:
             return
@@ -389,6 +425,17 @@ class TokenStore:
             except layout.LayoutError as exc:
                 log.warning("skipping token znode %s: %s", token_id, exc)
         return tokens
+
+    def get_many_versioned(
+        self, token_ids: Sequence[str]
+    ) -> dict[str, tuple[TokenInformation, int]]:
+        """The tokens that exist, with their znode versions (for :meth:`delete_many`),
+        read as :meth:`get_many` reads."""
+        paths = [layout.token_path(i) for i in token_ids]
+        return {
+            token_id: (layout.decode_token(data), stat.version)
+            for data, stat, token_id in self._pipelined_get(paths, token_ids, "read tokens")
+        }
 
     def get_many(self, token_ids: Sequence[str]) -> dict[str, TokenInformation | None]:
         """The current state of each token (None when deleted), read pipelined."""

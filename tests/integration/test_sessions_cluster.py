@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from cli.cluster_cmd import usage_text
 from tests.support.client import WireClient
 from tokensvc.cluster import LocalCluster
 
@@ -178,8 +179,10 @@ def test_renewed_token_session_keeps_working_past_the_old_expiry(cluster):
             session.close()
 
 
-def test_every_broker_serves_metrics_at_the_address_in_cluster_json(cluster):
+def test_every_broker_serves_metrics_at_the_address_cluster_up_prints(cluster):
+    printed = usage_text(cluster.info, cluster.directory)
     for broker_id in cluster.broker_ids():
+        assert f"metrics http://{cluster.broker_info(broker_id)['metrics']}/metrics" in printed
         metrics = scrape(cluster, broker_id)
         assert metrics[("tokensvc_token_cache_size", ())] >= 0
     controllers = [scrape(cluster, b)[("tokensvc_controller", ())] for b in cluster.broker_ids()]

@@ -210,244 +210,250 @@ def _hour_text(hour_ms: Column) -> Column:
 
 
 class Reports:
-    """The report DataFrames over one set of in-range, de-duplicated events."""
+    """The report DataFrames over one set of in-range, de-duplicated events.
+
+    Built to need few shuffles: one aggregation per token (logins, token requests,
+    sweeps and snapshot rows together), one per hour, one window for both kinds of
+    failed-login burst, one aggregation for the grouped findings.
+    """
 
     def __init__(self, events: DataFrame, snapshot: DataFrame, settings: RuleSettings,
                  as_of_ms: int) -> None:
         self.settings = settings
         self.as_of_ms = as_of_ms
-        self.snapshot = snapshot
+        self.events = events
         self.logins = events.filter(F.col("type") == "authentication").select(
             "ts", "broker_id", (F.col("outcome") == "success").alias("ok"), "kind",
             F.coalesce("token_id", "username").alias("tid"), "principal", "client_host",
             "reason",
         )
-        self.token_logins = self.logins.filter((F.col("kind") == "token") & F.col("tid").isNotNull())
-        self.tokens = events.filter(F.col("type") == "token").select(
-            "ts", "action", (F.col("outcome") == "success").alias("ok"), "requester",
-            F.coalesce("token_authenticated", F.lit(False)).alias("token_authenticated"),
-            "owner", "token_id", "client_host",
+        self.requests = events.filter(F.col("type") == "token").select(
+            "ts", "broker_id", "action", (F.col("outcome") == "success").alias("ok"),
+            "requester", F.coalesce("token_authenticated", F.lit(False))
+            .alias("token_authenticated"), "owner", "token_id", "client_host",
         )
-        self.sweeps = events.filter(F.col("type") == "sweep").select("ts", "token_id", "owner")
-        # Both are small and read by several reports: computed once.
-        self.owners = self._owners().persist()
-        self.token_usage = self._token_usage().persist()
+        self.tokens = self._tokens(snapshot).persist()  # small, read by most reports
 
     def close(self) -> None:
-        self.owners.unpersist()
-        self.token_usage.unpersist()
+        self.tokens.unpersist()
 
-    def _owners(self) -> DataFrame:
+    # -- per token ----------------------------------------------------------------
+
+    def _tokens(self, snapshot: DataFrame) -> DataFrame:
+        """One row per token id: usage, owner, creation, end, snapshot expiry."""
+        null_s, null_l = F.lit(None).cast(_S), F.lit(None).cast(_L)
         create_ok = (F.col("action") == "create") & F.col("ok")
-        sources = [
-            self.tokens.filter(F.col("token_id").isNotNull()).select(
-                "token_id", "owner",
-                F.when(create_ok, OWNER_FROM_CREATE).otherwise(OWNER_FROM_TOKEN).alias("p")),
-            self.snapshot.select("token_id", "owner", F.lit(OWNER_FROM_SNAPSHOT).alias("p")),
-            self.token_logins.filter("ok").select(
-                F.col("tid").alias("token_id"), F.col("principal").alias("owner"),
-                F.lit(OWNER_FROM_LOGIN).alias("p")),
-            self.sweeps.select("token_id", "owner", F.lit(OWNER_FROM_SWEEP).alias("p")),
+        rows = [
+            self.logins.filter((F.col("kind") == "token") & F.col("tid").isNotNull()).select(
+                F.col("tid").alias("token_id"), F.lit("login").alias("src"), "ts", "broker_id",
+                "ok", F.lit(None).cast(_S).alias("action"), "client_host",
+                F.when(F.col("ok"), F.col("principal")).alias("owner"),
+                F.lit(OWNER_FROM_LOGIN).alias("p"), null_l.alias("issue_ms"),
+                null_l.alias("end_ms")),
+            self.requests.filter(F.col("token_id").isNotNull()).select(
+                "token_id", F.lit("token").alias("src"), "ts", "broker_id", "ok", "action",
+                "client_host", "owner",
+                F.when(create_ok, OWNER_FROM_CREATE).otherwise(OWNER_FROM_TOKEN).alias("p"),
+                null_l.alias("issue_ms"), null_l.alias("end_ms")),
+            self.events.filter(F.col("type") == "sweep").select(
+                "token_id", F.lit("sweep").alias("src"), "ts", "broker_id", F.lit(True)
+                .alias("ok"), null_s.alias("action"), null_s.alias("client_host"), "owner",
+                F.lit(OWNER_FROM_SWEEP).alias("p"), null_l.alias("issue_ms"),
+                null_l.alias("end_ms")),
+            snapshot.select(
+                "token_id", F.lit("snapshot").alias("src"), null_l.alias("ts"),
+                F.lit(None).cast(_I).alias("broker_id"), F.lit(True).alias("ok"),
+                null_s.alias("action"), null_s.alias("client_host"), "owner",
+                F.lit(OWNER_FROM_SNAPSHOT).alias("p"), "issue_ms",
+                F.least("expiry_ms", "max_ms").alias("end_ms")),
         ]
-        union = sources[0]
-        for df in sources[1:]:
+        union = rows[0]
+        for df in rows[1:]:
             union = union.unionByName(df)
-        return (union.filter(F.col("owner").isNotNull()).groupBy("token_id")
-                .agg(F.min(F.struct("p", "owner"))["owner"].alias("owner")))
+        src, ok, action = F.col("src"), F.col("ok"), F.col("action")
+        login_ok = (src == "login") & ok
+        ends = ((src == "token") & (action == "expire") & ok) | (src == "sweep")
+        facts = union.groupBy("token_id").agg(
+            F.count(F.when(login_ok, 1)).alias("logins_ok"),
+            F.count(F.when((src == "login") & ~ok, 1)).alias("logins_failed"),
+            F.collect_set(F.when(login_ok, F.col("client_host"))).alias("hosts"),
+            F.sort_array(F.collect_set(F.when(login_ok, F.col("broker_id")))).alias("brokers"),
+            F.min(F.when(login_ok, F.col("ts"))).alias("first_use"),
+            F.max(F.when(login_ok, F.col("ts"))).alias("last_use"),
+            F.min(F.when(F.col("owner").isNotNull(), F.struct("p", "owner"))).alias("owned"),
+            F.min(F.when((src == "token") & (action == "create") & ok, F.col("ts")))
+            .alias("created"),
+            F.min(F.when(ends, F.struct(F.col("ts"), src.alias("how")))).alias("ended"),
+            F.max(src == "snapshot").alias("in_snapshot"),
+            F.min("issue_ms").alias("issue_ms"),
+            F.min("end_ms").alias("snapshot_end_ms"),
+        )
+        return facts.select(
+            "token_id", F.col("owned.owner").alias("owner"), "logins_ok", "logins_failed",
+            F.size("hosts").alias("distinct_hosts"), "brokers", "first_use", "last_use",
+            "hosts", "created", "ended", "in_snapshot", "issue_ms", "snapshot_end_ms",
+        )
 
-    def _token_usage(self) -> DataFrame:
-        ids = (
-            self.token_logins.select(F.col("tid").alias("token_id"))
-            .unionByName(self.tokens.filter(F.col("token_id").isNotNull()).select("token_id"))
-            .unionByName(self.sweeps.select("token_id"))
-            .unionByName(self.snapshot.select("token_id"))
-            .distinct()
-        )
-        ok = F.col("ok")
-        usage = self.token_logins.groupBy(F.col("tid").alias("token_id")).agg(
-            F.count(F.when(ok, 1)).alias("logins_ok"),
-            F.count(F.when(~ok, 1)).alias("logins_failed"),
-            F.countDistinct(F.when(ok, F.col("client_host"))).alias("distinct_hosts"),
-            F.sort_array(F.collect_set(F.when(ok, F.col("broker_id")))).alias("brokers"),
-            F.min(F.when(ok, F.col("ts"))).alias("first_use"),
-            F.max(F.when(ok, F.col("ts"))).alias("last_use"),
-        )
-        joined = ids.join(usage, "token_id", "left").join(self.owners, "token_id", "left")
-        return joined.select(
-            "token_id", "owner",
-            F.coalesce("logins_ok", F.lit(0)).alias("logins_ok"),
-            F.coalesce("logins_failed", F.lit(0)).alias("logins_failed"),
-            F.coalesce("distinct_hosts", F.lit(0)).alias("distinct_hosts"),
-            F.coalesce("brokers", F.array().cast("array<int>")).alias("brokers"),
-            "first_use", "last_use",
-        ).select(*TOKEN_USAGE_COLUMNS)
+    def token_usage(self) -> DataFrame:
+        return self.tokens.select(*TOKEN_USAGE_COLUMNS)
 
     def owner_usage(self) -> DataFrame:
-        totals = self.token_usage.filter(F.col("owner").isNotNull()).groupBy("owner").agg(
+        return self.tokens.filter(F.col("owner").isNotNull()).groupBy("owner").agg(
             F.count("*").alias("tokens"),
             F.sum("logins_ok").alias("logins_ok"),
             F.sum("logins_failed").alias("logins_failed"),
-        )
-        hosts = (
-            self.token_logins.filter("ok")
-            .join(self.owners, F.col("tid") == F.col("token_id"))
-            .groupBy("owner").agg(F.countDistinct("client_host").alias("distinct_hosts"))
-        )
-        return totals.join(hosts, "owner", "left").select(
-            "owner", "tokens", "logins_ok", "logins_failed",
-            F.coalesce("distinct_hosts", F.lit(0)).alias("distinct_hosts"),
+            F.size(F.array_distinct(F.flatten(F.collect_list("hosts")))).alias("distinct_hosts"),
         ).select(*OWNER_USAGE_COLUMNS)
 
-    def lifecycle(self) -> DataFrame:
-        changes = self.tokens.filter(F.col("ok") & F.col("action").isin("create", "renew",
-                                                                         "expire"))
-        rows = changes.select("ts", "action").unionByName(
-            self.sweeps.select("ts", F.lit("sweep").alias("action")))
-        action = F.col("action")
-        return rows.groupBy(_hour(F.col("ts")).alias("hour_ms")).agg(
-            F.count(F.when(action == "create", 1)).alias("creates"),
-            F.count(F.when(action == "renew", 1)).alias("renews"),
-            F.count(F.when(action == "expire", 1)).alias("expiries"),
-            F.count(F.when(action == "sweep", 1)).alias("sweeps"),
-        ).withColumn("hour", _hour_text(F.col("hour_ms"))).select(*LIFECYCLE_COLUMNS)
+    # -- per hour -----------------------------------------------------------------
 
-    def logins_hourly(self) -> DataFrame:
-        return self.logins.groupBy(_hour(F.col("ts")).alias("hour_ms")).agg(
-            F.count(F.when(F.col("ok"), 1)).alias("ok"),
-            F.count(F.when(~F.col("ok"), 1)).alias("failed"),
-        ).withColumn("hour", _hour_text(F.col("hour_ms"))).select(*LOGINS_HOURLY_COLUMNS)
+    def hourly(self) -> DataFrame:
+        """Logins and lifecycle changes per hour, in one aggregation."""
+        kind, ok = F.col("type"), F.col("outcome") == "success"
+        change = (kind == "token") & ok
+        return self.events.filter(kind.isin("authentication", "token", "sweep")).groupBy(
+            _hour(F.col("ts")).alias("hour_ms")
+        ).agg(
+            F.count(F.when((kind == "authentication") & ok, 1)).alias("ok"),
+            F.count(F.when((kind == "authentication") & ~ok, 1)).alias("failed"),
+            F.count(F.when(change & (F.col("action") == "create"), 1)).alias("creates"),
+            F.count(F.when(change & (F.col("action") == "renew"), 1)).alias("renews"),
+            F.count(F.when(change & (F.col("action") == "expire"), 1)).alias("expiries"),
+            F.count(F.when(kind == "sweep", 1)).alias("sweeps"),
+        ).withColumn("hour", _hour_text(F.col("hour_ms")))
+
+    @staticmethod
+    def lifecycle(hourly: DataFrame) -> DataFrame:
+        busy = F.col("creates") + F.col("renews") + F.col("expiries") + F.col("sweeps") > 0
+        return hourly.filter(busy).select(*LIFECYCLE_COLUMNS)
+
+    @staticmethod
+    def logins_hourly(hourly: DataFrame) -> DataFrame:
+        return hourly.filter(F.col("ok") + F.col("failed") > 0).select(*LOGINS_HOURLY_COLUMNS)
 
     # -- findings -----------------------------------------------------------------
 
-    @staticmethod
-    def _finding(df: DataFrame, rule: str, *, token_id: Column, owner: Column,
-                 client_host: Column, detail: Column, first_ts: Column, last_ts: Column,
-                 count: Column) -> DataFrame:
-        return df.select(
-            F.lit(rule).alias("rule"), token_id.cast(_S).alias("token_id"),
-            owner.cast(_S).alias("owner"), client_host.cast(_S).alias("client_host"),
-            detail.alias("detail"), first_ts.cast(_L).alias("first_ts"),
-            last_ts.cast(_L).alias("last_ts"), count.cast(_L).alias("count"),
+    def _owners(self) -> DataFrame:
+        return self.tokens.select(F.col("token_id").alias("owner_of"), "owner")
+
+    def _bursts(self) -> DataFrame:
+        """Both burst rules: one window over (kind, key) of failed logins."""
+        s = self.settings
+        failures = self.logins.filter(~F.col("ok"))
+        keyed = failures.filter((F.col("kind") == "token") & F.col("tid").isNotNull()).select(
+            F.lit("failed_login_burst_token").alias("rule"), F.col("tid").alias("key"), "ts",
+        ).unionByName(failures.filter(F.col("client_host").isNotNull()).select(
+            F.lit("failed_login_burst_host").alias("rule"), F.col("client_host").alias("key"),
+            "ts",
+        ))
+        window = Window.partitionBy("rule", "key").orderBy("ts").rangeBetween(
+            0, s.burst_window_ms)
+        bursts = (
+            keyed.select("rule", "key", "ts", F.count(F.lit(1)).over(window).alias("n"),
+                         F.max("ts").over(window).alias("end"))
+            .filter(F.col("n") >= s.burst_threshold)
+            .groupBy("rule", "key").agg(F.min("ts").alias("first_ts"),
+                                        F.max("end").alias("last_ts"), F.max("n").alias("count"))
+            .join(self._owners(), F.col("key") == F.col("owner_of"), "left")
+        )
+        by_token = F.col("rule") == "failed_login_burst_token"
+        return self._finding(
+            bursts, F.col("rule"),
+            token_id=F.when(by_token, F.col("key")), owner=F.when(by_token, F.col("owner")),
+            client_host=F.when(~by_token, F.col("key")),
+            detail=F.format_string(f"%d failed logins within {s.burst_window_s}s",
+                                   F.col("count")),
         )
 
-    def _bursts(self, failures: DataFrame, key: str) -> DataFrame:
-        window = (Window.partitionBy(key).orderBy("ts")
-                  .rangeBetween(0, self.settings.burst_window_ms))
-        return (
-            failures.select(key, "ts",
-                            F.count(F.lit(1)).over(window).alias("n"),
-                            F.max("ts").over(window).alias("end"))
-            .filter(F.col("n") >= self.settings.burst_threshold)
-            .groupBy(key).agg(F.min("ts").alias("first_ts"), F.max("end").alias("last_ts"),
-                              F.max("n").alias("count"))
+    def _grouped(self) -> DataFrame:
+        """unknown_token, expired_token_use and token_session_token_request, in one
+        aggregation keyed by (rule, token id or requester, client host)."""
+        failures = self.logins.filter(~F.col("ok"))
+        rows = failures.filter(F.col("reason").isin("unknown_token", "expired_token")).select(
+            F.when(F.col("reason") == "unknown_token", "unknown_token")
+            .otherwise("expired_token_use").alias("rule"),
+            F.col("tid").alias("key"), "client_host", "ts",
+        ).unionByName(self.requests.filter("token_authenticated").select(
+            F.lit("token_session_token_request").alias("rule"), F.col("requester").alias("key"),
+            "client_host", "ts",
+        ))
+        grouped = (
+            rows.groupBy("rule", "key", "client_host")
+            .agg(F.count("*").alias("count"), F.min("ts").alias("first_ts"),
+                 F.max("ts").alias("last_ts"))
+            .join(self._owners(), F.col("key") == F.col("owner_of"), "left")
+        )
+        rule, count = F.col("rule"), F.col("count")
+        session = rule == "token_session_token_request"
+        detail = (
+            F.when(rule == "unknown_token",
+                   F.format_string("%d logins with an unknown token id", count))
+            .when(rule == "expired_token_use",
+                  F.format_string("%d logins with an expired token", count))
+            .otherwise(F.format_string("%d token requests from a token-authenticated session",
+                                       count))
+        )
+        return self._finding(
+            grouped, rule, token_id=F.when(~session, F.col("key")),
+            owner=F.when(session, F.col("key")).otherwise(F.col("owner")),
+            client_host=F.col("client_host"), detail=detail,
+        )
+
+    def _per_token(self) -> DataFrame:
+        """too_many_hosts and unused_before_expiry: filters of the token table."""
+        s = self.settings
+        many = F.col("distinct_hosts") > s.host_threshold
+        unused = F.col("logins_ok") == 0
+        from_log = unused & F.col("created").isNotNull() & F.col("ended").isNotNull()
+        from_snapshot = (unused & ~from_log & F.col("in_snapshot")
+                         & (F.col("snapshot_end_ms") < F.lit(self.as_of_ms)))
+        rows = self.tokens.filter(many).select(
+            F.lit("too_many_hosts").alias("rule"), "token_id", "owner",
+            F.format_string(f"used from %d distinct hosts (threshold {s.host_threshold})",
+                            F.col("distinct_hosts")).alias("detail"),
+            F.col("first_use").alias("first_ts"), F.col("last_use").alias("last_ts"),
+            F.col("distinct_hosts").cast(_L).alias("count"),
+        ).unionByName(self.tokens.filter(from_log | from_snapshot).select(
+            F.lit("unused_before_expiry").alias("rule"), "token_id", "owner",
+            F.when(~from_log, UNUSED_DETAIL["snapshot"])
+            .when(F.col("ended.how") == "sweep", UNUSED_DETAIL["sweep"])
+            .otherwise(UNUSED_DETAIL["expire"]).alias("detail"),
+            F.when(from_log, F.col("created")).otherwise(F.col("issue_ms")).alias("first_ts"),
+            F.when(from_log, F.col("ended.ts")).otherwise(F.col("snapshot_end_ms"))
+            .alias("last_ts"),
+            F.lit(0).cast(_L).alias("count"),
+        ))
+        return self._finding(rows, F.col("rule"), token_id=F.col("token_id"),
+                             owner=F.col("owner"), client_host=F.lit(None),
+                             detail=F.col("detail"))
+
+    def _other_owner(self) -> DataFrame:
+        rows = self.requests.filter(
+            (F.col("action") == "create") & F.col("ok") & F.col("owner").isNotNull()
+            & F.col("requester").isNotNull() & (F.col("owner") != F.col("requester"))
+        ).select("token_id", "owner", "client_host", "requester",
+                 F.col("ts").alias("first_ts"), F.col("ts").alias("last_ts"),
+                 F.lit(1).alias("count"))
+        return self._finding(rows, F.lit("created_for_other_owner"), token_id=F.col("token_id"),
+                             owner=F.col("owner"), client_host=F.col("client_host"),
+                             detail=F.concat(F.lit("created by "), F.col("requester")))
+
+    @staticmethod
+    def _finding(df: DataFrame, rule: Column, *, token_id: Column, owner: Column,
+                 client_host: Column, detail: Column) -> DataFrame:
+        return df.select(
+            rule.alias("rule"), token_id.cast(_S).alias("token_id"),
+            owner.cast(_S).alias("owner"), client_host.cast(_S).alias("client_host"),
+            detail.alias("detail"), F.col("first_ts").cast(_L).alias("first_ts"),
+            F.col("last_ts").cast(_L).alias("last_ts"), F.col("count").cast(_L).alias("count"),
         )
 
     def findings(self) -> DataFrame:
-        s = self.settings
-        none = F.lit(None).cast(_S)
-        failures = self.logins.filter(~F.col("ok"))
-        burst_detail = F.format_string(f"%d failed logins within {s.burst_window_s}s",
-                                       F.col("count"))
-        by_token = self._bursts(
-            failures.filter((F.col("kind") == "token") & F.col("tid").isNotNull()), "tid"
-        ).join(self.owners, F.col("tid") == self.owners["token_id"], "left")
-        by_host = self._bursts(failures.filter(F.col("client_host").isNotNull()), "client_host")
-
-        def grouped(reason: str) -> DataFrame:
-            return (failures.filter(F.col("reason") == reason)
-                    .groupBy("tid", "client_host")
-                    .agg(F.count("*").alias("count"), F.min("ts").alias("first_ts"),
-                         F.max("ts").alias("last_ts"))
-                    .join(self.owners, F.col("tid") == self.owners["token_id"], "left"))
-
-        session_requests = (
-            self.tokens.filter("token_authenticated")
-            .groupBy("requester", "client_host")
-            .agg(F.count("*").alias("count"), F.min("ts").alias("first_ts"),
-                 F.max("ts").alias("last_ts"))
-        )
-        other_owner = self.tokens.filter(
-            (F.col("action") == "create") & F.col("ok") & F.col("owner").isNotNull()
-            & F.col("requester").isNotNull() & (F.col("owner") != F.col("requester"))
-        )
-        many_hosts = self.token_usage.filter(F.col("distinct_hosts") > s.host_threshold)
-        parts = [
-            self._finding(by_token, "failed_login_burst_token", token_id=F.col("tid"),
-                          owner=F.col("owner"), client_host=none, detail=burst_detail,
-                          first_ts=F.col("first_ts"), last_ts=F.col("last_ts"),
-                          count=F.col("count")),
-            self._finding(by_host, "failed_login_burst_host", token_id=none, owner=none,
-                          client_host=F.col("client_host"), detail=burst_detail,
-                          first_ts=F.col("first_ts"), last_ts=F.col("last_ts"),
-                          count=F.col("count")),
-            self._finding(grouped("unknown_token"), "unknown_token", token_id=F.col("tid"),
-                          owner=F.col("owner"), client_host=F.col("client_host"),
-                          detail=F.format_string("%d logins with an unknown token id",
-                                                 F.col("count")),
-                          first_ts=F.col("first_ts"), last_ts=F.col("last_ts"),
-                          count=F.col("count")),
-            self._finding(grouped("expired_token"), "expired_token_use", token_id=F.col("tid"),
-                          owner=F.col("owner"), client_host=F.col("client_host"),
-                          detail=F.format_string("%d logins with an expired token",
-                                                 F.col("count")),
-                          first_ts=F.col("first_ts"), last_ts=F.col("last_ts"),
-                          count=F.col("count")),
-            self._finding(many_hosts, "too_many_hosts", token_id=F.col("token_id"),
-                          owner=F.col("owner"), client_host=none,
-                          detail=F.format_string(
-                              f"used from %d distinct hosts (threshold {s.host_threshold})",
-                              F.col("distinct_hosts")),
-                          first_ts=F.col("first_use"), last_ts=F.col("last_use"),
-                          count=F.col("distinct_hosts")),
-            self._finding(session_requests, "token_session_token_request", token_id=none,
-                          owner=F.col("requester"), client_host=F.col("client_host"),
-                          detail=F.format_string(
-                              "%d token requests from a token-authenticated session",
-                              F.col("count")),
-                          first_ts=F.col("first_ts"), last_ts=F.col("last_ts"),
-                          count=F.col("count")),
-            self._finding(other_owner, "created_for_other_owner", token_id=F.col("token_id"),
-                          owner=F.col("owner"), client_host=F.col("client_host"),
-                          detail=F.concat(F.lit("created by "), F.col("requester")),
-                          first_ts=F.col("ts"), last_ts=F.col("ts"), count=F.lit(1)),
-            self._unused(),
-        ]
+        parts = [self._bursts(), self._grouped(), self._per_token(), self._other_owner()]
         union = parts[0]
         for df in parts[1:]:
             union = union.unionByName(df)
         return union.select(*FINDING_COLUMNS)
-
-    def _unused(self) -> DataFrame:
-        created = (self.tokens.filter((F.col("action") == "create") & F.col("ok")
-                                      & F.col("token_id").isNotNull())
-                   .groupBy("token_id").agg(F.min("ts").alias("first_ts")))
-        ends = self.tokens.filter(
-            (F.col("action") == "expire") & F.col("ok") & F.col("token_id").isNotNull()
-        ).select("token_id", "ts", F.lit("expire").alias("how")).unionByName(
-            self.sweeps.select("token_id", "ts", F.lit("sweep").alias("how")))
-        ended = ends.groupBy("token_id").agg(F.min(F.struct("ts", "how")).alias("end"))
-        unused_ids = self.token_usage.filter(F.col("logins_ok") == 0).select("token_id", "owner")
-        from_log = created.join(ended, "token_id").join(unused_ids, "token_id")
-        how = F.col("end.how")
-        log_findings = self._finding(
-            from_log, "unused_before_expiry", token_id=F.col("token_id"), owner=F.col("owner"),
-            client_host=F.lit(None), detail=F.when(how == "sweep", UNUSED_DETAIL["sweep"])
-            .otherwise(UNUSED_DETAIL["expire"]),
-            first_ts=F.col("first_ts"), last_ts=F.col("end.ts"), count=F.lit(0))
-        end = F.least("expiry_ms", "max_ms")
-        from_snapshot = (
-            self.snapshot.select("token_id", "issue_ms", end.alias("end_ms"))
-            .filter(F.col("end_ms") < F.lit(self.as_of_ms))
-            .join(unused_ids, "token_id")
-            .join(from_log.select("token_id"), "token_id", "left_anti")
-            .dropDuplicates(["token_id"])
-        )
-        snapshot_findings = self._finding(
-            from_snapshot, "unused_before_expiry", token_id=F.col("token_id"),
-            owner=F.col("owner"), client_host=F.lit(None),
-            detail=F.lit(UNUSED_DETAIL["snapshot"]), first_ts=F.col("issue_ms"),
-            last_ts=F.col("end_ms"), count=F.lit(0))
-        return log_findings.unionByName(snapshot_findings)
 
 
 # --- output --------------------------------------------------------------------
@@ -527,15 +533,18 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
                     else empty_snapshot(spark)).persist()
         cached.append(snapshot)
         reports = Reports(events, snapshot, options.settings, as_of)
-        cached += [reports.owners, reports.token_usage]
+        cached.append(reports.tokens)
+        hourly = reports.hourly().persist()
+        cached.append(hourly)
         frames = {
-            "token_usage": reports.token_usage,
+            "token_usage": reports.token_usage(),
             "owner_usage": reports.owner_usage(),
-            "lifecycle": reports.lifecycle(),
-            "logins_hourly": reports.logins_hourly(),
+            "lifecycle": reports.lifecycle(hourly),
+            "logins_hourly": reports.logins_hourly(hourly),
             "findings": reports.findings(),
         }
-        frames = {name: df.orderBy(*_order(name)).coalesce(1).persist()
+        # Reports are small: one partition, sorted locally (no range shuffle).
+        frames = {name: df.coalesce(1).sortWithinPartitions(*_order(name)).persist()
                   for name, df in frames.items()}
         cached += frames.values()
         rows = {name: df.count() for name, df in frames.items()}

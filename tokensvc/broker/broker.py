@@ -127,7 +127,10 @@ class Broker:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.sessions = SessionRegistry(
-            loop, reauth_ms=self.config.connections_max_reauth_ms, on_revoked=self._audit_revoked
+            loop,
+            reauth_ms=self.config.connections_max_reauth_ms,
+            on_revoked=self._audit_revoked,
+            clock=self.clock,
         )
         self.cache.add_listener(self.sessions.on_token_change)
         self.audit.start()
@@ -231,6 +234,8 @@ class Broker:
         m.gauge("tokensvc_acl_count", "ACL entries loaded in the authorizer",
                 lambda: self.authorizer.acl_count if self.authorizer else 0)
         m.gauge("tokensvc_sessions", "Authenticated client sessions", lambda: self.sessions.count())
+        m.gauge("tokensvc_token_sessions", "Connections logged in with a token",
+                lambda: self.sessions.token_sessions())
 
     # -- controller ---------------------------------------------------------
 

@@ -8,10 +8,13 @@ what to alert on, is listed in ``docs/operations.md``.
 
 Must not: label anything with a token id, user name or other per-credential
 value (cardinality, and the endpoint is unauthenticated), or block the loop.
+The one client-chosen label, the client id of forwarded requests, takes at
+most ``MAX_CLIENT_IDS`` distinct values; later ones are counted as ``OTHER``.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 from prometheus_client import (
@@ -25,6 +28,32 @@ from prometheus_client import (
 from tokensvc.core.errors import Errors
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+MAX_CLIENT_IDS = 200
+OTHER = "__other__"
+
+
+class CappedLabelCounter:
+    """A counter with one label that takes at most ``limit`` distinct values.
+
+    Values past the limit are counted under :data:`OTHER`, so a client that
+    invents client ids cannot grow the broker's memory or the scrape.
+    """
+
+    def __init__(self, counter: Counter, limit: int) -> None:
+        self._counter = counter
+        self._limit = limit
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def labels(self, value: str | None) -> Counter:
+        value = value or ""
+        with self._lock:
+            if value not in self._seen:
+                if len(self._seen) >= self._limit:
+                    value = OTHER
+                else:
+                    self._seen.add(value)
+        return self._counter.labels(value)
 
 
 class BrokerMetrics:
@@ -53,10 +82,14 @@ class BrokerMetrics:
         self.connections_refused = Counter(
             "tokensvc_connections_refused", "Connections refused, by reason", ["reason"], registry=r
         )
-        self.forwarded = Counter(
-            "tokensvc_forwarded_requests",
-            "Requests forwarded to the controller (KIP-590 NumRequestsForwardingToControllerPerSec)",
-            ["client_id"], registry=r,
+        self.forwarded = CappedLabelCounter(
+            Counter(
+                "tokensvc_forwarded_requests",
+                "Requests forwarded to the controller, by client id "
+                "(KIP-590 NumRequestsForwardingToControllerPerSec)",
+                ["client_id"], registry=r,
+            ),
+            MAX_CLIENT_IDS,
         )
         self.sessions_revoked = Counter(
             "tokensvc_sessions_revoked",

@@ -44,6 +44,7 @@ log = logging.getLogger("tokensvc.broker.server")
 
 READ_CHUNK = 64 * 1024
 CLOSE_FLUSH_S = 1.0
+CLOSE_LINGER_S = 0.5
 
 
 def server_ssl_context(config) -> ssl.SSLContext:
@@ -72,6 +73,20 @@ def _cert_principal(writer: asyncio.StreamWriter) -> KafkaPrincipal | None:
                      "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST"}.get(key, key)
             rdns.append(f"{short}={value}")
     return KafkaPrincipal("User", ",".join(rdns)) if rdns else None
+
+
+async def _linger(reader: asyncio.StreamReader) -> None:
+    """Wait up to ``CLOSE_LINGER_S`` for the client to close first, discarding what it sends.
+
+    kafka-python 3.0.12 drops a response that arrives in the same read as the end of the
+    connection, so closing right after a SaslAuthenticate failure would hide the failure
+    from it (Kafka itself closes such a connection only after a delay)."""
+    try:
+        async with asyncio.timeout(CLOSE_LINGER_S):
+            while await reader.read(READ_CHUNK):
+                pass
+    except (TimeoutError, ConnectionError, ssl.SSLError):
+        pass
 
 
 async def _close_gracefully(writer: asyncio.StreamWriter) -> None:
@@ -182,6 +197,7 @@ class BrokerServer:
         # When the first byte of the frame being received arrived: a frame must be complete
         # within request.timeout.ms of it, however slowly its bytes trickle in.
         frame_started: float | None = None
+        response: bytes | None = None
         try:
             while session.state is not State.CLOSED:
                 if decoder.buffered:
@@ -205,8 +221,10 @@ class BrokerServer:
                     break
                 if not data:
                     break
+                decoder.max_size = self._max_frame_bytes(session)
                 decoder.feed(data)
                 while session.state is not State.CLOSED:
+                    decoder.max_size = self._max_frame_bytes(session)
                     payload = decoder.next_frame()
                     if payload is None:
                         break
@@ -215,6 +233,11 @@ class BrokerServer:
                     if response is not None:
                         writer.write(frame(response))
                         await writer.drain()
+            else:
+                # The session ended after a response (a failed authentication, a refused
+                # request): let the client read that response before the connection ends.
+                if response is not None:
+                    await _linger(reader)
         except ProtocolError as exc:
             log.info("closing %s:%d on %s: %s", host, port, listener.name, exc.message)
         except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError) as exc:
@@ -230,6 +253,15 @@ class BrokerServer:
                 del self._per_ip[host]
             metrics.connections.dec()
             await _close_gracefully(writer)
+
+    def _max_frame_bytes(self, session: Session) -> int:
+        """The largest frame this connection may send next. Until its first login it is
+        ``sasl.server.max.receive.size`` (as in Kafka), so an unauthenticated client cannot
+        make the broker buffer ``socket.request.max.bytes`` (100 MB by default)."""
+        limit = self.config.socket_request_max_bytes
+        if session.authenticated_once:
+            return limit
+        return min(limit, self.config.sasl_server_max_receive_size)
 
     async def _handle(self, conn: Connection, listener: Listener, payload: bytes) -> bytes | None:
         session = conn.session

@@ -8,6 +8,7 @@ write: only the controller applies it.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -20,12 +21,14 @@ from tokensvc.scram.formatter import (
     ScramCredential,
     ScramMechanism,
 )
+from zk.token_store import StoreError
 
 if TYPE_CHECKING:
     from tokensvc.broker.broker import Broker
     from tokensvc.broker.context import RequestContext
 
 CLUSTER = "kafka-cluster"
+CATCH_UP_TIMEOUT_S = 2.0
 
 
 def _describe_error(version: int, error: Errors) -> dict:
@@ -35,6 +38,7 @@ def _describe_error(version: int, error: Errors) -> dict:
 async def handle_describe(broker: Broker, ctx: RequestContext, body: dict) -> dict:
     if not broker.authorize(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER):
         return _describe_error(ctx.api_version, Errors.CLUSTER_AUTHORIZATION_FAILED)
+    await _catch_up(broker)
     requested = body.get("Users")
     all_users = broker.users.users()
     # As in Kafka, a null or empty list describes every user (librdkafka sends empty).
@@ -66,6 +70,17 @@ async def handle_describe(broker: Broker, ctx: RequestContext, body: dict) -> di
             }
         )
     return {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "Results": results}
+
+
+async def _catch_up(broker: Broker) -> None:
+    """Read-your-writes, as Kafka's describe (which reads ZooKeeper) gives: wait until this
+    broker has applied every credential change in ZooKeeper now, so a describe sent to any
+    broker right after an alter answered by the controller sees it. If ZooKeeper cannot
+    be read, the cache answers as it is."""
+    try:
+        await asyncio.to_thread(broker.credential_sync.wait_caught_up, CATCH_UP_TIMEOUT_S)
+    except StoreError:
+        pass
 
 
 def _user_result(name: str, error: Errors, message: str | None = None) -> dict:

@@ -1,0 +1,113 @@
+"""B7: memory of the token cache per 100,000 tokens, without and with derived credentials.
+
+Measured in a fresh spawned process, so nothing else lives in its heap: the
+tokens are made the way a broker gets them (each decoded from its znode JSON by
+:func:`zk.layout.decode_token`), loaded with ``TokenCache.replace_all``, and the
+decoded list dropped, so what remains is what the cache holds (token details,
+HMACs, the id/HMAC indexes and the expiry heap). Then every token gets both
+SCRAM credentials (SHA-256 and SHA-512), as if each had logged in with both.
+Credentials are derived with 1 PBKDF2 iteration instead of 4096: the iteration
+count changes the time, not the size of what is kept (salt, stored key, server
+key, an int), and 200,000 real derivations would take half an hour.
+
+Two readings per state: Python allocations (tracemalloc, exact, in one process)
+and the growth of the process's resident set (VmRSS, in a second process without
+tracemalloc, whose own bookkeeping would inflate it). Reported figure: the larger
+of the two, scaled to 100,000 tokens. No reference: the target is absolute.
+
+Target: <= 200 MB per 100,000 tokens, with and without derived credentials.
+"""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import tracemalloc
+from concurrent.futures import ProcessPoolExecutor
+
+from bench.suite import BenchContext, Outcome, Target
+
+ID = "B7"
+TITLE = "token cache memory per 100k tokens"
+TARGET_MB = 200.0
+PER = 100_000
+MB = 1024 * 1024
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS in /proc/self/status")
+
+
+def measure(tokens: int, master_key: str, traced: bool) -> dict[str, int]:
+    """In this process: bytes held by a cache of ``tokens`` tokens, then with credentials."""
+    from bench.env import make_tokens
+    from tokensvc.core.cache import TokenCache
+    from tokensvc.core.keys import MasterKeys
+    from tokensvc.scram.formatter import ScramMechanism
+    from zk import layout
+
+    encoded = [layout.encode_token(info) for info in make_tokens(master_key, tokens)]
+    gc.collect()
+    if traced:
+        tracemalloc.start()
+    reading = tracemalloc.get_traced_memory()[0] if traced else _rss_bytes()
+
+    cache = TokenCache(MasterKeys(master_key), scram_iterations=1)
+    cache.replace_all([layout.decode_token(data) for data in encoded])
+    gc.collect()
+    after_load = tracemalloc.get_traced_memory()[0] if traced else _rss_bytes()
+    token_ids = [t.info.token_id for t in cache.tokens()]
+    for token_id in token_ids:
+        for mechanism in ScramMechanism:
+            cache.scram_credential(token_id, mechanism)
+    del token_ids
+    gc.collect()
+    after_credentials = tracemalloc.get_traced_memory()[0] if traced else _rss_bytes()
+    if len(cache) != tokens or cache.derived_count() != 2 * tokens:
+        raise RuntimeError("the cache does not hold what was loaded")
+    return {"tokens": tokens, "cache": after_load - reading,
+            "with_credentials": after_credentials - reading}
+
+
+def run(ctx: BenchContext) -> Outcome:
+    tokens = ctx.sizes.b7_tokens
+    spawn = multiprocessing.get_context("spawn")
+    readings = {}
+    for traced in (True, False):
+        with ProcessPoolExecutor(1, mp_context=spawn) as pool:
+            readings[traced] = pool.submit(measure, tokens, ctx.master_key, traced).result(600)
+    scale = PER / tokens
+
+    def mb(key: str, traced: bool) -> float:
+        return round(readings[traced][key] * scale / MB, 1)
+
+    without = max(mb("cache", True), mb("cache", False))
+    with_credentials = max(mb("with_credentials", True), mb("with_credentials", False))
+    return Outcome(
+        ID,
+        TITLE,
+        measured=with_credentials,
+        unit="MB/100k (with creds)",
+        reference=without,
+        reference_unit="MB/100k",
+        reference_label="same cache, no creds",
+        ratio=None,
+        targets=[
+            Target(f"<= {TARGET_MB:.0f} MB without credentials", without <= TARGET_MB),
+            Target(f"<= {TARGET_MB:.0f} MB with credentials", with_credentials <= TARGET_MB),
+        ],
+        details={
+            "tokens_measured": tokens,
+            "tracemalloc_mb_per_100k": {"cache": mb("cache", True),
+                                        "with_credentials": mb("with_credentials", True)},
+            "rss_growth_mb_per_100k": {"cache": mb("cache", False),
+                                       "with_credentials": mb("with_credentials", False)},
+            "bytes_per_token": {"cache": round(without * MB / PER),
+                                "with_credentials": round(with_credentials * MB / PER)},
+            "pbkdf2_iterations_used": 1,
+        },
+    )
