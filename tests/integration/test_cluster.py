@@ -2,9 +2,9 @@
 
 `LocalCluster.up` starts brokers as `tokensvc broker --config ...` processes; these tests
 check what it writes (cluster.json, server.properties, admin.properties, users in
-ZooKeeper), that every broker answers, that brokers can be killed and started again, that
-real Kafka clients log in with the admin credentials, and that `down` (library, CLI and
-the foreground mode's signal handling) leaves no process behind.
+ZooKeeper), that every broker answers, that brokers can be killed and started again, and
+that `down` (library, CLI and the foreground mode's signal handling) leaves no process
+behind. Real Kafka clients against a local cluster: test_interop.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from confluent_kafka.admin import AdminClient
 
 from cli.cluster_cmd import cluster as cluster_cli
 from tokensvc.cluster import ClusterError, LocalCluster, answers_api_versions
@@ -127,23 +126,6 @@ def test_admin_and_inter_broker_users_are_in_zookeeper(tls_cluster: LocalCluster
     for creds in users.values():
         assert set(creds) == set(ScramMechanism)
         assert {c.iterations for c in creds.values()} == {4096}
-
-
-@pytest.mark.parametrize("listener", ["SASL_PLAINTEXT", "SASL_SSL"])
-def test_confluent_kafka_logs_in_as_admin(tls_cluster: LocalCluster, listener: str) -> None:
-    info = tls_cluster.info
-    conf = {
-        "bootstrap.servers": ",".join(b["listeners"][listener] for b in info["brokers"]),
-        "security.protocol": listener,
-        "sasl.mechanism": "SCRAM-SHA-512",
-        "sasl.username": info["admin"]["username"],
-        "sasl.password": info["admin"]["password"],
-    }
-    if listener == "SASL_SSL":
-        conf["ssl.ca.location"] = info["tls"]["ca"]
-    admin = AdminClient(conf)  # keep a reference: a collected client cancels its futures
-    described = admin.describe_cluster(request_timeout=15).result(timeout=20)
-    assert sorted(node.id for node in described.nodes) == [1, 2]
 
 
 def test_killed_broker_starts_again_on_its_ports(tls_cluster: LocalCluster) -> None:

@@ -37,6 +37,7 @@ from kafka.admin import UserScramCredentialUpsertion as KpUpsertion
 from kafka.errors import KafkaTimeoutError
 
 from tests.support.client import WireClient
+from tokensvc.broker.decoding import decode_client_request
 from tokensvc.cluster import LocalCluster
 from tokensvc.kafka_python_token import token_login_config
 
@@ -158,6 +159,19 @@ def confluent_login_refused(
 
 
 # -- logins, metadata and cluster description ----------------------------------------------
+
+
+def test_librdkafka_all_topics_metadata_request_is_read_as_kafka_reads_it() -> None:
+    # Captured from confluent-kafka 2.16 (list_topics): at v9+ librdkafka leaves the 4-byte
+    # placeholder of the topics count in place, so 3 bytes follow a complete body. Kafka
+    # ignores them; a broker that refused them would close every librdkafka connection.
+    payload = bytes.fromhex("0003000c00000006000772646b61666b610000000000010000")
+    header, body = decode_client_request(payload)
+    assert (header.api_key, header.api_version, header.client_id) == (3, 12, "rdkafka")
+    assert body["Topics"] is None
+    assert body["AllowAutoTopicCreation"] is False
+
+
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)

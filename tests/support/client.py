@@ -42,7 +42,11 @@ class WireClient:
             ssl_context=ssl_context,
         )
         self.timeout = timeout
-        self._run(self.channel.connect(timeout))
+        try:
+            self._run(self.channel.connect(timeout))
+        except BaseException:
+            self.close()
+            raise
 
     def _run(self, coro):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(self.timeout + 5)

@@ -695,7 +695,11 @@ th {{ background: #eee; }}
 
 def create_session(master: str | None = None, app_name: str = "tokensvc-audit-report"
                    ) -> SparkSession:
-    """A SparkSession for the report. Without ``master``: spark-submit's, else local[*]."""
+    """A SparkSession for the report: the active one if there is one (tests, notebooks),
+    else a new one. Without ``master``: spark-submit's, else local[*]."""
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
     builder = SparkSession.builder.appName(app_name)
     if master is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
         master = "local[*]"
@@ -747,6 +751,9 @@ def build_options(
     until_ms = parse_time(until) if until else None
     if since_ms is not None and until_ms is not None and since_ms >= until_ms:
         raise ReportError("--since must be before --until")
+    _check_exists(input_path, "input path")  # before a JVM starts, where we can tell
+    if tokens:
+        _check_exists(tokens, "token snapshot")
     return ReportOptions(input_path, output, since_ms, until_ms, settings, tokens, glob)
 
 
