@@ -18,6 +18,7 @@ _COMMANDS = [
     ("cli.broker_cmd", "broker"),
     ("cli.cluster_cmd", "cluster"),
     ("cli.users_cmd", "users"),
+    ("cli.acls_cmd", "acls"),
     ("cli.audit_cmd", "audit"),
     ("cli.tokens_cmd", "tokens"),
 ]

@@ -329,6 +329,32 @@ def _check_value(path: str, value: object) -> None:
             _check_value(f"{path}[{i}]", item)
 
 
+# Written instead of a value that looks like base64 of 64+ bytes (see redact_secret_values).
+REDACTED = "[redacted: base64 of 64+ bytes]"
+
+
+def _redact(value: object) -> object:
+    if isinstance(value, str):
+        return REDACTED if len(value) >= 86 and _LONG_BASE64.fullmatch(value) else value
+    if isinstance(value, Mapping):
+        return {name: _redact(item) for name, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redact(item) for item in value]
+    return value
+
+
+def redact_secret_values(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``fields`` with every string value that :func:`check_no_secrets` would refuse as
+    base64 of 64+ bytes replaced by :data:`REDACTED`, nested lists and mappings included.
+
+    Many values come from clients (a SCRAM user name, a principal, a resource name). A
+    client must not be able to make an event fail by choosing such a value: the request
+    emitting it would fail, and a failed login would skip its delay and its audit line.
+    Field names are left alone: a secret-looking name is a programming error, refused.
+    """
+    return {name: _redact(value) for name, value in fields.items()}
+
+
 def check_no_secrets(event: Mapping[str, Any], *, _prefix: str = "") -> None:
     """Refuse an event whose field names or values look like secret material.
 

@@ -12,8 +12,14 @@ broker, plus:
   with :class:`tokensvc.audit.rules.ReferenceAudit`, and the anomalies that were
   planted on purpose (each rule has at least one once ``events`` is large enough).
 
-Lines are formatted from templates rather than ``json.dumps`` because every value
-is generated here and known to need no escaping; that keeps it above 200k events/s.
+Speed: lines are formatted from templates rather than ``json.dumps`` (every value
+is generated here and needs no escaping), and large runs are split into shards,
+populations that share no user, host or token, simulated in parallel processes
+and merged; the ground truth of the whole is the sum of the shards'. Shards are
+fixed by the event count alone, so a seed gives the same files on any machine.
+Programs that call :func:`generate` must guard their entry point with
+``if __name__ == "__main__"`` (worker processes are spawned).
+
 It must not import pyspark and does not touch the network.
 """
 
@@ -574,10 +580,10 @@ def _run_shard(args: tuple[str, int, int, int, int, int, RuleSettings, int, int]
                         [p for f in sim.files for p in f.paths])
 
 
-def shard_count(events: int) -> int:
-    """How many independent populations ``events`` are split into (depends on nothing else,
-    so the output is the same on any machine)."""
-    return max(1, min(16, events // SHARD_EVENTS))
+def shard_count(events: int, shard_events: int = SHARD_EVENTS) -> int:
+    """How many independent populations ``events`` are split into. It depends on the
+    arguments only, so the output is the same on any machine."""
+    return max(1, min(16, events // shard_events))
 
 
 def generate(
@@ -590,19 +596,22 @@ def generate(
     start_ms: int = DEFAULT_START_MS,
     events_per_file: int = 1_000_000,
     workers: int | None = None,
+    shard_events: int = SHARD_EVENTS,
 ) -> GeneratedDataset:
     """Write ``events`` synthetic events under ``out`` with their exact ground truth.
 
-    The same arguments give the same files whatever ``workers`` is (default: one
-    process per CPU, at most one per shard). ``settings`` are the rule thresholds
-    the ground truth's findings are computed with.
+    Events are split into ``events // shard_events`` (1..16) shards: populations
+    that share no user, host or token, simulated independently and in parallel. The
+    same arguments give the same files whatever ``workers`` is (default: one process
+    per CPU, at most one per shard). ``settings`` are the rule thresholds the ground
+    truth's findings are computed with.
     """
-    if events < 0 or brokers < 1 or events_per_file < 1:
-        raise ValueError("events must be >= 0, brokers and events_per_file >= 1")
+    if events < 0 or brokers < 1 or events_per_file < 1 or shard_events < 1:
+        raise ValueError("events must be >= 0; brokers, events_per_file, shard_events >= 1")
     directory = Path(out)
     directory.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    shards = shard_count(events)
+    shards = shard_count(events, shard_events)
     jobs = [
         (str(directory), events // shards + (1 if k < events % shards else 0), seed, k, shards,
          brokers, settings, start_ms, events_per_file)

@@ -14,9 +14,11 @@ the number dropped into the log before the next events it writes, so a gap is
 visible in the log itself and not only in a metric. Dropping rather than
 blocking is deliberate: a slow disk must not stall authentication.
 
-Secret material never gets this far: :func:`tokensvc.audit.events.build_event`
-refuses it, and ``emit`` raises :class:`~tokensvc.audit.events.AuditEventError`
-to the caller for malformed events.
+Secret material never gets this far: ``emit`` writes a value that looks like
+base64 of 64+ bytes (often chosen by a client: a user name) as
+:data:`~tokensvc.audit.events.REDACTED`, and :func:`tokensvc.audit.events.build_event`
+refuses secret-looking field names; ``emit`` raises
+:class:`~tokensvc.audit.events.AuditEventError` to the caller for malformed events.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from tokensvc.audit.events import build_event, dropped_event, stamp
+from tokensvc.audit.events import build_event, dropped_event, redact_secret_values, stamp
 from tokensvc.core.clock import Clock, SystemClock
 
 log = logging.getLogger(__name__)
@@ -118,9 +120,10 @@ class AuditLog:
         """Queue one event; True if queued, False if disabled, closed or dropped.
 
         Never blocks. Raises ``AuditEventError`` for an event outside the schema
-        or one carrying secret material.
+        or a field whose name says it holds secret material; a value that looks
+        like base64 of 64+ bytes is written as ``REDACTED``.
         """
-        body = build_event(event_type, fields)
+        body = build_event(event_type, redact_secret_values(fields))
         if self._directory is None:
             return False
         if self._closed:

@@ -2,7 +2,7 @@
 
 Owns the broker's lifecycle (start, ready, stop) and the services handlers
 call: the token cache and rules, user credentials, the authorizer, the
-controller's write path (``write_token``/``delete_token``/credentials, each
+controller's write path (``write_token``/``delete_token``/credentials/ACLs, each
 guarded by this broker's ``/controller`` znode version so a deposed
 controller cannot write), forwarding of writes by non-controllers, and audit.
 
@@ -18,12 +18,20 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from tokensvc.audit.writer import AuditLog
-from tokensvc.authz.acl import AclOperation, ResourceType
-from tokensvc.authz.authorizer import AclAuthorizer
+from tokensvc.authz.acl import (
+    AclBinding,
+    AclBindingFilter,
+    AclCreateResult,
+    AclDeleteResult,
+    AclOperation,
+    ResourcePattern,
+    ResourceType,
+)
+from tokensvc.authz.authorizer import ALL_OPERATIONS_BITFIELD, AclAuthorizer
 from tokensvc.broker.context import RequestContext
 from tokensvc.broker.handlers import HANDLERS
 from tokensvc.broker.metrics import BrokerMetrics
@@ -277,19 +285,10 @@ class Broker:
 
     def cluster_authorized_operations(self, ctx: RequestContext) -> int:
         if self.authorizer is None:
-            return self._all_cluster_ops()
+            return ALL_OPERATIONS_BITFIELD(ResourceType.CLUSTER)
         return self.authorizer.authorized_operations_bitfield(
             ctx.principal.without_token_flag(), ctx.client_host, ResourceType.CLUSTER, CLUSTER_RESOURCE
         )
-
-    @staticmethod
-    def _all_cluster_ops() -> int:
-        from tokensvc.authz.acl import supported_operations
-
-        bits = 0
-        for op in supported_operations(ResourceType.CLUSTER):
-            bits |= 1 << int(op)
-        return bits
 
     # -- request dispatch -----------------------------------------------------
 
@@ -362,6 +361,36 @@ class Broker:
         removed = await self._write(self.credential_store.delete, user, mechanism)
         self.users.discard(user, mechanism)
         return bool(removed)
+
+    async def add_acls(self, bindings: Sequence[AclBinding]) -> list[AclCreateResult]:
+        """Write ACLs under the controller guard (one result per binding), then apply the
+        resources they touched to this broker's authorizer before returning."""
+        results = await self._write(self.acl_store.add, list(bindings))
+        await self._reload_acls(r.binding.pattern for r in results if r.error == Errors.NONE)
+        return results
+
+    async def remove_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclDeleteResult]:
+        """Delete the ACLs each filter matches under the controller guard, then apply the
+        resources they touched to this broker's authorizer before returning."""
+        results = await self._write(self.acl_store.remove, list(filters))
+        await self._reload_acls(b.pattern for r in results for b in r.deleted)
+        return results
+
+    async def _reload_acls(self, patterns: Iterable[ResourcePattern]) -> None:
+        # Re-read from ZooKeeper: the znode, not this request, is the resource's state.
+        # AclSync applies the same notifications later; re-reading makes that idempotent.
+        wanted = set(patterns)
+        if self.authorizer is None or not wanted:
+            return
+        try:
+            loaded = await asyncio.to_thread(
+                lambda: {p: self.acl_store.load_resource(p) for p in wanted}
+            )
+        except KafkaError as exc:
+            log.warning("ACLs written; applying them here waits for the sync: %s", exc)
+            return
+        for pattern, entries in loaded.items():
+            self.authorizer.apply_resource(pattern, entries)
 
     # -- sessions -------------------------------------------------------------
 

@@ -46,7 +46,6 @@ from typing import TYPE_CHECKING
 from tokensvc.broker.channel import BrokerChannel, ChannelClosed
 from tokensvc.broker.decoding import decode_client_request
 from tokensvc.core.errors import Errors, KafkaError
-from tokensvc.core.token import DelegationToken
 from tokensvc.protocol import decode_response, encode_response
 from tokensvc.protocol.principal_serde import serialize_principal
 
@@ -280,6 +279,8 @@ class CreateLedger:
 
     async def _replay(self, ctx: RequestContext, key: str) -> tuple[bytes, int] | None:
         """The create response for a key already recorded, or None if it is not."""
+        from tokensvc.broker.handlers.tokens import create_error, create_response
+
         broker = self.broker
         try:
             token_id = await asyncio.to_thread(broker.token_store.request_token_id, key)
@@ -290,55 +291,22 @@ class CreateLedger:
                 info = await asyncio.to_thread(broker.token_store.get, token_id)
                 token = broker.cache.upsert(info) if info is not None else None
         except KafkaError as exc:  # ZooKeeper unavailable: retriable, nothing was written
-            return self._answer(ctx, _create_error(exc.error))
+            return self._answer(ctx, create_error(ctx.api_version, exc.error))
         requester = ctx.principal.without_token_flag()
         if token is None:
             # Created by the first attempt, then expired and swept before this retry.
             log.info("request key of %s names token %s, which is gone", requester, token_id)
-            return self._answer(ctx, _create_error(Errors.DELEGATION_TOKEN_NOT_FOUND))
+            return self._answer(ctx, create_error(ctx.api_version, Errors.DELEGATION_TOKEN_NOT_FOUND))
         if token.info.token_requester != requester:
             log.warning("request key reused by %s for a token of another requester", requester)
-            return self._answer(ctx, _create_error(Errors.INVALID_REQUEST))
+            return self._answer(ctx, create_error(ctx.api_version, Errors.INVALID_REQUEST))
         self.replayed += 1
         log.info("create retried by %s: answering with token %s", requester, token_id)
-        return self._answer(ctx, _create_response(token))
+        return self._answer(ctx, create_response(token))
 
     @staticmethod
     def _answer(ctx: RequestContext, body: dict) -> tuple[bytes, int]:
         return encode_response(ctx.header, body), int(body["ErrorCode"])
-
-
-def _create_response(token: DelegationToken) -> dict:
-    info = token.info
-    return {
-        "ErrorCode": 0,
-        "PrincipalType": info.owner.principal_type,
-        "PrincipalName": info.owner.name,
-        "TokenRequesterPrincipalType": info.token_requester.principal_type,
-        "TokenRequesterPrincipalName": info.token_requester.name,
-        "IssueTimestampMs": info.issue_timestamp,
-        "ExpiryTimestampMs": info.expiry_timestamp,
-        "MaxTimestampMs": info.max_timestamp,
-        "TokenId": info.token_id,
-        "Hmac": token.hmac,
-        "ThrottleTimeMs": 0,
-    }
-
-
-def _create_error(error: Errors) -> dict:
-    return {
-        "ErrorCode": int(error),
-        "PrincipalType": "",
-        "PrincipalName": "",
-        "TokenRequesterPrincipalType": "",
-        "TokenRequesterPrincipalName": "",
-        "IssueTimestampMs": -1,
-        "ExpiryTimestampMs": -1,
-        "MaxTimestampMs": -1,
-        "TokenId": "",
-        "Hmac": b"",
-        "ThrottleTimeMs": 0,
-    }
 
 
 def _error_of(code: int) -> Errors:

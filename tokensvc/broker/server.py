@@ -25,11 +25,10 @@ from tokensvc.broker.handlers import sasl
 from tokensvc.broker.handlers.cluster import api_versions_body
 from tokensvc.broker.session import IllegalSaslState, Session, State
 from tokensvc.core.config import Listener
-from tokensvc.core.errors import Errors
+from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.protocol import (
     FrameDecoder,
-    ProtocolError,
     RequestHeader,
     UnsupportedVersionError,
     encode_response,
@@ -238,7 +237,7 @@ class BrokerServer:
                 # request): let the client read that response before the connection ends.
                 if response is not None:
                     await _linger(reader)
-        except ProtocolError as exc:
+        except KafkaError as exc:  # ProtocolError, or a request for an API not served
             log.info("closing %s:%d on %s: %s", host, port, listener.name, exc.message)
         except (ConnectionError, ssl.SSLError, asyncio.IncompleteReadError) as exc:
             log.debug("connection %s:%d ended: %s", host, port, exc)

@@ -48,6 +48,7 @@ def simple_error(error: Errors, **extra: Any) -> dict:
 def _load() -> None:
     # Importing the modules registers their handlers.
     from tokensvc.broker.handlers import (  # noqa: F401
+        acls,
         cluster,
         envelope,
         sasl,

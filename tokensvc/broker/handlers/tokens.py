@@ -55,7 +55,7 @@ def _audit(broker: Broker, ctx: RequestContext, action: str, error: Errors, **fi
 # --- CreateDelegationToken -------------------------------------------------
 
 
-def _create_error(version: int, error: Errors, requester: KafkaPrincipal | None = None) -> dict:
+def create_error(version: int, error: Errors, requester: KafkaPrincipal | None = None) -> dict:
     p = requester or KafkaPrincipal("", "")
     return {
         "ErrorCode": int(error),
@@ -96,7 +96,7 @@ def precheck_create(broker: Broker, ctx: RequestContext, body: dict) -> dict | N
     error, owner = _create_checks(broker, ctx, body)
     if error:
         _audit(broker, ctx, "create", error, owner=str(owner), token_id=None)
-        return _create_error(ctx.api_version, error, ctx.principal)
+        return create_error(ctx.api_version, error, ctx.principal)
     return None
 
 
@@ -105,14 +105,14 @@ async def handle_create(broker: Broker, ctx: RequestContext, body: dict) -> dict
     requester = ctx.principal.without_token_flag()
     if error:
         _audit(broker, ctx, "create", error, owner=str(owner), token_id=None)
-        return _create_error(ctx.api_version, error, requester)
+        return create_error(ctx.api_version, error, requester)
     renewers = [_principal(r["PrincipalType"], r["PrincipalName"]) for r in body.get("Renewers") or []]
     try:
         token = broker.manager.create(owner, requester, renewers, int(body.get("MaxLifetimeMs", -1)))
         await broker.write_token(token.info, create=True, request_key=broker.request_key(ctx))
     except KafkaError as exc:
         _audit(broker, ctx, "create", exc.error, owner=str(owner), token_id=None)
-        return _create_error(ctx.api_version, exc.error, requester)
+        return create_error(ctx.api_version, exc.error, requester)
     info = token.info
     _audit(
         broker,
@@ -125,6 +125,12 @@ async def handle_create(broker: Broker, ctx: RequestContext, body: dict) -> dict
         expiry_ms=info.expiry_timestamp,
         max_ms=info.max_timestamp,
     )
+    return create_response(token)
+
+
+def create_response(token: DelegationToken) -> dict:
+    """The CreateDelegationToken answer for a token (also used to replay a retried create)."""
+    info = token.info
     return {
         "ErrorCode": 0,
         "PrincipalType": info.owner.principal_type,
@@ -255,7 +261,7 @@ async def handle_describe(broker: Broker, ctx: RequestContext, body: dict) -> di
     return {"ErrorCode": 0, "Tokens": [_describe_entry(t) for t in tokens], "ThrottleTimeMs": 0}
 
 
-register(38, ApiHandler("CreateDelegationToken", handle_create, _create_error, write=True,
+register(38, ApiHandler("CreateDelegationToken", handle_create, create_error, write=True,
                         precheck=precheck_create))
 register(39, ApiHandler("RenewDelegationToken", handle_renew, _expiry_error, write=True,
                         precheck=precheck_session("renew")))

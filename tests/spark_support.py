@@ -1,0 +1,31 @@
+"""One SparkSession for the whole test run.
+
+Test modules that need Spark define a session-scoped ``spark`` fixture returning
+:func:`shared_spark`; every such fixture gets the same session, started once
+(local[2], no UI, 4 shuffle partitions, modest memory) and stopped at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+
+from pyspark.sql import SparkSession
+
+
+@functools.cache
+def shared_spark() -> SparkSession:
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("tokensvc-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.memory", "1g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    atexit.register(spark.stop)
+    return spark

@@ -1,0 +1,321 @@
+"""CreateAcls (30), DescribeAcls (29) and DeleteAcls (31), with Kafka's semantics.
+
+Owns the ACL admin APIs on the broker: who may call them, the per-item answers, the
+audit events, and read-your-writes for DescribeAcls.
+
+- DescribeAcls needs DESCRIBE on the cluster; CreateAcls and DeleteAcls need ALTER on
+  the cluster. A refused request fails as a whole with CLUSTER_AUTHORIZATION_FAILED
+  (every creation / filter result carries it, as Kafka answers).
+- With no authorizer configured (``authorizer.class.name`` empty) every answer is
+  SECURITY_DISABLED (54).
+- An invalid binding (:func:`tokensvc.authz.acl.binding_problem`) or a filter with
+  UNKNOWN parts fails alone with INVALID_REQUEST; the others are applied.
+- Until this broker's authorizer has loaded the ACLs, non-super users get
+  AUTHORIZER_NOT_READY (COORDINATOR_LOAD_IN_PROGRESS, 14, retriable) per item.
+  DescribeAcls answers it to super users too: the list would be incomplete.
+- Create and Delete are writes (KIP-590): a non-controller runs ``precheck`` (the
+  checks above) and forwards; the controller writes through
+  ``Broker.add_acls``/``Broker.remove_acls`` (guarded by its ``/controller_epoch``
+  version) and applies the change to its own authorizer before answering. A write
+  that finds this broker no longer controller answers NOT_CONTROLLER, which the
+  forwarder retries on the new controller.
+- Every binding created or deleted, and every refused item, is one ``acl`` audit
+  event (enum names as Kafka's Java enums spell them: ``TOPIC``, ``LITERAL``).
+- DescribeAcls first waits (at most ``CATCH_UP_TIMEOUT_S``) until this broker has
+  applied every ACL change notification present in ZooKeeper, so a describe sent to
+  any broker right after a create answered by the controller sees it.
+
+Must not: write ZooKeeper other than through the broker's controller write path, or
+log ACL contents beyond resource names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from tokensvc.authz.acl import (
+    CLUSTER_NAME,
+    PATTERN_TYPES,
+    AclBinding,
+    AclBindingFilter,
+    AclCreateResult,
+    AclDeleteResult,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
+from tokensvc.authz.wire import (
+    binding_from_creation,
+    creation_result,
+    delete_filter_result,
+    describe_resources,
+    filter_from_wire,
+)
+from tokensvc.broker.handlers import ApiHandler, register
+from tokensvc.core.errors import AUTHORIZER_NOT_READY, Errors, KafkaError, describe
+
+if TYPE_CHECKING:
+    from tokensvc.broker.broker import Broker
+    from tokensvc.broker.context import RequestContext
+
+log = logging.getLogger("tokensvc.broker.acls")
+
+CATCH_UP_TIMEOUT_S = 2.0
+_CATCH_UP_POLL_S = 0.01
+_NO_AUTHORIZER = "no authorizer is configured on the broker (authorizer.class.name)"
+
+
+# --- permission ------------------------------------------------------------------------
+
+
+def _refusal(broker: Broker, ctx: RequestContext, operation: AclOperation) -> KafkaError | None:
+    """Why this request may not run at all, or None when it may."""
+    if broker.authorizer is None:
+        return KafkaError(Errors.SECURITY_DISABLED, _NO_AUTHORIZER)
+    try:
+        allowed = broker.authorize(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+    except KafkaError as exc:  # AUTHORIZER_NOT_READY
+        return exc
+    if not allowed:
+        return KafkaError(
+            Errors.CLUSTER_AUTHORIZATION_FAILED,
+            f"{operation.kafka_name} on the cluster is needed to "
+            f"{'describe' if operation is AclOperation.DESCRIBE else 'change'} ACLs",
+        )
+    return None
+
+
+# --- audit -----------------------------------------------------------------------------
+
+
+def _audit(
+    broker: Broker,
+    ctx: RequestContext,
+    action: str,
+    error: Errors,
+    *,
+    resource_type: ResourceType | None,
+    resource_name: str | None,
+    pattern_type: PatternType | None,
+    acl_principal: str | None,
+    host: str | None,
+    operation: AclOperation | None,
+    permission: AclPermissionType | None,
+) -> None:
+    broker.audit.emit(
+        "acl",
+        action=action,
+        outcome="success" if error == Errors.NONE else "failure",
+        error_code=int(error),
+        requester=str(ctx.principal.without_token_flag()),
+        resource_type=resource_type.name if resource_type is not None else None,
+        resource_name=resource_name,
+        pattern_type=pattern_type.name if pattern_type is not None else None,
+        acl_principal=acl_principal,
+        host=host,
+        operation=operation.name if operation is not None else None,
+        permission=permission.name if permission is not None else None,
+    )
+
+
+def _audit_binding(
+    broker: Broker, ctx: RequestContext, action: str, binding: AclBinding, error: Errors
+) -> None:
+    p, e = binding.pattern, binding.entry
+    _audit(
+        broker, ctx, action, error,
+        resource_type=p.resource_type, resource_name=p.name, pattern_type=p.pattern_type,
+        acl_principal=e.principal, host=e.host, operation=e.operation,
+        permission=e.permission_type,
+    )
+
+
+def _audit_filter(
+    broker: Broker, ctx: RequestContext, acl_filter: AclBindingFilter, error: Errors
+) -> None:
+    pf, ef = acl_filter.pattern_filter, acl_filter.entry_filter
+    _audit(
+        broker, ctx, "delete", error,
+        resource_type=pf.resource_type, resource_name=pf.name, pattern_type=pf.pattern_type,
+        acl_principal=ef.principal, host=ef.host, operation=ef.operation,
+        permission=ef.permission_type,
+    )
+
+
+# --- CreateAcls ------------------------------------------------------------------------
+
+
+def _creations(body: dict) -> list[AclBinding]:
+    return [binding_from_creation(c) for c in body.get("Creations") or []]
+
+
+def _create_response(results: Iterable[AclCreateResult], error: Errors = Errors.NONE) -> dict:
+    # "ErrorCode" is not a CreateAcls field (the encoder ignores it): it tells the
+    # dispatcher and the envelope handler that the request failed as a whole.
+    return {
+        "ThrottleTimeMs": 0,
+        "Results": [creation_result(r) for r in results],
+        "ErrorCode": int(error),
+    }
+
+
+def _create_error(version: int, error: Errors) -> dict:
+    return _create_response((), error)
+
+
+def _refuse_creations(
+    broker: Broker, ctx: RequestContext, bindings: list[AclBinding], refusal: KafkaError
+) -> dict:
+    if refusal.error is not Errors.NOT_CONTROLLER:  # not a refusal: retried elsewhere
+        for binding in bindings:
+            _audit_binding(broker, ctx, "create", binding, refusal.error)
+    return _create_response(
+        (AclCreateResult(b, refusal.error, refusal.message) for b in bindings), refusal.error
+    )
+
+
+def precheck_create(broker: Broker, ctx: RequestContext, body: dict) -> dict | None:
+    refusal = _refusal(broker, ctx, AclOperation.ALTER)
+    if refusal is None:
+        return None
+    return _refuse_creations(broker, ctx, _creations(body), refusal)
+
+
+async def handle_create(broker: Broker, ctx: RequestContext, body: dict) -> dict:
+    bindings = _creations(body)
+    refusal = _refusal(broker, ctx, AclOperation.ALTER)
+    if refusal is not None:
+        return _refuse_creations(broker, ctx, bindings, refusal)
+    try:
+        results = await broker.add_acls(bindings)
+    except KafkaError as exc:  # NOT_CONTROLLER (the forwarder retries) or ZooKeeper down
+        return _refuse_creations(broker, ctx, bindings, exc)
+    for result in results:
+        _audit_binding(broker, ctx, "create", result.binding, result.error)
+    return _create_response(results)
+
+
+# --- DeleteAcls ------------------------------------------------------------------------
+
+
+def _filters(body: dict) -> list[AclBindingFilter]:
+    return [filter_from_wire(f) for f in body.get("Filters") or []]
+
+
+def _delete_response(results: Iterable[AclDeleteResult], error: Errors = Errors.NONE) -> dict:
+    # As for CreateAcls, "ErrorCode" is for the dispatcher only (not a wire field).
+    return {
+        "ThrottleTimeMs": 0,
+        "FilterResults": [delete_filter_result(r) for r in results],
+        "ErrorCode": int(error),
+    }
+
+
+def _delete_error(version: int, error: Errors) -> dict:
+    return _delete_response((), error)
+
+
+def _refuse_filters(
+    broker: Broker, ctx: RequestContext, filters: list[AclBindingFilter], refusal: KafkaError
+) -> dict:
+    if refusal.error is not Errors.NOT_CONTROLLER:  # not a refusal: retried elsewhere
+        for acl_filter in filters:
+            _audit_filter(broker, ctx, acl_filter, refusal.error)
+    return _delete_response(
+        (AclDeleteResult(f, (), refusal.error, refusal.message) for f in filters), refusal.error
+    )
+
+
+def precheck_delete(broker: Broker, ctx: RequestContext, body: dict) -> dict | None:
+    refusal = _refusal(broker, ctx, AclOperation.ALTER)
+    if refusal is None:
+        return None
+    return _refuse_filters(broker, ctx, _filters(body), refusal)
+
+
+async def handle_delete(broker: Broker, ctx: RequestContext, body: dict) -> dict:
+    filters = _filters(body)
+    refusal = _refusal(broker, ctx, AclOperation.ALTER)
+    if refusal is not None:
+        return _refuse_filters(broker, ctx, filters, refusal)
+    try:
+        results = await broker.remove_acls(filters)
+    except KafkaError as exc:
+        return _refuse_filters(broker, ctx, filters, exc)
+    for result in results:
+        if result.error != Errors.NONE:
+            _audit_filter(broker, ctx, result.filter, result.error)
+        for binding in result.deleted:
+            _audit_binding(broker, ctx, "delete", binding, Errors.NONE)
+    return _delete_response(results)
+
+
+# --- DescribeAcls ----------------------------------------------------------------------
+
+
+def _describe_error(version: int, error: Errors, message: str | None = None) -> dict:
+    return {
+        "ThrottleTimeMs": 0,
+        "ErrorCode": int(error),
+        "ErrorMessage": message or describe(error),
+        "Resources": [],
+    }
+
+
+async def handle_describe(broker: Broker, ctx: RequestContext, body: dict) -> dict:
+    refusal = _refusal(broker, ctx, AclOperation.DESCRIBE)
+    if refusal is not None:
+        return _describe_error(ctx.api_version, refusal.error, refusal.message)
+    authorizer = broker.authorizer
+    if not authorizer.ready:
+        return _describe_error(
+            ctx.api_version, AUTHORIZER_NOT_READY, "the broker is still loading ACLs; retry"
+        )
+    acl_filter = filter_from_wire(body)
+    if acl_filter.is_unknown:
+        return _describe_error(
+            ctx.api_version, Errors.INVALID_REQUEST, "the ACL filter contains UNKNOWN elements"
+        )
+    await _catch_up(broker)
+    return {
+        "ThrottleTimeMs": 0,
+        "ErrorCode": 0,
+        "ErrorMessage": None,
+        "Resources": describe_resources(authorizer.describe(acl_filter)),
+    }
+
+
+async def _catch_up(broker: Broker) -> None:
+    """Wait until this broker's AclSync has applied every change notification ZooKeeper
+    holds now (bounded by CATCH_UP_TIMEOUT_S). If ZooKeeper cannot be read, or the sync
+    is slow, the authorizer answers as it is."""
+    sync = getattr(broker, "acl_sync", None)
+    if sync is None:
+        return
+    store = broker.acl_store
+
+    def newest() -> dict[PatternType, int]:
+        return {pt: max((s for s, _ in store.notifications(pt)), default=-1) for pt in PATTERN_TYPES}
+
+    try:
+        wanted = await asyncio.to_thread(newest)
+    except KafkaError:
+        return
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + CATCH_UP_TIMEOUT_S
+    while any(sync.last_applied[pt] < seq for pt, seq in wanted.items()):
+        if loop.time() >= deadline:
+            log.info("DescribeAcls answered before this broker caught up with ZooKeeper")
+            return
+        await asyncio.sleep(_CATCH_UP_POLL_S)
+
+
+register(29, ApiHandler("DescribeAcls", handle_describe, _describe_error))
+register(30, ApiHandler("CreateAcls", handle_create, _create_error, write=True,
+                        precheck=precheck_create))
+register(31, ApiHandler("DeleteAcls", handle_delete, _delete_error, write=True,
+                        precheck=precheck_delete))
