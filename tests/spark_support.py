@@ -3,6 +3,8 @@
 Test modules that need Spark define a session-scoped ``spark`` fixture returning
 :func:`shared_spark`; every such fixture gets the same session, started once
 (local[2], no UI, 4 shuffle partitions, modest memory) and stopped at exit.
+Whole-stage code generation is off: test inputs are tiny, and compiling each of
+the report's many plans costs more than it saves (about half the run time).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ def shared_spark() -> SparkSession:
         .config("spark.default.parallelism", "2")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.codegen.wholeStage", "false")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

@@ -336,4 +336,7 @@ def test_invalid_acl_is_refused_with_the_binding_named(acl_admin: AdminClient) -
     with pytest.raises(AdminError) as info:
         acl_admin.create_acls([bad])
     assert info.value.error is Errors.INVALID_REQUEST
-    assert "create ACL User:frank ALLOW" in info.value.message
+    assert "create ACL User:frank Allow Alter from * on Cluster:Literal:not-the-cluster" in (
+        info.value.message
+    )
+    assert "kafka-cluster" in info.value.message

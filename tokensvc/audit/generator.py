@@ -80,6 +80,7 @@ _ACL = (_COMMON + '"acl","action":"%s","outcome":"success","error_code":0,"reque
 _CREDENTIAL = (_COMMON + '"credential","action":"upsert","outcome":"success","error_code":0,'
                '"requester":"User:admin","user":"%s","mechanism":"SCRAM-SHA-256",'
                '"iterations":8192}\n')
+_LOGIN_TAIL = '","client_port":%d,"listener":"SASL_PLAINTEXT","reason":null}\n'
 _SESSION = (_COMMON + '"session","action":"reauthenticated","principal":"%s","token_id":%s,'
             '"client_host":"%s","listener":"SASL_PLAINTEXT","reason":null}\n')
 
@@ -110,8 +111,8 @@ class GeneratedDataset:
 
 
 class _Token:
-    __slots__ = ("expiry", "hosts", "idle", "issue", "max", "owner", "renewers", "requester",
-                 "token_id")
+    __slots__ = ("expiry", "hosts", "idle", "issue", "login_line", "max", "owner", "renewers",
+                 "requester", "token_id")
 
     def __init__(self, token_id: str, owner: str, requester: str, renewers: list[str],
                  issue: int, hosts: list[str], idle: bool) -> None:
@@ -124,6 +125,7 @@ class _Token:
         self.expiry = min(self.max, issue + RENEW_PERIOD_MS)
         self.hosts = hosts
         self.idle = idle
+        self.login_line: str | None = None
 
     def snapshot(self) -> dict[str, Any]:
         return {"token_id": self.token_id, "owner": self.owner, "requester": self.requester,
@@ -186,7 +188,7 @@ class _Simulation:
         self.settings = settings
         self.files = [_BrokerFiles(out, b, per_file, shard, shards) for b in range(1, brokers + 1)]
         self.tokens: dict[str, _Token] = {}
-        self.live: list[str] = []
+        self.live: list[_Token] = []
         self.live_index: dict[str, int] = {}
         self.expiries: list[tuple[int, str]] = []
         self.swept: deque[_Token] = deque(maxlen=16)
@@ -238,21 +240,21 @@ class _Simulation:
     def _add_live(self, token: _Token) -> None:
         self.tokens[token.token_id] = token
         self.live_index[token.token_id] = len(self.live)
-        self.live.append(token.token_id)
+        self.live.append(token)
         heapq.heappush(self.expiries, (token.expiry, token.token_id))
 
     def _remove_live(self, token_id: str) -> _Token:
         i = self.live_index.pop(token_id)
         last = self.live.pop()
-        if last != token_id:
+        if last.token_id != token_id:
             self.live[i] = last
-            self.live_index[last] = i
+            self.live_index[last.token_id] = i
         return self.tokens.pop(token_id)
 
     def _pick_live(self) -> _Token | None:
         if not self.live:
             return None
-        return self.tokens[self.live[int(self._random() * len(self.live))]]
+        return self.live[int(self._random() * len(self.live))]
 
     # -- events -----------------------------------------------------------------
 
@@ -345,7 +347,7 @@ class _Simulation:
 
     def describe(self) -> bool:
         user = self._pick(self.users)
-        count = sum(1 for tid in self.live[:32] if self.tokens[tid].owner == user)
+        count = sum(1 for token in self.live[:32] if token.owner == user)
         return self.token_event("describe", user, count=count)
 
     def sweep(self) -> bool:
@@ -378,16 +380,23 @@ class _Simulation:
                                                token_id, host))
 
     def token_login_ok(self, token: _Token) -> bool:
-        """The most common event, kept on a short path: a token login that succeeds."""
+        """The most common event, kept on a short path: a token login that succeeds
+        (the same line ``login`` would write, from pieces prepared per token)."""
         rnd = self._random
         broker = 1 + int(rnd() * self.brokers)
         now = self.now
         host = token.hosts[int(rnd() * len(token.hosts))]
-        tid = token.token_id
-        self.truth.token_login_ok(now, broker, tid, token.owner, host)
-        return self._write(broker, _AUTH % (
-            now, broker, (self._bits(128) & _UUID4_CLEAR) | _UUID4_SET, "success", "token", tid,
-            f'"{tid}"', f'"{token.owner}"', host, 30000 + int(rnd() * 31000), "null"))
+        self.truth.token_login_ok(now, broker, token.token_id, token.owner, host)
+        if token.login_line is None:
+            token.login_line = (
+                '"authentication","outcome":"success","mechanism":"SCRAM-SHA-256",'
+                f'"kind":"token","username":"{token.token_id}","token_id":"{token.token_id}",'
+                f'"principal":"{token.owner}","client_host":"'
+            )
+        return self._write(broker, "".join((
+            _COMMON % (now, broker, (self._bits(128) & _UUID4_CLEAR) | _UUID4_SET),
+            token.login_line, host, _LOGIN_TAIL % (30000 + int(rnd() * 31000)),
+        )))
 
     def background(self) -> bool:
         rng = self.rng
@@ -395,7 +404,7 @@ class _Simulation:
         if r < 0.62:
             live = self.live
             if live:
-                token = self.tokens[live[int(self._random() * len(live))]]
+                token = live[int(self._random() * len(live))]
                 if not token.idle and token.expiry >= self.now:
                     return self.token_login_ok(token)
             return self.login(None, self._pick(self.users), True, self._pick(self.hosts))
@@ -557,7 +566,7 @@ class _Simulation:
             files.close()
 
     def snapshot_tokens(self) -> list[dict[str, Any]]:
-        live = [self.tokens[tid].snapshot() for tid in self.live]
+        live = [token.snapshot() for token in self.live]
         return [t.snapshot() for t in self.stale] + sorted(live, key=lambda t: t["token_id"])
 
 

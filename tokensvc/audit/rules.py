@@ -210,6 +210,8 @@ class ReferenceAudit:
         self._other_owner: list[Finding] = []
         self._lifecycle: dict[int, dict[str, int]] = {}
         self._logins: dict[int, dict[str, int]] = {}
+        self._hour_start = -HOUR_MS - 1  # no hour at hand yet
+        self._hour_counts: dict[str, int] = {}
         self.last_ts: int | None = None
 
     # -- inputs -----------------------------------------------------------------
@@ -243,6 +245,17 @@ class ReferenceAudit:
             row = table[hour] = dict.fromkeys(columns, 0)
         row[column] += 1
 
+    def _login_hour(self, ts: int) -> dict[str, int]:
+        """The login counters of ``ts``'s hour (the current hour is kept at hand)."""
+        if self._hour_start <= ts < self._hour_start + HOUR_MS:
+            return self._hour_counts
+        hour = ts - ts % HOUR_MS
+        counts = self._logins.get(hour)
+        if counts is None:
+            counts = self._logins[hour] = {"ok": 0, "failed": 0}
+        self._hour_start, self._hour_counts = hour, counts
+        return counts
+
     def login(
         self,
         ts: int,
@@ -261,10 +274,7 @@ class ReferenceAudit:
             self.token_login_ok(ts, broker_id, tid, principal, client_host)
             return
         self.last_ts = ts
-        hour = ts - ts % HOUR_MS
-        counts = self._logins.get(hour)
-        if counts is None:
-            counts = self._logins[hour] = {"ok": 0, "failed": 0}
+        counts = self._login_hour(ts)
         if ok:
             counts["ok"] += 1
             return
@@ -284,10 +294,7 @@ class ReferenceAudit:
     ) -> None:
         """A successful token login (the hot case of :meth:`login`)."""
         self.last_ts = ts
-        hour = ts - ts % HOUR_MS
-        counts = self._logins.get(hour)
-        if counts is None:
-            counts = self._logins[hour] = {"ok": 0, "failed": 0}
+        counts = self._login_hour(ts)
         counts["ok"] += 1
         usage = self._usage.get(token_id) or self._token(token_id)
         usage.logins_ok += 1

@@ -261,7 +261,10 @@ class Broker:
 
     def broker_endpoints(self, listener: str) -> dict[int, tuple[str, int]]:
         result = {}
-        for bid, info in self.registry.brokers().items():
+        # Until this broker has registered and follows /brokers/ids (early-start
+        # listeners during loading), it only knows its own endpoints.
+        registered = self.registry.brokers().items() if self._started else ()
+        for bid, info in registered:
             endpoint = info.get("endpoints", {}).get(listener)
             if endpoint:
                 result[bid] = (endpoint[1], endpoint[2])
@@ -308,6 +311,8 @@ class Broker:
                 refused = handler.precheck(self, ctx, body) if handler.precheck else None
                 if refused is not None:
                     return encode_response(ctx.header, refused), refused.get("ErrorCode", 0)
+                if self.forwarder is None:  # still starting: the client retries
+                    raise KafkaError(Errors.NOT_CONTROLLER, "the broker is still starting")
                 return await self.forwarder.forward(ctx, handler)
             response = await handler.handle(self, ctx, body)
         except KafkaError as exc:

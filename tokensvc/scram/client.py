@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from enum import Enum
 
 from tokensvc.scram.formatter import (
+    MAX_ITERATIONS,
     MIN_ITERATIONS,
     ScramMechanism,
     client_proof,
@@ -116,7 +117,9 @@ class ScramClient:
             nonce = received.nonce
             if not nonce.startswith(first.nonce) or len(nonce) == len(first.nonce):
                 raise ScramAuthenticationError(FailureReason.NONCE_MISMATCH)
-            if received.iterations < MIN_ITERATIONS:
+            # Above the maximum a server may store, PBKDF2 would let a hostile server
+            # keep this client (or a broker's event loop) busy for minutes.
+            if not MIN_ITERATIONS <= received.iterations <= MAX_ITERATIONS:
                 raise ScramAuthenticationError(FailureReason.ITERATIONS)
             salted = self._salted_password(received.salt, received.iterations)
             final = ClientFinalMessage(first.gs2_header.encode("utf-8"), nonce, b"")

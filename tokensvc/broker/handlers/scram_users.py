@@ -136,6 +136,8 @@ async def handle_alter(broker: Broker, ctx: RequestContext, body: dict) -> dict:
         try:
             removed = await broker.delete_credential(name, mech)
         except KafkaError as exc:
+            if exc.error == Errors.NOT_CONTROLLER:
+                return _not_controller(names)
             results[name] = _alter_result(name, exc.error, exc.message)
             continue
         error = Errors.NONE if removed else Errors.RESOURCE_NOT_FOUND
@@ -175,11 +177,25 @@ async def handle_alter(broker: Broker, ctx: RequestContext, body: dict) -> dict:
         try:
             await broker.upsert_credential(name, mech, credential)
         except KafkaError as exc:
+            if exc.error == Errors.NOT_CONTROLLER:
+                return _not_controller(names)
             results[name] = _alter_result(name, exc.error, exc.message)
             continue
         results[name] = _alter_result(name, Errors.NONE)
         _audit(broker, ctx, "upsert", name, mech, iterations, Errors.NONE)
     return {"ThrottleTimeMs": 0, "Results": [results[n] for n in dict.fromkeys(names)]}
+
+
+def _not_controller(names: list[str]) -> dict:
+    """Controllership lost mid-request: the extra top-level ``ErrorCode`` (ignored by the
+    encoder, this response has none on the wire) lets the envelope answer NOT_CONTROLLER
+    so the forwarder retries; writes before it in this request are idempotent upserts
+    and deletions."""
+    return {
+        "ThrottleTimeMs": 0,
+        "ErrorCode": int(Errors.NOT_CONTROLLER),
+        "Results": [_alter_result(n, Errors.NOT_CONTROLLER) for n in dict.fromkeys(names)],
+    }
 
 
 def _audit(broker, ctx, action, user, mech, iterations, error: Errors) -> None:
