@@ -39,6 +39,8 @@ from zk import layout
 from zk.client import ZkSettings, open_client
 from zk.token_store import REQUESTS, TokenStore
 
+pytestmark = pytest.mark.slow  # real processes and faults: tens of seconds
+
 CREATE, DESCRIBE = 38, 41
 SESSION_TIMEOUT_MS = 3000
 TOKENS = 10_000

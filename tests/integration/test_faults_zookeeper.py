@@ -33,6 +33,8 @@ from zk.client import ZkSettings, open_client
 from zk.server import ZooKeeperEnsemble
 from zk.token_store import TokenStore
 
+pytestmark = pytest.mark.slow  # real processes and faults: tens of seconds
+
 CREATE, DESCRIBE = 38, 41
 RETRIABLE = {
     int(Errors.REQUEST_TIMED_OUT),

@@ -26,6 +26,7 @@ import asyncio
 import itertools
 import os
 import random
+import socket
 import struct
 import time
 import urllib.request
@@ -359,11 +360,12 @@ async def fuzz(address: tuple[str, int], password: str, all_cases: list[Case]
     return Counter(outcomes), by_kind, canary
 
 
-@pytest.fixture
-def cluster(tmp_path, zk_connect: str) -> Iterator[LocalCluster]:
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator[LocalCluster]:
     overrides = {"request.timeout.ms": str(REQUEST_TIMEOUT_MS),
                  "connections.max.idle.ms": str(IDLE_MS)}
-    with LocalCluster.up(tmp_path / "cluster", brokers=1, zookeeper=zk_connect,
+    with LocalCluster.up(tmp_path_factory.mktemp("hostile-wire"), brokers=1,
+                         zookeeper=f"{zookeeper.connect}/hostile-wire-{time.monotonic_ns()}",
                          overrides=overrides, die_with_parent=True) as running:
         yield running
 
@@ -403,3 +405,27 @@ def test_five_hundred_hostile_connections_leave_the_broker_serving(cluster: Loca
     log = Path(cluster.broker_info(1)["log"]).read_text(errors="replace")
     assert "Traceback" not in log, log[log.find("Traceback") - 300:][:3000]
     assert "unexpected error" not in log
+
+
+def _closed_within(sock: socket.socket, seconds: float) -> bool:
+    sock.settimeout(seconds)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_before_login_a_frame_above_the_sasl_receive_size_is_refused_from_its_prefix(
+    cluster: LocalCluster,
+) -> None:
+    host, _, port = cluster.broker_info(1)["listeners"]["SASL_PLAINTEXT"].rpartition(":")
+    size = PRE_AUTH_LIMIT + 1000
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(struct.pack(">i", size))
+        assert _closed_within(sock, 5.0)
+    # Refused from its size prefix (not cut later as a stalled frame): the broker never
+    # waits for, let alone buffers, a body that an unauthenticated client may not send.
+    log = Path(cluster.broker_info(1)["log"]).read_text(errors="replace")
+    assert f"frame of {size} bytes exceeds the maximum of {PRE_AUTH_LIMIT}" in log

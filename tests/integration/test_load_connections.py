@@ -36,6 +36,8 @@ from tokensvc.scram.formatter import ScramMechanism
 from zk.client import ZkSettings
 from zk.credential_store import bootstrap_user
 
+pytestmark = pytest.mark.slow  # real processes and faults: tens of seconds
+
 CONNECTIONS = 1000
 STALLED = 10
 SECONDS = float(os.environ.get("TOKENSVC_LOAD_SECONDS", "20"))

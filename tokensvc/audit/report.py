@@ -79,6 +79,12 @@ EVENT_SCHEMA = T.StructType([
         ("dropped_total", _L), ("_corrupt_record", _S),
     )
 ])
+# What the reports read; the rest is only type-checked (fewer columns to shuffle).
+REPORT_FIELDS = (
+    "ts", "broker_id", "event_id", "type", "outcome", "kind", "username", "token_id",
+    "principal", "client_host", "reason", "action", "requester", "token_authenticated",
+    "owner", "dropped",
+)
 SNAPSHOT_SCHEMA = T.StructType([
     T.StructField("token_id", _S), T.StructField("owner", _S), T.StructField("requester", _S),
     T.StructField("renewers", T.ArrayType(_S)), T.StructField("issue_ms", _L),
@@ -161,16 +167,18 @@ def read_lines(spark: SparkSession, path: str, glob: str = DEFAULT_GLOB) -> Data
 
 
 def classify(lines: DataFrame) -> DataFrame:
-    """Parse lines; column ``status`` is ``ok``, ``blank`` or a malformed reason, and
-    the event's fields are top-level columns."""
+    """Parse lines; column ``status`` is ``ok``, ``blank`` or a malformed reason, then
+    the fields the reports use (:data:`REPORT_FIELDS`) as top-level columns."""
     e = F.from_json("value", EVENT_SCHEMA,
                     {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"})
-    as_object = F.from_json("value", T.MapType(_S, _S))
-    parsed = lines.select(F.col("value"), e.alias("e"), as_object.isNotNull().alias("is_object"))
+    parsed = lines.select(F.col("value"), e.alias("e"))
+    corrupt = F.col("e._corrupt_record").isNotNull()
+    # Only lines that failed are parsed a second time, to tell garbage from wrong types.
+    is_object = F.from_json("value", T.MapType(_S, _S)).isNotNull()
     status = (
         F.when(F.trim("value") == "", "blank")
-        .when(~F.col("is_object"), "not_json")
-        .when(F.col("e._corrupt_record").isNotNull(), "wrong_types")
+        .when(corrupt & ~is_object, "not_json")
+        .when(corrupt, "wrong_types")
         .when(F.col("e.schema").isNull() | (F.col("e.schema") != SCHEMA_VERSION),
               "unknown_schema")
         .when(~F.col("e.type").isin(*sorted(EVENT_TYPES)), "unknown_type")
@@ -178,8 +186,7 @@ def classify(lines: DataFrame) -> DataFrame:
               | F.col("e.event_id").isNull(), "missing_fields")
         .otherwise("ok")
     )
-    fields = [F.col(f"e.{f.name}").alias(f.name) for f in EVENT_SCHEMA.fields
-              if f.name != "_corrupt_record"]
+    fields = [F.col(f"e.{name}").alias(name) for name in REPORT_FIELDS]
     return parsed.select(status.alias("status"), *fields)
 
 
@@ -501,20 +508,24 @@ def run_report(spark: SparkSession, options: ReportOptions) -> dict[str, Any]:
 
 
 def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, Any]:
+    # Every line is parsed once: the classified lines are cached until the
+    # de-duplicated events are.
     classified = classify(read_lines(spark, options.input, options.glob)).persist()
     cached: list[DataFrame] = [classified]
     try:
         statuses = {r["status"]: r["n"] for r in
                     classified.groupBy("status").agg(F.count("*").alias("n")).collect()}
-        valid = classified.filter(F.col("status") == "ok").drop("status")
         in_range = F.lit(True)
         if options.since_ms is not None:
             in_range = in_range & (F.col("ts") >= options.since_ms)
         if options.until_ms is not None:
             in_range = in_range & (F.col("ts") < options.until_ms)
-        deduped = valid.dropDuplicates(["event_id"]).withColumn("in_range", in_range)
-        events = deduped.filter("in_range").drop("in_range").persist()
-        cached.append(events)
+        # Identical events (files collected twice) count once. distinct() is a hash
+        # aggregate; dropDuplicates(["event_id"]) would sort every row.
+        deduped = (classified.filter(F.col("status") == "ok").drop("status").distinct()
+                   .withColumn("in_range", in_range).persist())
+        cached.append(deduped)
+        events = deduped.filter("in_range").drop("in_range")
         counts = deduped.agg(
             F.count("*").alias("deduped"),
             F.count(F.when(F.col("in_range"), 1)).alias("events"),
@@ -522,6 +533,7 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
             F.max(F.when(F.col("in_range"), F.col("ts"))).alias("last"),
         ).first()
         assert counts is not None
+        classified.unpersist()
         type_rows = events.groupBy("type").agg(F.count("*").alias("n"),
                                                F.sum("dropped").alias("dropped")).collect()
         by_type = {r["type"]: r["n"] for r in type_rows}
@@ -706,7 +718,8 @@ def create_session(master: str | None = None, app_name: str = "tokensvc-audit-re
     if master is not None:
         builder = builder.master(master)
         if master.startswith("local"):
-            builder = builder.config("spark.sql.shuffle.partitions", "8")
+            builder = (builder.config("spark.sql.shuffle.partitions", "8")
+                       .config("spark.driver.memory", "2g"))
     builder = (builder.config("spark.sql.session.timeZone", "UTC")
                .config("spark.ui.showConsoleProgress", "false"))
     spark = builder.getOrCreate()

@@ -210,7 +210,7 @@ class ReferenceAudit:
         self._other_owner: list[Finding] = []
         self._lifecycle: dict[int, dict[str, int]] = {}
         self._logins: dict[int, dict[str, int]] = {}
-        self._hour_start = -HOUR_MS - 1  # no hour at hand yet
+        self._hour_start: int | None = None  # the hour whose counters are at hand
         self._hour_counts: dict[str, int] = {}
         self.last_ts: int | None = None
 
@@ -247,7 +247,8 @@ class ReferenceAudit:
 
     def _login_hour(self, ts: int) -> dict[str, int]:
         """The login counters of ``ts``'s hour (the current hour is kept at hand)."""
-        if self._hour_start <= ts < self._hour_start + HOUR_MS:
+        start = self._hour_start
+        if start is not None and start <= ts < start + HOUR_MS:
             return self._hour_counts
         hour = ts - ts % HOUR_MS
         counts = self._logins.get(hour)
