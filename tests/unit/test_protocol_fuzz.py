@@ -6,6 +6,7 @@ payloads with random bytes overwritten, inserted or cut off.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -20,6 +21,9 @@ from tokensvc.protocol import (
     encode_request,
     encode_response,
 )
+
+# A hang is a failure: fail fast instead of waiting for the suite's global timeout.
+pytestmark = pytest.mark.timeout(60)
 from tokensvc.protocol.principal_serde import deserialize_principal
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
