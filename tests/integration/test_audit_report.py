@@ -123,7 +123,7 @@ def test_summary_counts_events_rows_and_time_range(known: tuple) -> None:
     on_disk = json.loads((out / "summary.json").read_text())
     assert on_disk["rows"] == summary["rows"]
     assert summary["events"] == summary["events_read"] == summary["lines"] == 3_000
-    assert summary["malformed"] == summary["duplicates"] == summary["blank_lines"] == 0
+    assert summary["malformed"] == summary["duplicates"] == 0
     assert summary["time_range"]["first_ts"] == truth["first_ts"]
     assert summary["time_range"]["last_ts"] == truth["last_ts"]
     assert summary["as_of_ms"] == truth["as_of_ms"]
@@ -175,8 +175,9 @@ def messy(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession
         '{"schema":1,"ts":17040672',
         "[1, 2, 3]",
         '{"schema":1,"ts":"yesterday","broker_id":1,"event_id":"x","type":"sweep"}',
-        # a wrong type in a field no report reads is still a wrong type
-        '{"schema":1,"ts":1,"broker_id":1,"event_id":"w","type":"forward","latency_ms":"slow"}',
+        # a wrong type in a field no report reads goes unseen (docs/audit.md): valid
+        json.dumps({"schema": 1, "ts": T0 + 6_000, "broker_id": 1, "event_id": "w",
+                    "type": "forward", "latency_ms": "slow"}),
         '{"schema":2,"ts":1,"broker_id":1,"event_id":"y","type":"sweep"}',
         '{"schema":1,"ts":1,"broker_id":1,"event_id":"z","type":"teleport"}',
         '{"schema":1,"ts":1,"type":"sweep","token_id":"t9"}',
@@ -201,20 +202,21 @@ def messy(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession
 def test_malformed_lines_are_counted_by_reason_not_fatal(messy: tuple) -> None:
     _, summary, _ = messy
     assert summary["malformed_by_reason"] == {
-        "not_json": 3, "wrong_types": 2, "unknown_schema": 1, "unknown_type": 1,
+        "not_json": 3, "wrong_types": 1, "unknown_schema": 1, "unknown_type": 1,
         "missing_fields": 1,
     }
-    assert summary["malformed"] == 8 and summary["blank_lines"] == 1
-    assert summary["lines"] == 16  # notes.txt is not read; the nested broker file is
+    assert summary["malformed"] == 7
+    # blank lines are skipped; notes.txt is not read; the nested broker file is
+    assert summary["lines"] == 15
 
 
 def test_duplicates_and_out_of_range_events_are_left_out(messy: tuple) -> None:
     _, summary, _ = messy
-    assert summary["events_read"] == 7
+    assert summary["events_read"] == 8
     assert summary["duplicates"] == 1 and summary["outside_time_range"] == 1
-    assert summary["events"] == 5
-    assert summary["events_by_type"] == {"audit": 1, "authentication": 2, "sweep": 1,
-                                         "token": 1}
+    assert summary["events"] == 6
+    assert summary["events_by_type"] == {"audit": 1, "authentication": 2, "forward": 1,
+                                         "sweep": 1, "token": 1}
     assert summary["writer_dropped"] == 4
     assert summary["since_ms"] == T0 and summary["as_of_ms"] == T0 + 86_400_000
 
@@ -230,7 +232,7 @@ def test_reports_reflect_only_the_valid_events(spark: SparkSession, messy: tuple
 
 def test_cli_prints_a_short_summary(messy: tuple) -> None:
     _, _, output = messy
-    assert "events: 5 (lines 16, malformed 8, duplicates 1, outside range 1)" in output
+    assert "events: 6 (lines 15, malformed 7, duplicates 1, outside range 1)" in output
     assert re.search(r"created_for_other_owner\s+1", output)
     assert "report.html" in output
 

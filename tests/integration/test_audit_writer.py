@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import stat
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tokensvc.audit.events import AuditEventError
+from tokensvc.audit.events import REDACTED, AuditEventError
 from tokensvc.audit.writer import AuditLog, audit_file_name
 from tokensvc.core.clock import FakeClock
 
@@ -155,6 +156,18 @@ def test_secret_fields_are_refused_before_queueing(tmp_path: Path) -> None:
         log.emit("credential", action="upsert", outcome="success", salted_password="x")
     log.close()
     assert log.written == 0 and lines(tmp_path) == []
+
+
+def test_client_chosen_hmac_like_values_are_written_redacted(tmp_path: Path) -> None:
+    hmac_like = base64.b64encode(bytes(range(64))).decode()
+    log = AuditLog(tmp_path, 1, clock=FakeClock(T0))
+    log.start()
+    assert log.emit("authentication", outcome="failure", kind="user", username=hmac_like,
+                    client_host="10.0.0.9", reason="unknown_user")
+    log.close()
+    (event,) = lines(tmp_path)
+    assert event["username"] == REDACTED and event["reason"] == "unknown_user"
+    assert hmac_like not in files(tmp_path)[0].read_text()
 
 
 def test_restart_never_overwrites_an_existing_file(tmp_path: Path) -> None:

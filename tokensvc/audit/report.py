@@ -134,60 +134,63 @@ def iso(ms: int | None) -> str | None:
 def _local_path(path: str) -> str | None:
     """The filesystem path if ``path`` is local (no scheme or file:), else None."""
     parsed = urlparse(path)
-    if parsed.scheme in ("", "file") or (len(parsed.scheme) == 1 and os.name == "nt"):
+    if parsed.scheme in ("", "file"):
         return parsed.path if parsed.scheme == "file" else path
     return None
 
 
 def _check_exists(path: str, what: str) -> bool:
-    """Raise ReportError if a local ``path`` (glob allowed) is missing; True if a directory."""
+    """Raise ReportError if a local ``path`` (glob allowed) is missing. True if it is
+    (or matches) a directory, or is remote and cannot be told."""
     local = _local_path(path)
     if local is None:
         return True
     if any(ch in local for ch in "*?["):
-        if not globlib.glob(local):
+        matches = globlib.glob(local)
+        if not matches:
             raise ReportError(f"{what} matches nothing: {path}")
-        return False
+        return any(os.path.isdir(m) for m in matches)
     if not os.path.exists(local):
         raise ReportError(f"{what} does not exist: {path}")
     return os.path.isdir(local)
 
 
-def read_lines(spark: SparkSession, path: str, glob: str = DEFAULT_GLOB) -> DataFrame:
-    """One row per line (column ``value``). A directory is searched recursively for
-    files named like ``glob``; a named local file is read whatever its name."""
+def read_events(spark: SparkSession, path: str, glob: str = DEFAULT_GLOB) -> DataFrame:
+    """Every non-blank line as a row of :data:`EVENT_SCHEMA`; a line that does not fit
+    has its text in ``_corrupt_record``. A directory is searched recursively for files
+    named like ``glob``; a named local file is read whatever its name."""
     is_dir = _check_exists(path, "input path")
-    reader = spark.read.option("recursiveFileLookup", "true")
+    reader = (spark.read.schema(EVENT_SCHEMA).option("mode", "PERMISSIVE")
+              .option("columnNameOfCorruptRecord", "_corrupt_record")
+              .option("recursiveFileLookup", "true"))
     if is_dir:
         reader = reader.option("pathGlobFilter", glob)
     try:
-        return reader.text(path)
+        return reader.json(path)
     except AnalysisException as exc:
         raise ReportError(f"cannot read input {path}: {exc.getMessage()}") from None
 
 
-def classify(lines: DataFrame) -> DataFrame:
-    """Parse lines; column ``status`` is ``ok``, ``blank`` or a malformed reason, then
-    the fields the reports use (:data:`REPORT_FIELDS`) as top-level columns."""
-    e = F.from_json("value", EVENT_SCHEMA,
-                    {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_corrupt_record"})
-    parsed = lines.select(F.col("value"), e.alias("e"))
-    corrupt = F.col("e._corrupt_record").isNotNull()
-    # Only lines that failed are parsed a second time, to tell garbage from wrong types.
-    is_object = F.from_json("value", T.MapType(_S, _S)).isNotNull()
+def classify(raw: DataFrame) -> DataFrame:
+    """Column ``status`` (``ok`` or a malformed reason), then the fields the reports
+    use (:data:`REPORT_FIELDS`).
+
+    The JSON source parses each line once into plain columns, so filters on
+    ``status`` stay cheap; only lines that failed are parsed again, to tell garbage
+    (``not_json``) from a field of the wrong type (``wrong_types``).
+    """
+    raw_text = F.col("_corrupt_record")
+    is_object = F.from_json(raw_text, T.MapType(_S, _S)).isNotNull()
     status = (
-        F.when(F.trim("value") == "", "blank")
-        .when(corrupt & ~is_object, "not_json")
-        .when(corrupt, "wrong_types")
-        .when(F.col("e.schema").isNull() | (F.col("e.schema") != SCHEMA_VERSION),
-              "unknown_schema")
-        .when(~F.col("e.type").isin(*sorted(EVENT_TYPES)), "unknown_type")
-        .when(F.col("e.ts").isNull() | F.col("e.broker_id").isNull()
-              | F.col("e.event_id").isNull(), "missing_fields")
+        F.when(raw_text.isNotNull() & ~is_object, "not_json")
+        .when(raw_text.isNotNull(), "wrong_types")
+        .when(F.col("schema").isNull() | (F.col("schema") != SCHEMA_VERSION), "unknown_schema")
+        .when(~F.col("type").isin(*sorted(EVENT_TYPES)), "unknown_type")
+        .when(F.col("ts").isNull() | F.col("broker_id").isNull()
+              | F.col("event_id").isNull(), "missing_fields")
         .otherwise("ok")
     )
-    fields = [F.col(f"e.{name}").alias(name) for name in REPORT_FIELDS]
-    return parsed.select(status.alias("status"), *fields)
+    return raw.select(status.alias("status"), *REPORT_FIELDS)
 
 
 def read_snapshot(spark: SparkSession, path: str) -> DataFrame:
@@ -491,40 +494,57 @@ def _order(name: str) -> list[Column]:
     return [F.col(key)]
 
 
+# Session settings while the job runs (restored after): hours in UTC, and the
+# per-token aggregation (collect_set) kept hash-based instead of falling back to
+# sorting after 128 tokens per task; its per-token state is a few small sets.
+_JOB_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "1000000",
+}
+
+
 def run_report(spark: SparkSession, options: ReportOptions) -> dict[str, Any]:
     """Read, compute, write every output under ``options.output``; the summary."""
     started = time.monotonic()
     out = Path(options.output)
     out.mkdir(parents=True, exist_ok=True)
-    previous_tz = spark.conf.get("spark.sql.session.timeZone")
-    spark.conf.set("spark.sql.session.timeZone", "UTC")
+    previous = {key: spark.conf.get(key) for key in _JOB_CONF}
+    for key, value in _JOB_CONF.items():
+        spark.conf.set(key, value)
     try:
         summary = _run(spark, options, out)
     finally:
-        spark.conf.set("spark.sql.session.timeZone", previous_tz)
+        for key, value in previous.items():
+            spark.conf.set(key, value)
     summary["elapsed_s"] = round(time.monotonic() - started, 3)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
 
 
 def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, Any]:
-    # Every line is parsed once: the classified lines are cached until the
-    # de-duplicated events are.
-    classified = classify(read_lines(spark, options.input, options.glob)).persist()
+    # Each line is parsed once, into a cache every later step reads.
+    classified = classify(read_events(spark, options.input, options.glob)).persist()
     cached: list[DataFrame] = [classified]
     try:
-        statuses = {r["status"]: r["n"] for r in
-                    classified.groupBy("status").agg(F.count("*").alias("n")).collect()}
+        # Line statuses, and whether an event id repeats: distinct 64-bit hashes of
+        # the ids (a collision only costs an unneeded exact de-duplication below).
+        stats = classified.groupBy("status").agg(
+            F.count("*").alias("n"),
+            F.countDistinct(F.xxhash64("event_id")).alias("ids")).collect()
+        statuses = {r["status"]: r["n"] for r in stats}
+        ok_ids = sum(r["ids"] for r in stats if r["status"] == "ok")
         in_range = F.lit(True)
         if options.since_ms is not None:
             in_range = in_range & (F.col("ts") >= options.since_ms)
         if options.until_ms is not None:
             in_range = in_range & (F.col("ts") < options.until_ms)
-        # Identical events (files collected twice) count once. distinct() is a hash
-        # aggregate; dropDuplicates(["event_id"]) would sort every row.
-        deduped = (classified.filter(F.col("status") == "ok").drop("status").distinct()
-                   .withColumn("in_range", in_range).persist())
-        cached.append(deduped)
+        valid = classified.filter(F.col("status") == "ok").drop("status")
+        if ok_ids < statuses.get("ok", 0):
+            # Identical events (files collected twice) count once: hashes every
+            # column of every event, so only done when some id repeats.
+            valid = valid.distinct().persist()
+            cached.append(valid)
+        deduped = valid.withColumn("in_range", in_range)
         events = deduped.filter("in_range").drop("in_range")
         counts = deduped.agg(
             F.count("*").alias("deduped"),
@@ -533,7 +553,6 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
             F.max(F.when(F.col("in_range"), F.col("ts"))).alias("last"),
         ).first()
         assert counts is not None
-        classified.unpersist()
         type_rows = events.groupBy("type").agg(F.count("*").alias("n"),
                                                F.sum("dropped").alias("dropped")).collect()
         by_type = {r["type"]: r["n"] for r in type_rows}
@@ -571,7 +590,6 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
             "output": str(out),
             "tokens_snapshot": options.tokens,
             "lines": sum(statuses.values()),
-            "blank_lines": statuses.get("blank", 0),
             "malformed": sum(statuses.get(r, 0) for r in MALFORMED_REASONS),
             "malformed_by_reason": {r: statuses.get(r, 0) for r in MALFORMED_REASONS},
             "events_read": valid_count,
@@ -622,7 +640,7 @@ def _chart(path: Path, title: str, rows: list[Any], series: Sequence[tuple[str, 
             else:
                 ax.plot(hours, values, marker=".", label=label)
         ax.xaxis.set_major_formatter(DateFormatter("%m-%d %H:00"))
-        ax.legend(loc="upper right")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
         fig.autofmt_xdate()
     else:
         ax.text(0.5, 0.5, "no events", ha="center", va="center", transform=ax.transAxes)
@@ -655,8 +673,9 @@ def _cell(column: str, value: Any) -> str:
 
 
 def _write_html(out: Path, summary: dict[str, Any], frames: dict[str, DataFrame]) -> None:
-    logins = frames["logins_hourly"].orderBy("hour_ms").collect()
-    lifecycle = frames["lifecycle"].orderBy("hour_ms").collect()
+    # The frames are one sorted partition each: collect() and limit() keep the order.
+    logins = frames["logins_hourly"].collect()
+    lifecycle = frames["lifecycle"].collect()
     _chart(out / "logins_per_hour.png", "Logins per hour", logins,
            [("ok", "ok"), ("failed", "failed")], stacked=True)
     _chart(out / "lifecycle_per_hour.png", "Token lifecycle per hour", lifecycle,
@@ -665,11 +684,10 @@ def _write_html(out: Path, summary: dict[str, Any], frames: dict[str, DataFrame]
     top_tokens = [r.asDict() for r in frames["token_usage"].orderBy(
         (F.col("logins_ok") + F.col("logins_failed")).desc(), "token_id"
     ).limit(HTML_TOP_TOKENS).collect()]
-    findings = [r.asDict() for r in frames["findings"].orderBy(*_order("findings"))
-                .limit(HTML_FINDINGS).collect()]
+    findings = [r.asDict() for r in frames["findings"].limit(HTML_FINDINGS).collect()]
     by_rule = [{"rule": k, "findings": v} for k, v in summary["findings_by_rule"].items()]
     counts = [{"what": k, "value": summary[k]} for k in (
-        "lines", "events", "malformed", "blank_lines", "duplicates", "outside_time_range",
+        "lines", "events", "malformed", "duplicates", "outside_time_range",
         "writer_dropped")]
     counts += [{"what": f"{k} rows", "value": v} for k, v in summary["rows"].items()]
     tr = summary["time_range"]
