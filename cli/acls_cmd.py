@@ -25,8 +25,8 @@ from collections.abc import Iterable
 import click
 from click.core import ParameterSource
 
-from tokensvc.admin import AdminClient, AdminError
-from tokensvc.admin.connection import split_address
+from cli.common import command_config, run_as_click_command, validate_bootstrap
+from tokensvc.admin import AdminClient
 from tokensvc.authz.acl import (
     CLUSTER_NAME,
     WILDCARD_HOST,
@@ -42,7 +42,6 @@ from tokensvc.authz.acl import (
     binding_sort_key,
     supported_operations,
 )
-from tokensvc.client_config import ClientConfig, ClientConfigError, load_client_config
 from tokensvc.core.principal import KafkaPrincipal
 
 _ACTIONS = ("add", "remove", "list")
@@ -64,15 +63,6 @@ _OPTION_ACTIONS = {
 }
 _PATTERN_TYPES = {"literal": PatternType.LITERAL, "prefixed": PatternType.PREFIXED,
                   "match": PatternType.MATCH, "any": PatternType.ANY}
-
-
-def _bootstrap(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    for address in value.split(","):
-        try:
-            split_address(address)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc)) from None
-    return value
 
 
 def _principals(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
@@ -268,7 +258,7 @@ def _render(heading: str, bindings: Iterable[AclBinding]) -> None:
 
 
 @click.command("acls", context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--bootstrap-server", required=True, callback=_bootstrap,
+@click.option("--bootstrap-server", required=True, callback=validate_bootstrap,
               metavar="HOST:PORT[,HOST:PORT...]", help="Brokers to connect to (tried in turn).")
 @click.option("--command-config", type=click.Path(dir_okay=False), default=None,
               help="Kafka client properties: security.protocol, sasl.mechanism, "
@@ -319,21 +309,11 @@ def acls(ctx: click.Context, **params: object) -> None:
         work = _removal_filters(params)
     else:
         work = _list_filters(params)
-    try:
-        _run(action, params, work)
-    except click.ClickException:
-        raise
-    except AdminError as exc:
-        raise click.ClickException(exc.message) from None
-    except ClientConfigError as exc:
-        raise click.ClickException(f"--command-config: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - the user gets one line, never a traceback
-        raise click.ClickException(f"unexpected {exc.__class__.__name__}: {exc}") from None
+    run_as_click_command(_run, action, params, work)
 
 
 def _run(action: str, params: dict, work: list) -> None:
-    config_path = params["command_config"]
-    config = load_client_config(config_path) if config_path else ClientConfig()
+    config = command_config(params["command_config"])
     if action == "remove" and not params["force"]:
         shown = "\n".join(f"\t{_filter_text(f)}" for f in work)
         click.confirm(f"Are you sure you want to remove the ACLs matching:\n{shown}\n", abort=True)

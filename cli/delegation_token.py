@@ -17,9 +17,8 @@ from datetime import UTC, datetime
 import click
 from click.core import ParameterSource
 
-from tokensvc.admin import AdminClient, AdminError, TokenDescription
-from tokensvc.admin.connection import split_address
-from tokensvc.client_config import ClientConfig, ClientConfigError, load_client_config
+from cli.common import command_config, run_as_click_command, validate_bootstrap
+from tokensvc.admin import AdminClient, TokenDescription
 from tokensvc.core.principal import KafkaPrincipal
 
 _ACTIONS = ("create", "renew", "expire", "describe")
@@ -48,15 +47,6 @@ def _principals(
                 f"{value!r} is not a principal: use Type:name, e.g. User:alice"
             ) from None
     return tuple(principals)
-
-
-def _bootstrap(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    for address in value.split(","):
-        try:
-            split_address(address)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc)) from None
-    return value
 
 
 def _hmac(ctx: click.Context, param: click.Parameter, value: str | None) -> bytes | None:
@@ -118,7 +108,7 @@ def _check_usage(ctx: click.Context, chosen: list[str], params: dict) -> str:
 @click.command(
     "kafka-delegation-token", context_settings={"help_option_names": ["-h", "--help"]}
 )
-@click.option("--bootstrap-server", required=True, callback=_bootstrap,
+@click.option("--bootstrap-server", required=True, callback=validate_bootstrap,
               metavar="HOST:PORT[,HOST:PORT...]",
               help="Brokers to connect to (tried in turn).")
 @click.option("--command-config", type=click.Path(dir_okay=False), default=None,
@@ -150,21 +140,11 @@ def _check_usage(ctx: click.Context, chosen: list[str], params: dict) -> str:
 def delegation_token(ctx: click.Context, **params: object) -> None:
     """Create, renew, expire and describe delegation tokens."""
     action = _check_usage(ctx, [a for a in _ACTIONS if params[a]], params)
-    try:
-        _run(action, params)
-    except click.ClickException:
-        raise
-    except AdminError as exc:
-        raise click.ClickException(exc.message) from None
-    except ClientConfigError as exc:
-        raise click.ClickException(f"--command-config: {exc}") from None
-    except Exception as exc:  # noqa: BLE001 - the user gets one line, never a traceback
-        raise click.ClickException(f"unexpected {exc.__class__.__name__}: {exc}") from None
+    run_as_click_command(_run, action, params)
 
 
 def _run(action: str, params: dict) -> None:
-    config_path = params["command_config"]
-    config = load_client_config(config_path) if config_path else ClientConfig()
+    config = command_config(params["command_config"])
     timeout = params["timeout"] or config.request_timeout_ms / 1000
     as_json = params["output"] == "json"
     with AdminClient(params["bootstrap_server"], config, timeout_s=timeout) as admin:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
 
 import pytest
 from kazoo.client import KazooClient
-from kazoo.protocol.states import KazooState
 
+from tests.support.wait import poll_until as wait_for
+from tests.support.zkclient import client_factory, expire_session
 from tokensvc.authz.acl import (
     AccessControlEntry,
     AclBinding,
@@ -26,7 +26,6 @@ from tokensvc.authz.authorizer import AclAuthorizer
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.principal import KafkaPrincipal
 from zk.acl_store import AclStore, AclSync
-from zk.client import ZkSettings, open_client
 
 Op = AclOperation
 T = ResourceType.TOPIC
@@ -41,28 +40,10 @@ def acl(name="foo", op=Op.READ, perm=ALLOW, principal="User:alice", host="*", pt
     )
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
-
-
 @pytest.fixture
 def clients(zk_connect):
-    made: list[KazooClient] = []
-
-    def make() -> KazooClient:
-        client = open_client(ZkSettings(zk_connect, session_timeout_ms=6_000))
-        made.append(client)
-        return client
-
-    yield make
-    for client in made:
-        client.stop()
-        client.close()
+    with client_factory(zk_connect, session_timeout_ms=6_000) as make:
+        yield make
 
 
 @pytest.fixture
@@ -314,27 +295,6 @@ def test_sync_applies_a_kafka_written_legacy_notification(clients, syncs):
     assert wait_for(lambda: authorizer.authorize(ALICE, "h", Op.ALTER, T, "legacy"))
 
 
-def expire_session(client: KazooClient) -> None:
-    """Take the session over from a second connection and close it: the server expires
-    it, and ``client`` sees LOST when it reconnects."""
-    lost = threading.Event()
-
-    def watch(state: str) -> None:
-        if state == KazooState.LOST:
-            lost.set()
-
-    client.add_listener(watch)
-    try:
-        hosts = ",".join(f"{host}:{port}" for host, port in client.hosts)
-        thief = KazooClient(hosts=hosts, client_id=client.client_id)
-        thief.start(timeout=10)
-        thief.stop()
-        thief.close()
-        assert lost.wait(10), "the session did not expire"
-    finally:
-        client.remove_listener(watch)
-
-
 def test_session_expiry_triggers_a_full_reload(clients, syncs):
     writer = clients()
     reader = clients()
@@ -348,7 +308,7 @@ def test_session_expiry_triggers_a_full_reload(clients, syncs):
     )
     time.sleep(0.2)
     assert not authorizer.authorize(ALICE, "h", Op.READ, T, "silent")
-    expire_session(reader)
+    expire_session(reader, attempts=1, wait_s=10)
     assert wait_for(lambda: sync.resync_count == 2)
     assert authorizer.ready
     assert authorizer.authorize(ALICE, "h", Op.READ, T, "silent")

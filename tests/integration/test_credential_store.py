@@ -14,6 +14,8 @@ from click.testing import CliRunner
 from kazoo.client import KazooClient
 
 from cli.users_cmd import users as users_cli
+from tests.support.wait import poll_until
+from tests.support.zkclient import client_factory
 from tokensvc.scram.formatter import ScramCredential, ScramMechanism, derive_credential
 from zk.client import ZkSettings, open_client
 from zk.credential_store import (
@@ -38,17 +40,8 @@ CRED_512 = ScramCredential(b"salt", b"\x03" * 64, b"\x03" * 64, 8192)
 
 @pytest.fixture
 def open_zk(zk_connect: str) -> Iterator[Callable[[], KazooClient]]:
-    clients: list[KazooClient] = []
-
-    def opener() -> KazooClient:
-        client = open_client(ZkSettings(zk_connect, session_timeout_ms=4000))
-        clients.append(client)
-        return client
-
-    yield opener
-    for client in clients:
-        client.stop()
-        client.close()
+    with client_factory(zk_connect) as opener:
+        yield opener
 
 
 @pytest.fixture
@@ -69,12 +62,7 @@ def _changes(zk: KazooClient) -> list[dict]:
 
 
 def _eventually(check: Callable[[], bool], timeout: float = 1.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.01)
-    return check()
+    return poll_until(check, timeout)
 
 
 def test_upsert_writes_kafka_user_config_json(zk: KazooClient) -> None:

@@ -23,13 +23,14 @@ import secrets
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Self, TypeVar
+from typing import Self
 
 import pytest
 
 from tests.support.client import WireClient
+from tests.support.wait import wait_for
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.errors import Errors
 from tokensvc.core.keys import key_id, token_hmac
@@ -47,18 +48,6 @@ TOKENS = 10_000
 LOGIN_SAMPLE = 300
 DAY_MS = 86_400_000
 RETRIABLE = {int(Errors.REQUEST_TIMED_OUT), int(Errors.NOT_CONTROLLER)}
-
-T = TypeVar("T")
-
-
-def wait_for(fn: Callable[[], T], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"no {what} within {timeout:.0f}s")
 
 
 def _address(cluster: LocalCluster, broker_id: int) -> tuple[str, int]:

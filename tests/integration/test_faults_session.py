@@ -16,12 +16,12 @@ import os
 import signal
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
-from typing import TypeVar
+from collections.abc import Iterator
 
 import pytest
 
 from tests.support.client import WireClient
+from tests.support.wait import wait_for
 from tokensvc.cluster import LocalCluster
 from zk import layout
 from zk.brokers import BrokerRegistry
@@ -31,18 +31,6 @@ from zk.token_store import TokenStore
 CREATE, RENEW, EXPIRE, DESCRIBE = 38, 39, 40, 41
 SESSION_TIMEOUT_MS = 3000
 HOUR_MS = 3_600_000
-
-T = TypeVar("T")
-
-
-def wait_for(fn: Callable[[], T], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"no {what} within {timeout:.0f}s")
 
 
 @pytest.fixture

@@ -19,14 +19,14 @@ from __future__ import annotations
 import base64
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import pytest
 
 from tests.support.client import WireClient
+from tests.support.wait import wait_for
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.errors import Errors
 from zk.client import ZkSettings, open_client
@@ -45,18 +45,6 @@ CONNECTION_ERROR = "connection error"
 # A broker gives a ZooKeeper write 10 s (zk.token_store) before REQUEST_TIMED_OUT.
 STORE_TIMEOUT_S = 10.0
 CLIENT_TIMEOUT_S = 40.0
-
-T = TypeVar("T")
-
-
-def wait_for(fn: Callable[[], T], timeout: float, what: str) -> T:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"no {what} within {timeout:.0f}s")
 
 
 @dataclass

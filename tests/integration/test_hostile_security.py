@@ -17,13 +17,14 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.client import WireClient
 from tests.support.inproc import InProcessBroker, bootstrap_user, broker_properties
+from tests.support.wait import retry as eventually
 from tokensvc.audit.events import REDACTED
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
@@ -62,17 +63,6 @@ def env(zookeeper, tmp_path_factory) -> Iterator[dict]:
     zk.close()
     for broker in brokers:
         broker.stop()
-
-
-def eventually(fn: Callable[[], object], timeout: float = 5.0) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return fn()
-        except (AssertionError, ConnectionError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 def _password(created: dict) -> str:

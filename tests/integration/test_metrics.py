@@ -12,15 +12,15 @@ import re
 import socket
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support.client import WireClient
 from tests.support.inproc import InProcessBroker, bootstrap_user, broker_properties
+from tests.support.wait import retry as eventually
 from tokensvc.authz.acl import (
     AccessControlEntry,
     AclBinding,
@@ -39,8 +39,6 @@ from zk.client import ZkSettings, open_client
 CREATE, RENEW, EXPIRE = 38, 39, 40
 DESCRIBE_CLUSTER = 60
 OPERATIONS_DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
-
-T = TypeVar("T")
 
 # Every metric family a broker exposes (exposition names; counters add ``_total``).
 FAMILIES = {
@@ -80,17 +78,6 @@ def brokers(zookeeper, tmp_path_factory) -> Iterator[list[InProcessBroker]]:
 def _true(value: bool) -> bool:
     assert value
     return value
-
-
-def eventually(fn: Callable[[], T], timeout: float = 5.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return fn()
-        except (AssertionError, ConnectionError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 def controller(brokers: list[InProcessBroker]) -> InProcessBroker:

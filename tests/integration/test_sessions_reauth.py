@@ -14,15 +14,16 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient
 
 from tests.support.client import WireClient
 from tests.support.inproc import InProcessBroker, bootstrap_user, broker_properties
+from tests.support.wait import retry as eventually
 from tokensvc.broker.channel import ChannelClosed
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
@@ -34,8 +35,6 @@ CREATE, RENEW, EXPIRE = 38, 39, 40
 DESCRIBE_CLUSTER = 60
 REAUTH_MS = 1_500
 DAY_MS = 86_400_000
-
-T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
@@ -55,17 +54,6 @@ def brokers(zookeeper, tmp_path_factory) -> Iterator[dict[int, InProcessBroker]]
     yield started
     for broker in started.values():
         broker.stop()
-
-
-def eventually(fn: Callable[[], T], timeout: float = 5.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return fn()
-        except (AssertionError, ConnectionError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 def _assert(condition: bool) -> None:

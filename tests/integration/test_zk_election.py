@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from collections.abc import Callable
 
 import pytest
-from kazoo.client import KazooClient, KazooState
 
+from tests.support.wait import poll_until as eventually
+from tests.support.zkclient import expire_session
 from tokensvc.core.clock import FakeClock
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
@@ -20,38 +19,6 @@ from zk.election import ControllerElection
 from zk.token_store import NotControllerError, TokenStore
 
 TIMEOUT_S = 10.0
-
-
-def eventually(predicate: Callable[[], bool], timeout: float = TIMEOUT_S) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
-
-
-def expire_session(client: KazooClient) -> None:
-    """Expire ``client``'s session for real (see test_zk_sync.expire_session)."""
-    lost = threading.Event()
-
-    def watch(state: str) -> None:
-        if state == KazooState.LOST:
-            lost.set()
-
-    client.add_listener(watch)
-    try:
-        for _ in range(5):
-            hosts = ",".join(f"{host}:{port}" for host, port in client.hosts)
-            thief = KazooClient(hosts=hosts, client_id=client.client_id)
-            thief.start(timeout=10)
-            thief.stop()
-            thief.close()
-            if lost.wait(5):
-                return
-        raise AssertionError("the session did not expire")
-    finally:
-        client.remove_listener(watch)
 
 
 class Broker:

@@ -4,10 +4,10 @@ and sweeping carries on after a takeover (FakeClock-driven sweeps plus one real 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import pytest
 
+from tests.support.wait import poll_until as eventually
 from tokensvc.core.cache import TokenCache
 from tokensvc.core.clock import FakeClock
 from tokensvc.core.keys import MasterKeys
@@ -23,15 +23,6 @@ from zk.token_store import TokenStore
 KEYS = MasterKeys("expiry-test-master-key")
 T0 = 1_700_000_000_000
 HOUR = 3_600_000
-
-
-def eventually(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
 
 
 def _info(token_id: str, expiry: int, max_ts: int = T0 + 100 * HOUR) -> TokenInformation:

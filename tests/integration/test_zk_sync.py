@@ -9,8 +9,10 @@ import time
 from collections.abc import Callable
 
 import pytest
-from kazoo.client import KazooClient, KazooState
+from kazoo.client import KazooState
 
+from tests.support.wait import poll_until
+from tests.support.zkclient import expire_session
 from tokensvc.core.cache import TokenCache
 from tokensvc.core.keys import MasterKeys
 from tokensvc.core.principal import KafkaPrincipal
@@ -39,12 +41,7 @@ def _info(token_id: str, expiry: int = 1_700_086_400_000) -> TokenInformation:
 
 
 def eventually(predicate: Callable[[], bool], timeout: float = PROPAGATION_S) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.005)
-    return predicate()
+    return poll_until(predicate, timeout, interval=0.005)
 
 
 class Instance:
@@ -86,31 +83,6 @@ def instances(zk_connect):
     yield make
     for instance in made:
         instance.close()
-
-
-def expire_session(client: KazooClient) -> None:
-    """Expire ``client``'s session for real: a second connection takes the session over
-    and closes it, so the first one's reconnect is told the session expired (LOST)."""
-    lost = threading.Event()
-
-    def watch(state: str) -> None:
-        if state == KazooState.LOST:
-            lost.set()
-
-    client.add_listener(watch)
-    try:
-        for _ in range(5):
-            session_id, password = client.client_id
-            hosts = ",".join(f"{host}:{port}" for host, port in client.hosts)
-            thief = KazooClient(hosts=hosts, client_id=(session_id, password))
-            thief.start(timeout=10)
-            thief.stop()
-            thief.close()
-            if lost.wait(5):
-                return
-        raise AssertionError("the session did not expire")
-    finally:
-        client.remove_listener(watch)
 
 
 def test_start_loads_every_existing_token(instances, zk_connect):

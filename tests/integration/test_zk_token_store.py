@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from tests.support.zkclient import client_factory
 from tokensvc.core.keys import MasterKeys, token_hmac
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
@@ -42,10 +43,8 @@ def _info(token_id: str, **overrides: object) -> TokenInformation:
 
 @pytest.fixture
 def client(zk_connect):
-    c = open_client(ZkSettings(zk_connect, session_timeout_ms=4000))
-    yield c
-    c.stop()
-    c.close()
+    with client_factory(zk_connect) as make:
+        yield make()
 
 
 @pytest.fixture

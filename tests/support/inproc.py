@@ -14,20 +14,13 @@ from dataclasses import dataclass, field
 
 from tokensvc.broker.broker import Broker
 from tokensvc.core.config import BrokerConfig
-from tokensvc.scram.formatter import ScramMechanism, derive_credential
-from zk.client import ZkSettings, open_client
-from zk.credential_store import CredentialStore
+from zk import credential_store
+from zk.client import ZkSettings
 
 
 def bootstrap_user(zk_connect: str, user: str, password: str) -> None:
-    client = open_client(ZkSettings(zk_connect))
-    try:
-        store = CredentialStore(client)
-        for mech in ScramMechanism:
-            store.upsert(user, mech, derive_credential(password, mech, 4096))
-    finally:
-        client.stop()
-        client.close()
+    """``user``'s SCRAM credentials for every mechanism, 4096 iterations, written to ZooKeeper."""
+    credential_store.bootstrap_user(ZkSettings(zk_connect), user, password, iterations=4096)
 
 
 @dataclass
