@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 
 from tests.support.client import WireClient
-from tests.support.inproc import InProcessBroker, bootstrap_user, broker_properties
+from tests.support.inproc import (
+    InProcessBroker,
+    bootstrap_user,
+    broker_properties,
+    wait_for_controller,
+)
 from tokensvc.authz.acl import (
     AccessControlEntry,
     AclOperation,
@@ -70,10 +75,7 @@ def cluster(zk_chroot, audit_root):
     for i in (1, 2, 3):
         props = broker_properties(i, zk_chroot, **{"audit.log.dir": str(audit_root / f"b{i}")})
         brokers.append(InProcessBroker(BrokerConfig.from_properties(props)).start())
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and not any(b.broker.is_controller for b in brokers):
-        time.sleep(0.05)
-    assert any(b.broker.is_controller for b in brokers)
+    wait_for_controller(brokers)
     yield brokers
     for b in brokers:
         b.stop()

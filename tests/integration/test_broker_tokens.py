@@ -9,7 +9,12 @@ import time
 import pytest
 
 from tests.support.client import WireClient
-from tests.support.inproc import InProcessBroker, bootstrap_user, broker_properties
+from tests.support.inproc import (
+    InProcessBroker,
+    bootstrap_user,
+    broker_properties,
+    wait_for_controller,
+)
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
 
@@ -26,9 +31,7 @@ def cluster(zookeeper):
         InProcessBroker(BrokerConfig.from_properties(broker_properties(i, connect))).start()
         for i in (1, 2)
     ]
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and not any(b.broker.is_controller for b in brokers):
-        time.sleep(0.05)
+    wait_for_controller(brokers)
     yield brokers
     for b in brokers:
         b.stop()

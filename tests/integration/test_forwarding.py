@@ -15,7 +15,12 @@ import uuid
 import pytest
 
 from tests.support.client import WireClient
-from tests.support.inproc import InProcessBroker, bootstrap_user, broker_properties
+from tests.support.inproc import (
+    InProcessBroker,
+    bootstrap_user,
+    broker_properties,
+    wait_for_controller,
+)
 from tokensvc.admin import AdminClient
 from tokensvc.client_config import client_config_from_properties
 from tokensvc.core.config import BrokerConfig
@@ -47,10 +52,7 @@ def cluster(zk_chroot):
         InProcessBroker(BrokerConfig.from_properties(broker_properties(i, zk_chroot))).start()
         for i in (1, 2)
     ]
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and not any(b.broker.is_controller for b in brokers):
-        time.sleep(0.05)
-    assert any(b.broker.is_controller for b in brokers)
+    wait_for_controller(brokers)
     yield brokers
     for b in brokers:
         b.stop()

@@ -42,7 +42,7 @@ def test_tokens_from_the_previous_key_keep_working_after_rotation(zookeeper):
     bootstrap_user(connect, "admin", "admin-secret")
     bootstrap_user(connect, "broker", "broker-secret")
 
-    before = _broker(connect, **{"delegation_token_secret_key": OLD})
+    before = _broker(connect, delegation_token_secret_key=OLD)
     _wait_controller(before)
     with WireClient(before.address(), "admin", "admin-secret") as admin:
         old = admin.request(38, 3, {"Renewers": [], "MaxLifetimeMs": -1})
@@ -52,7 +52,7 @@ def test_tokens_from_the_previous_key_keep_working_after_rotation(zookeeper):
 
     after = _broker(
         connect,
-        **{"delegation_token_secret_key": NEW, "delegation_token_secret_key_previous": OLD},
+        delegation_token_secret_key=NEW, delegation_token_secret_key_previous=OLD,
     )
     try:
         _wait_controller(after)
@@ -86,13 +86,13 @@ def test_a_token_whose_key_was_dropped_no_longer_authenticates(zookeeper):
     connect = f"{zookeeper.connect}/rotation-drop-{time.monotonic_ns()}"
     bootstrap_user(connect, "admin", "admin-secret")
     bootstrap_user(connect, "broker", "broker-secret")
-    before = _broker(connect, **{"delegation_token_secret_key": OLD})
+    before = _broker(connect, delegation_token_secret_key=OLD)
     _wait_controller(before)
     with WireClient(before.address(), "admin", "admin-secret") as admin:
         old = admin.request(38, 3, {"Renewers": [], "MaxLifetimeMs": -1})
     before.stop()
 
-    after = _broker(connect, **{"delegation_token_secret_key": NEW})
+    after = _broker(connect, delegation_token_secret_key=NEW)
     try:
         _wait_controller(after)
         refused = False

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import threading
+import time
 from dataclasses import dataclass, field
 
 from tokensvc.broker.broker import Broker
@@ -101,3 +102,14 @@ def broker_properties(
 
 def new_password() -> str:
     return secrets.token_urlsafe(12)
+
+
+def wait_for_controller(brokers: list[InProcessBroker], timeout: float = 15.0) -> InProcessBroker:
+    """The broker that won the election, once one has (fails the test after ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for b in brokers:
+            if b.broker.is_controller:
+                return b
+        assert time.monotonic() < deadline, "no controller was elected in time"
+        time.sleep(0.05)
