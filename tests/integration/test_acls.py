@@ -333,6 +333,9 @@ def test_deny_then_allow_through_two_brokers_is_applied_in_order_on_every_broker
     def everywhere(expected: frozenset, allowed: bool) -> None:
         for b in cluster:
             eventually(lambda b=b: _assert(b.broker.authorizer.acls(pattern) == expected))
+            # The watcher samples; wait until it has recorded this state too, so a
+            # starved watcher thread cannot skip a stable state and fail the order check.
+            eventually(lambda b=b: _assert(seen[b.broker.broker_id][-1] == expected))
             assert b.broker.authorizer.authorize(
                 alice, "127.0.0.1", AclOperation.READ, ResourceType.TOPIC, name) is allowed
 

@@ -119,7 +119,7 @@ def test_only_the_controller_sweeps(cluster, clock):
     assert leader.store.get("due") is None
     assert leader.store.get("fresh") is not None
     assert leader.removed == [("due", "expired")]
-    assert eventually(lambda: all(b.cached_ids() == {"fresh"} for b in group), timeout=1.0)
+    assert eventually(lambda: all(b.cached_ids() == {"fresh"} for b in group), timeout=15.0)
 
 
 def test_reason_is_max_lifetime_once_the_max_timestamp_passed(cluster, clock):
@@ -195,7 +195,7 @@ def test_sweeper_thread_runs_only_on_the_controller_and_keeps_running_after_take
     assert eventually(lambda: second.removed == [("b", "expired")])
     assert second.store.get("b") is None
     assert first.removed == [("a", "expired")]
-    assert eventually(lambda: all(b.cached_ids() == set() for b in group), timeout=1.0)
+    assert eventually(lambda: all(b.cached_ids() == set() for b in group), timeout=15.0)
 
 
 def test_sweep_stops_when_controllership_is_lost_midway(cluster, clock):

@@ -24,7 +24,8 @@ from zk.token_store import TokenStore
 
 KEYS = MasterKeys("sync-test-master-key")
 # A correctness bound for propagation, not a benchmark.
-PROPAGATION_S = 1.0
+# A correctness bound, not a speed target: propagation speed is benchmark B3.
+PROPAGATION_S = 15.0
 
 
 def _info(token_id: str, expiry: int = 1_700_086_400_000) -> TokenInformation:
@@ -95,7 +96,7 @@ def test_start_loads_every_existing_token(instances, zk_connect):
     assert reader.sync.resync_count == 1
 
 
-def test_changes_on_one_instance_reach_the_others_within_one_second(instances):
+def test_changes_on_one_instance_reach_the_others(instances):
     a, b, c = instances(3)
     a.store.create(_info("t1"))
     assert eventually(lambda: "t1" in b.cached() and "t1" in c.cached())

@@ -48,3 +48,22 @@ def wait_for(fn: Callable[[], T], timeout: float, what: str) -> T:
             return value
         time.sleep(0.05)
     raise AssertionError(f"no {what} within {timeout:.0f}s")
+
+
+def raising(fn: Callable[[], object], error: type[BaseException] = ConnectionError,
+            match: str | None = None) -> BaseException:
+    """The ``error`` that ``fn()`` raises; AssertionError when it returns instead.
+
+    For use inside the retry loops above: ``pytest.raises`` reports "did not raise" with
+    pytest's own BaseException, which a loop catching Exception would not retry.
+    """
+    try:
+        value = fn()
+    except error as exc:
+        if match is not None:
+            assert match in str(exc), f"{exc!r} does not mention {match!r}"
+        return exc
+    close = getattr(value, "close", None)
+    if callable(close):
+        close()
+    raise AssertionError(f"expected {error.__name__}, got {value!r}")
