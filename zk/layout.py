@@ -101,6 +101,24 @@ def token_change_create_path() -> str:
     return f"{TOKEN_CHANGES}/{TOKEN_CHANGE_PREFIX}"
 
 
+def token_change_name(sequence: int) -> str:
+    """The child name ZooKeeper gives the notification with ``sequence`` (10 digits,
+    zero-padded: names of valid notifications sort as their sequence numbers do)."""
+    return f"{TOKEN_CHANGE_PREFIX}{sequence:010d}"
+
+
+def is_token_change_name(name: str) -> bool:
+    """True for ``token_change_<10 digits>``: cheaper than parsing, for long listings."""
+    return (
+        len(name) == _TOKEN_CHANGE_NAME_LEN
+        and name.startswith(TOKEN_CHANGE_PREFIX)
+        and name[len(TOKEN_CHANGE_PREFIX):].isdigit()
+    )
+
+
+_TOKEN_CHANGE_NAME_LEN = len(TOKEN_CHANGE_PREFIX) + 10
+
+
 def token_change_sequence(name: str) -> int | None:
     """The sequence number of a ``token_change_<seq>`` child name, None for other names."""
     if not name.startswith(TOKEN_CHANGE_PREFIX):

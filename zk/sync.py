@@ -269,10 +269,9 @@ class TokenSync:
             self._on_resync(len(tokens), duration_ms)
 
     def _apply_changes(self) -> None:
-        names = self._store.notifications(watch=self._on_children_event)
         with self._lock:
             last = self._last_seq
-        fresh = [n for n in names if layout.token_change_sequence(n) > last]
+        fresh = self._store.notifications_after(last, watch=self._on_children_event)
         if not fresh:
             return
         notes = self._store.read_notifications(fresh)

@@ -88,6 +88,19 @@ def test_every_write_adds_one_notification_in_order(client, store):
     assert [p for _, p in _changes(client)] == [b"t1", b"t1", b"t1"]
 
 
+def test_notifications_after_a_sequence_lists_only_newer_ones_in_order(client, store):
+    for i in range(12):
+        store.create(_info(f"t{i}"))
+    client.create("/delegation_token/token_changes/not_a_change", b"")
+    names = store.notifications()
+    assert len(names) == 12 and names == sorted(names)
+    sequences = [layout.token_change_sequence(n) for n in names]
+    assert store.notifications_after(-1) == names
+    assert store.notifications_after(sequences[4]) == names[5:]
+    assert store.notifications_after(sequences[-1]) == []
+    assert store.notifications_after(sequences[4] + 1) == names[6:]
+
+
 def test_create_of_existing_token_fails_and_writes_no_notification(client, store):
     store.create(_info("t1"))
     with pytest.raises(TokenExistsError):

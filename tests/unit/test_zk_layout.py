@@ -122,6 +122,17 @@ def test_token_paths_and_notification_names():
     assert layout.token_change_sequence("token_change_0000000042") == 42
     assert layout.token_change_sequence("other_0000000042") is None
     assert layout.token_change_sequence("token_change_x") is None
+    assert layout.token_change_name(42) == "token_change_0000000042"
+    assert layout.is_token_change_name("token_change_0000000042")
+    for other in ("token_change_42", "token_change_00000000x2", "other_0000000042",
+                  "token_change_00000000420"):
+        assert not layout.is_token_change_name(other), other
+
+
+def test_notification_names_sort_as_their_sequence_numbers():
+    sequences = [0, 7, 42, 999, 1_000, 65_536, 2_147_483_647]
+    names = [layout.token_change_name(s) for s in reversed(sequences)]
+    assert [layout.token_change_sequence(n) for n in sorted(names)] == sequences
 
 
 @pytest.mark.parametrize("bad", ["", "a/b", ".", ".."])

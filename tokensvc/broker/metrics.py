@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -59,6 +60,7 @@ class CappedLabelCounter:
 class BrokerMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
+        self._request_children: dict[tuple[str, int], tuple[Any, Any]] = {}
         self.requests = Counter(
             "tokensvc_requests", "Requests handled, by API and error code", ["api", "error"], registry=r
         )
@@ -112,12 +114,19 @@ class BrokerMetrics:
         self._callbacks.append(g)
 
     def request(self, api: str, error: int, seconds: float) -> None:
-        try:
-            name = Errors(error).name
-        except ValueError:
-            name = str(error)
-        self.requests.labels(api, name).inc()
-        self.latency.labels(api).observe(seconds)
+        # Every request lands here: keep the labelled children instead of looking
+        # them up (labels() validates and hashes its arguments on each call).
+        key = (api, error)
+        children = self._request_children.get(key)
+        if children is None:
+            try:
+                name = Errors(error).name
+            except ValueError:
+                name = str(error)
+            children = (self.requests.labels(api, name), self.latency.labels(api))
+            self._request_children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def login(self, mechanism: str | None, result: str, kind: str) -> None:
         self.logins.labels(mechanism or "", result, kind).inc()
