@@ -11,6 +11,12 @@ derives each token's credential once and keeps it, as designed.
 Reference (same run): the same exchange -- ScramClient and ScramServer with a
 TokenCache holding the same tokens -- looped in this process with no network.
 
+Also in the details, to tell the broker's cost from the wire's: the same logins
+as KIP-368 re-authentications on open connections (no TCP set-up), and the
+transport floor -- the same client pattern (connect, three round trips of
+login-sized frames, close) against a server process that answers without doing
+anything.
+
 Targets: >= 2,000 logins/s and >= 0.3 of the in-process rate.
 """
 
@@ -19,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import itertools
+import multiprocessing
+import socket
 import time
 from typing import Any
 
@@ -37,9 +45,11 @@ from tokensvc.core.cache import TokenCache
 from tokensvc.core.clock import SystemClock
 from tokensvc.core.keys import MasterKeys, key_id
 from tokensvc.core.token import TokenInformation
+from tokensvc.protocol import frame
 from tokensvc.scram.client import ScramClient
 from tokensvc.scram.formatter import ScramMechanism
 from tokensvc.scram.server import ScramServer
+from zk.server import free_port
 
 ID = "B1"
 TITLE = "token SCRAM logins/s, one broker, loopback"
@@ -128,6 +138,143 @@ async def login_workload(window: Window, params: dict[str, Any]) -> WorkerReport
     return report
 
 
+async def reauth_workload(window: Window, params: dict[str, Any]) -> WorkerReport:
+    """Worker: ``concurrency`` connections, each logging in again and again (KIP-368
+    re-authentication: the same SaslHandshake + SaslAuthenticate exchange, no new TCP
+    connection) until the window ends."""
+    address: str = params["address"]
+    tokens: list[tuple[str, str]] = params["tokens"]
+    salted: dict = {}
+    report = WorkerReport()
+    host, _, port = address.rpartition(":")
+
+    async def loop(n: int) -> None:
+        token_id, password = tokens[n % len(tokens)]
+        conn = await WireConnection.open(host, int(port))
+        try:
+            while time.time() < window.end:
+                started = time.perf_counter()
+                await login(conn, MECHANISM, token_id, password, token=True,
+                            salted_cache=salted)
+                if window.holds(time.time()):
+                    report.done += 1
+                    report.latencies.append(time.perf_counter() - started)
+        except (WireError, OSError) as exc:
+            report.errors += 1
+            report.error_samples.append(str(exc))
+        finally:
+            conn.close()
+
+    await asyncio.gather(*(loop(n) for n in range(params["concurrency"])))
+    await until(window.end)
+    return report
+
+
+class _FloorServer(asyncio.Protocol):
+    """Answers every size-prefixed frame with a fixed small frame: the transport alone."""
+
+    REPLY = frame(b"\x00" * 40)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+        self.buffer = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while len(self.buffer) >= 4:
+            size = int.from_bytes(self.buffer[:4], "big")
+            if len(self.buffer) < 4 + size:
+                return
+            del self.buffer[: 4 + size]
+            self.transport.write(self.REPLY)
+
+
+def serve_floor(port: int, seconds: float) -> None:
+    """Run the transport-floor server on ``port`` for ``seconds`` (in its own process)."""
+
+    async def main() -> None:
+        server = await asyncio.get_running_loop().create_server(_FloorServer, "127.0.0.1", port)
+        async with server:
+            await asyncio.sleep(seconds)
+
+    asyncio.run(main())
+
+
+class _FloorClient(asyncio.Protocol):
+    def __init__(self) -> None:
+        self.waiter: asyncio.Future | None = None
+        self.received = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.received += len(data)
+        if self.received >= len(_FloorServer.REPLY) and self.waiter and not self.waiter.done():
+            self.received = 0
+            self.waiter.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.waiter and not self.waiter.done():
+            self.waiter.set_exception(ConnectionError("closed"))
+
+
+async def floor_workload(window: Window, params: dict[str, Any]) -> WorkerReport:
+    """Worker: connect, three request/response round trips of login-sized frames, close --
+    the wire pattern of one login, against the do-nothing server."""
+    loop = asyncio.get_running_loop()
+    report = WorkerReport()
+    request = frame(b"\x00" * 120)
+
+    async def one() -> None:
+        while time.time() < window.end:
+            transport, client = await loop.create_connection(
+                _FloorClient, "127.0.0.1", params["port"]
+            )
+            try:
+                for _ in range(3):
+                    client.waiter = loop.create_future()
+                    transport.write(request)
+                    await client.waiter
+            finally:
+                transport.close()
+            if window.holds(time.time()):
+                report.done += 1
+
+    await asyncio.gather(*(one() for _ in range(params["concurrency"])))
+    return report
+
+
+def _wait_listening(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"the transport-floor server never listened on port {port}")
+
+
+def transport_floor(concurrency: int, seconds: float) -> float:
+    """Connect + 3 round trips + close per second against a server that does nothing."""
+    port = free_port()
+    server = multiprocessing.get_context("spawn").Process(
+        target=serve_floor, args=(port, seconds + 30), daemon=True
+    )
+    server.start()
+    try:
+        _wait_listening(port)
+        report, window = run_processes(
+            "bench.b1_logins:floor_workload", {"port": port, "concurrency": concurrency},
+            processes=1, warmup_s=1.0, seconds=seconds,
+        )
+    finally:
+        server.terminate()
+        server.join(10)
+    return report.done / window
+
+
 class _Lookup:
     """The broker's CredentialLookup for tokens, without users."""
 
@@ -198,6 +345,14 @@ def run(ctx: BenchContext) -> Outcome:
         seconds=sizes.b1_seconds,
     )
     measured = report.done / seconds
+    reauth, reauth_window = run_processes(
+        "bench.b1_logins:reauth_workload",
+        {"address": address, "tokens": tokens, "concurrency": sizes.b1_concurrency},
+        processes=sizes.b1_processes,
+        warmup_s=1.0,
+        seconds=min(sizes.b1_seconds, 5.0),
+    )
+    floor = transport_floor(sizes.b1_concurrency, min(sizes.b1_seconds, 5.0))
     kid = key_id(ctx.master_key)
     infos = [
         TokenInformation(r["TokenId"], env.OWNER, env.OWNER, (), r["IssueTimestampMs"],
@@ -231,6 +386,10 @@ def run(ctx: BenchContext) -> Outcome:
             "errors": report.errors,
             "error_samples": report.error_samples,
             "login_latency": env.summary(report.latencies),
+            "reauth_logins_per_s": round(reauth.done / reauth_window, 1),
+            "reauth_errors": reauth.errors,
+            "reauth_latency": env.summary(reauth.latencies),
+            "transport_floor_per_s": round(floor, 1),
         },
     )
 

@@ -34,7 +34,6 @@ TARGET_P99_RATIO = 2.0
 SWEEP_INTERVAL_MS = 500
 CONCURRENCY = 4
 SETTLE_S = 2.0
-SWEEP_ALLOWANCE_S = 12.0
 
 
 def swept_total(metrics_address: str) -> float:
@@ -71,7 +70,7 @@ def run(ctx: BenchContext) -> Outcome:
                 },
                 processes=1,
                 warmup_s=0.0,
-                seconds=window_s + SWEEP_ALLOWANCE_S,
+                seconds=window_s + sizes.b5_sweep_allowance_s,
                 start_at=due_at - window_s,
             )
             deadline = time.monotonic() + 30

@@ -92,6 +92,7 @@ class Sizes:
     b4_eager_sample: int
     b5_due_fraction: float
     b5_window_s: float
+    b5_sweep_allowance_s: float
     b6_events: tuple[int, int]
     b7_tokens: int
 
@@ -103,8 +104,8 @@ class Sizes:
                 b2_seconds=2.0, b2_concurrency=16,
                 b3_samples=15,
                 tokens=5_000, b4_eager_sample=100,
-                b5_due_fraction=0.01, b5_window_s=3.0,
-                b6_events=(10_000, 40_000),
+                b5_due_fraction=0.01, b5_window_s=3.0, b5_sweep_allowance_s=3.0,
+                b6_events=(2_000, 8_000),
                 b7_tokens=10_000,
             )
         return cls(
@@ -112,7 +113,7 @@ class Sizes:
             b2_seconds=10.0, b2_concurrency=32,
             b3_samples=200,
             tokens=100_000, b4_eager_sample=2_000,
-            b5_due_fraction=0.01, b5_window_s=8.0,
+            b5_due_fraction=0.01, b5_window_s=8.0, b5_sweep_allowance_s=8.0,
             b6_events=(1_000_000, 10_000_000),
             b7_tokens=100_000,
         )
@@ -250,9 +251,12 @@ def now_utc() -> datetime:
 def timed(fn: Callable[[], Outcome], bench_id: str, title: str) -> Outcome:
     """Run one benchmark; an exception becomes an outcome with ``error`` set."""
     started = time.monotonic()
+    load_before = os.getloadavg()[0]
     try:
         outcome = fn()
     except Exception as exc:  # noqa: BLE001 - one failing benchmark must not stop the suite
         outcome = Outcome(bench_id, title, error=f"{exc.__class__.__name__}: {exc}")
     outcome.seconds = round(time.monotonic() - started, 1)
+    # Other work on the machine skews every figure: keep the 1-minute load with it.
+    outcome.details["load_average_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     return outcome
