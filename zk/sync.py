@@ -17,6 +17,13 @@ How :class:`TokenSync` follows ZooKeeper (kazoo-recipe style, lifecycle start()/
   their token ids and the tokens (both pipelined) and applies ``cache.upsert`` (token
   present) or ``cache.remove`` (token gone). Each token is read once per batch: its
   current state already includes every change before it.
+* Listings are spaced at least ``MIN_LISTING_INTERVAL_S`` apart. The listing returns
+  every notification younger than the purge age, so under a stream of writes one
+  listing per notification would make ZooKeeper serialise (and this broker parse) a
+  list that grows with the write rate, on every broker, for every write. An isolated
+  change is applied at once; within a stream, the changes of one interval share a
+  listing (the one-shot children watch is only re-armed by the next listing, so no
+  event is lost while the worker waits).
 * Connection SUSPENDED: nothing changes in the cache (it keeps serving what it has);
   the sync notes the suspension. On CONNECTED after SUSPENDED -- same session, watches
   kept by ZooKeeper -- and on CONNECTED after LOST -- a new session, every watch gone --
@@ -52,6 +59,9 @@ from zk.token_store import StoreError, TokenStore
 log = logging.getLogger(__name__)
 
 _MAX_BACKOFF_S = 1.0
+# The shortest gap between two listings of the notifications (see the module docstring).
+# It bounds each broker to 100 listings/s and adds at most this to propagation.
+MIN_LISTING_INTERVAL_S = 0.01
 # ZooKeeper failures and undecodable znodes: a resync (with backoff) recovers from both.
 _RECOVERABLE = (StoreError, layout.LayoutError)
 
@@ -162,6 +172,7 @@ class TokenSync:
         self._worker = SerialWorker("token-sync")
         self._lock = threading.Lock()
         self._last_seq = -1
+        self._last_listing = 0.0
         self._dirty = False
         self._suspended = False
         self._started = False
@@ -245,6 +256,9 @@ class TokenSync:
             dirty = self._dirty
         if dirty:
             return  # a resync is pending or retrying; it covers these changes
+        wait = self._last_listing + MIN_LISTING_INTERVAL_S - time.monotonic()
+        if wait > 0 and self._worker.sleep(wait):
+            return  # closed meanwhile
         try:
             self._apply_changes()
         except _RECOVERABLE as exc:
@@ -271,6 +285,7 @@ class TokenSync:
     def _apply_changes(self) -> None:
         with self._lock:
             last = self._last_seq
+        self._last_listing = time.monotonic()
         fresh = self._store.notifications_after(last, watch=self._on_children_event)
         if not fresh:
             return

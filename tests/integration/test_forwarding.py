@@ -22,6 +22,7 @@ from tests.support.inproc import (
     wait_for_controller,
 )
 from tokensvc.admin import AdminClient
+from tokensvc.broker.forwarding import envelope_client_id
 from tokensvc.client_config import client_config_from_properties
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
@@ -109,8 +110,10 @@ def create_body(**extra) -> dict:
     return {"Renewers": [], "MaxLifetimeMs": -1, **extra}
 
 
-def as_broker(broker: InProcessBroker, request_key: str | None = None) -> WireClient:
-    client_id = f"broker-9|rk={request_key}" if request_key else "broker-9"
+def as_broker(broker: InProcessBroker, request_key: str | None = None, *,
+              first: bool = False) -> WireClient:
+    client_id = (envelope_client_id(9, request_key, first=first) if request_key
+                 else "broker-9")
     return WireClient(broker.address("BROKER"), "broker", "broker-secret",
                       mechanism="SCRAM-SHA-512", client_id=client_id)
 
@@ -125,8 +128,9 @@ def inner_create(response: dict, correlation_id: int = 4242) -> dict:
 ALICE = KafkaPrincipal.user("alice")
 
 
-def send_create_envelope(broker, request_key, principal: KafkaPrincipal = ALICE) -> dict:
-    with as_broker(broker, request_key) as peer:
+def send_create_envelope(broker, request_key, principal: KafkaPrincipal = ALICE, *,
+                         first: bool = False) -> dict:
+    with as_broker(broker, request_key, first=first) as peer:
         return inner_create(peer.request(ENVELOPE, 0, envelope(CREATE, 3, create_body(), principal)))
 
 
@@ -271,6 +275,28 @@ def test_same_request_key_twice_creates_one_token(cluster, store):
     assert set(store.token_ids()) - before == {first["TokenId"]}
     assert store.request_token_id(key) == first["TokenId"]
     assert controller(cluster).broker.forwarder.ledger.replayed >= 1
+
+
+def test_first_attempt_creates_and_a_retry_is_answered_with_its_token(cluster, store):
+    key = uuid.uuid4().hex
+    replayed = controller(cluster).broker.forwarder.ledger.replayed
+    first = send_create_envelope(controller(cluster), key, first=True)
+    assert first["ErrorCode"] == 0
+    assert store.request_token_id(key) == first["TokenId"]
+    retry = send_create_envelope(controller(cluster), key)
+    assert retry == first
+    assert controller(cluster).broker.forwarder.ledger.replayed == replayed + 1
+
+
+def test_a_key_wrongly_marked_first_twice_still_creates_one_token(cluster, store):
+    """The first-attempt mark only skips a read: the transaction still refuses a
+    recorded key, and the answer is the token the key names."""
+    key = uuid.uuid4().hex
+    before = set(store.token_ids())
+    first = send_create_envelope(controller(cluster), key, first=True)
+    again = send_create_envelope(controller(cluster), key, first=True)
+    assert (again["TokenId"], again["Hmac"]) == (first["TokenId"], first["Hmac"])
+    assert set(store.token_ids()) - before == {first["TokenId"]}
 
 
 def test_concurrent_attempts_with_one_request_key_create_one_token(cluster, store):

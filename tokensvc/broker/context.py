@@ -27,6 +27,8 @@ class RequestContext:
     forwarded: bool = False
     # Idempotency key of a forwarded write (same for every retry of one client request).
     request_key: str | None = None
+    # True when the forwarder said no earlier attempt with this key was sent.
+    first_attempt: bool = False
 
     @property
     def api_key(self) -> int:

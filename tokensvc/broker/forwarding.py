@@ -19,9 +19,10 @@ lacks CLUSTER_ACTION): as Kafka does, the client gets UNKNOWN_SERVER_ERROR and t
 broker logs the real error.
 
 Exactly-once create: every attempt of one client request carries the same request
-key (in the envelope's client id, ``broker-<id>|rk=<key>``). The controller's
-:class:`CreateLedger` lets one attempt per key run at a time and, before creating,
-looks the key up in ZooKeeper (:meth:`zk.token_store.TokenStore.request_token_id`):
+key (in the envelope's client id, ``broker-<id>|rk=<key>``, with ``|first`` appended
+on the first attempt). The controller's :class:`CreateLedger` lets one attempt per
+key run at a time and, before creating on any attempt but the first, looks the key
+up in ZooKeeper (:meth:`zk.token_store.TokenStore.request_token_id`):
 a key already recorded is answered with the token its first attempt created (from
 the cache, else from ZooKeeper). A create records its key in the same ZooKeeper
 transaction as the token, so an attempt whose answer was lost (the controller died
@@ -59,6 +60,7 @@ log = logging.getLogger("tokensvc.broker.forwarding")
 ENVELOPE = 58
 CREATE_DELEGATION_TOKEN = 38
 REQUEST_KEY_MARK = "|rk="
+FIRST_ATTEMPT_MARK = "|first"
 _BACKOFF_START_S = 0.05
 _BACKOFF_MAX_S = 1.0
 _CONNECT_TIMEOUT_S = 5.0
@@ -67,16 +69,26 @@ CHANNELS_PER_CONTROLLER = 8
 
 
 def split_request_key(client_id: str | None) -> tuple[str | None, str | None]:
-    """Split an envelope client id into (broker client id, request key)."""
+    """Split an envelope client id into (broker client id, request key); the
+    first-attempt mark is not part of the key."""
     if not client_id or REQUEST_KEY_MARK not in client_id:
         return client_id, None
     head, key = client_id.split(REQUEST_KEY_MARK, 1)
+    key = key.removesuffix(FIRST_ATTEMPT_MARK)
     return head, key or None
 
 
-def envelope_client_id(broker_id: int, request_key: str) -> str:
-    """The client id of every envelope attempt of one client request."""
-    return f"broker-{broker_id}{REQUEST_KEY_MARK}{request_key}"
+def is_first_attempt(client_id: str | None) -> bool:
+    """True when the envelope says no earlier attempt with its request key was sent."""
+    return bool(client_id) and REQUEST_KEY_MARK in client_id and client_id.endswith(
+        FIRST_ATTEMPT_MARK)
+
+
+def envelope_client_id(broker_id: int, request_key: str, *, first: bool = False) -> str:
+    """The client id of an envelope attempt of one client request: the same key on every
+    attempt, marked on the first (whose key nothing can have recorded yet)."""
+    mark = FIRST_ATTEMPT_MARK if first else ""
+    return f"broker-{broker_id}{REQUEST_KEY_MARK}{request_key}{mark}"
 
 
 class EnvelopeForwarder:
@@ -148,7 +160,6 @@ class EnvelopeForwarder:
         started = time.monotonic()
         deadline = started + self.config.request_timeout_ms / 1000.0
         key = uuid.uuid4().hex
-        client_id = envelope_client_id(broker.broker_id, key)
         broker.metrics.forwarded.labels(ctx.client_id).inc()
         body = {
             "RequestData": ctx.payload,
@@ -166,6 +177,7 @@ class EnvelopeForwarder:
                 attempts += 1
                 ctx.forwarded = True
                 ctx.request_key = key
+                ctx.first_attempt = attempts == 1
                 response, error = await self.ledger.apply(ctx, decode_client_request(ctx.payload)[1])
                 if error != Errors.NOT_CONTROLLER:
                     self._audit(ctx, handler, controller, error, attempts, started)
@@ -179,6 +191,7 @@ class EnvelopeForwarder:
                     channel = await self._channel(
                         controller, slot, min(remaining, _CONNECT_TIMEOUT_S)
                     )
+                    client_id = envelope_client_id(broker.broker_id, key, first=attempts == 1)
                     response = await channel.request(
                         ENVELOPE, 0, body, client_id=client_id, timeout=remaining
                     )
@@ -259,9 +272,13 @@ class CreateLedger:
         self._inflight[key] = (lock, users + 1)
         try:
             async with lock:
-                replay = await self._replay(ctx, key)
-                if replay is not None:
-                    return replay
+                # A first attempt cannot find its key recorded: skip the ZooKeeper read
+                # (if it was recorded after all, the create's transaction fails on the
+                # key's znode and the answer below is the replay).
+                if not ctx.first_attempt:
+                    replay = await self._replay(ctx, key)
+                    if replay is not None:
+                        return replay
                 response, error = await self.broker.dispatch(ctx, body)
                 if error == Errors.UNKNOWN_SERVER_ERROR:
                     # The store refuses a create whose key got recorded meanwhile

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from tokensvc.authz.acl import AclOperation, ResourceType
 from tokensvc.broker.context import RequestContext
 from tokensvc.broker.decoding import decode_client_request
-from tokensvc.broker.forwarding import split_request_key
+from tokensvc.broker.forwarding import is_first_attempt, split_request_key
 from tokensvc.broker.handlers import HANDLERS, ApiHandler, register
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import ProtocolError
@@ -100,6 +100,7 @@ async def handle_envelope(broker: Broker, ctx: RequestContext, body: dict) -> di
         session=None,
         forwarded=True,
         request_key=request_key,
+        first_attempt=request_key is not None and is_first_attempt(ctx.header.client_id),
     )
     response, error = await broker.forwarder.ledger.apply(inner, inner_body)
     if error == Errors.NOT_CONTROLLER:
