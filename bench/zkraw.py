@@ -216,3 +216,10 @@ def deletion_times(connect: str, token_ids: Sequence[str]) -> Iterator[dict[str,
                 raise RuntimeError(f"token {token_id} is not in ZooKeeper")
         yield times
 
+
+
+def pending_notifications(connect: str) -> int:
+    """How many token change notifications ZooKeeper holds (each broker lists them all
+    on every change it follows, so propagation grows with this until the purge)."""
+    with client(connect) as zk:
+        return len(TokenStore(zk).notifications())
