@@ -252,6 +252,7 @@ def timed(fn: Callable[[], Outcome], bench_id: str, title: str) -> Outcome:
     """Run one benchmark; an exception becomes an outcome with ``error`` set."""
     started = time.monotonic()
     load_before = os.getloadavg()[0]
+    steal_before = _steal_seconds()
     try:
         outcome = fn()
     except Exception as exc:  # noqa: BLE001 - one failing benchmark must not stop the suite
@@ -259,4 +260,17 @@ def timed(fn: Callable[[], Outcome], bench_id: str, title: str) -> Outcome:
     outcome.seconds = round(time.monotonic() - started, 1)
     # Other work on the machine skews every figure: keep the 1-minute load with it.
     outcome.details["load_average_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    # On a virtual machine, CPU time the host gave to others (the same figures run slower).
+    steal_after = _steal_seconds()
+    if steal_before is not None and steal_after is not None:
+        outcome.details["cpu_steal_s"] = round(steal_after - steal_before, 2)
     return outcome
+
+
+def _steal_seconds() -> float | None:
+    """Seconds of CPU stolen by the hypervisor since boot, all CPUs (Linux), else None."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
