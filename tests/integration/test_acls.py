@@ -17,6 +17,7 @@ import pytest
 from tests.support.client import WireClient
 from tests.support.inproc import (
     InProcessBroker,
+    add_user,
     bootstrap_user,
     broker_properties,
     wait_for_controller,
@@ -279,7 +280,7 @@ def test_user_without_cluster_permissions_is_refused_per_item_and_nothing_is_wri
 
 def test_alter_on_the_cluster_lets_a_user_manage_acls_and_implies_describe(cluster, store):
     principal = f"User:{unique('ops')}"
-    bootstrap_user(cluster[0].config.zookeeper_connect, principal[5:], "ops-secret")
+    add_user(cluster, principal[5:], "ops-secret")
     grant_cluster(cluster, principal, ALTER)
     name = unique("by-ops")
     with WireClient(followers(cluster)[0].address(), principal[5:], "ops-secret") as ops:
@@ -292,7 +293,7 @@ def test_alter_on_the_cluster_lets_a_user_manage_acls_and_implies_describe(clust
 
 def test_describe_on_the_cluster_lets_a_user_list_but_not_change_acls(cluster):
     principal = f"User:{unique('viewer')}"
-    bootstrap_user(cluster[0].config.zookeeper_connect, principal[5:], "viewer-secret")
+    add_user(cluster, principal[5:], "viewer-secret")
     grant_cluster(cluster, principal, DESCRIBE)
     with WireClient(controller(cluster).address(), principal[5:], "viewer-secret") as viewer:
         assert describe(viewer)["ErrorCode"] == 0

@@ -13,7 +13,7 @@ from confluent_kafka.admin import AclOperation as ConfluentOp
 from confluent_kafka.admin import AdminClient
 
 from tests.support.client import WireClient
-from tests.support.inproc import InProcessBroker, bootstrap_user, broker_properties
+from tests.support.inproc import InProcessBroker, add_user, bootstrap_user, broker_properties
 from tokensvc.authz.acl import AclOperation, ResourceType, supported_operations
 from tokensvc.authz.authorizer import ALL_OPERATIONS_BITFIELD, NOT_REQUESTED_BITFIELD
 from tokensvc.core.config import BrokerConfig
@@ -137,7 +137,7 @@ def test_metadata_reports_the_bitfield_only_when_asked(broker, user, expected):
 
 def test_new_cluster_acl_shows_up_in_the_next_answer(broker):
     user = f"u{uuid.uuid4().hex[:8]}"
-    bootstrap_user(broker.config.zookeeper_connect, user, f"{user}-secret")
+    add_user([broker], user, f"{user}-secret")
     assert describe_cluster_bitfield(broker, user) == 0
     with WireClient(broker.address(), "admin", "admin-secret") as admin:
         response = admin.request(CREATE_ACLS, 3, {"Creations": [

@@ -16,7 +16,7 @@ import uuid
 import pytest
 
 from tests.support.client import WireClient
-from tests.support.inproc import InProcessBroker, bootstrap_user, broker_properties
+from tests.support.inproc import InProcessBroker, add_user, bootstrap_user, broker_properties
 from tokensvc.authz.acl import AclOperation, PatternType, ResourceType
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
@@ -62,7 +62,7 @@ def follower(cluster) -> InProcessBroker:
 
 def new_user(cluster, prefix: str) -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    bootstrap_user(cluster[0].config.zookeeper_connect, name, password(name))
+    add_user(cluster, name, password(name))
     return name
 
 

@@ -11,10 +11,12 @@ import asyncio
 import secrets
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tokensvc.broker.broker import Broker
 from tokensvc.core.config import BrokerConfig
+from tokensvc.scram.formatter import ScramMechanism
 from zk import credential_store
 from zk.client import ZkSettings
 
@@ -22,6 +24,19 @@ from zk.client import ZkSettings
 def bootstrap_user(zk_connect: str, user: str, password: str) -> None:
     """``user``'s SCRAM credentials for every mechanism, 4096 iterations, written to ZooKeeper."""
     credential_store.bootstrap_user(ZkSettings(zk_connect), user, password, iterations=4096)
+
+
+def add_user(brokers: Sequence[InProcessBroker], user: str, password: str,
+             timeout: float = 15.0) -> None:
+    """Write ``user``'s credentials to ZooKeeper while ``brokers`` run, then wait until
+    every one of them has followed the change (a login may go to any broker next)."""
+    bootstrap_user(brokers[0].config.zookeeper_connect, user, password)
+    deadline = time.monotonic() + timeout
+    for b in brokers:
+        while len(b.broker.users.credentials(user)) < len(ScramMechanism):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"broker {b.broker.broker_id} has no credentials for {user}")
+            time.sleep(0.01)
 
 
 @dataclass
