@@ -154,7 +154,8 @@ class TokenSync:
     caller's thread for the one ``start()`` runs, on the worker thread for later ones.
 
     Stats: ``resync_count``, ``last_resync_ms`` (duration of the last full resync),
-    ``applied_changes`` (notifications applied one by one).
+    ``applied_changes`` (notifications applied one by one), ``listings`` (listings of
+    the notifications made to follow them).
     """
 
     def __init__(
@@ -179,6 +180,7 @@ class TokenSync:
         self.resync_count = 0
         self.last_resync_ms = 0
         self.applied_changes = 0
+        self.listings = 0
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -286,6 +288,7 @@ class TokenSync:
         with self._lock:
             last = self._last_seq
         self._last_listing = time.monotonic()
+        self.listings += 1
         fresh = self._store.notifications_after(last, watch=self._on_children_event)
         if not fresh:
             return

@@ -19,7 +19,7 @@ from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
 from zk.client import ZkSettings, open_client
 from zk.server import ManagedZooKeeper
-from zk.sync import TokenSync
+from zk.sync import MIN_LISTING_INTERVAL_S, TokenSync
 from zk.token_store import TokenStore
 
 KEYS = MasterKeys("sync-test-master-key")
@@ -117,6 +117,21 @@ def test_a_burst_of_changes_is_applied_and_counted(instances):
     assert b.sync.wait_caught_up(2.0)
     assert b.sync.applied_changes == 75
     assert set(b.cached()) == {f"t{i}" for i in range(1, 50, 2)}
+
+
+def test_a_stream_of_changes_shares_listings_spaced_by_the_minimum_interval(instances):
+    a, b = instances(2)
+    listings_before = b.sync.listings
+    started = time.monotonic()
+    for i in range(100):  # one after another: each change a few ms after the last
+        a.store.create(_info(f"s{i}"))
+    assert eventually(lambda: len(b.cached()) == 100)
+    assert b.sync.wait_caught_up(5.0)
+    elapsed = time.monotonic() - started
+    listings = b.sync.listings - listings_before
+    assert b.sync.applied_changes == 100
+    # Every listing after the first waited MIN_LISTING_INTERVAL_S since the previous one.
+    assert 1 <= listings <= 1 + elapsed / MIN_LISTING_INTERVAL_S, (listings, elapsed)
 
 
 def test_expired_session_resyncs_to_zookeepers_contents(instances):
