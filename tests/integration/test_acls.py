@@ -22,6 +22,7 @@ from tests.support.inproc import (
     broker_properties,
     wait_for_controller,
 )
+from tests.support.wait import retry
 from tokensvc.authz.acl import (
     AccessControlEntry,
     AclOperation,
@@ -47,14 +48,7 @@ ALLOW, DENY = int(AclPermissionType.ALLOW), int(AclPermissionType.DENY)
 
 
 def eventually(check, timeout: float = 5.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return check()
-        except AssertionError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
+    return retry(check, timeout, errors=(AssertionError,), interval=0.02)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from tests.support.inproc import (
     broker_properties,
     wait_for_controller,
 )
-from tests.support.wait import raising
+from tests.support.wait import raising, retry
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
 
@@ -65,14 +65,7 @@ def token_login(broker: InProcessBroker, created: dict, mechanism="SCRAM-SHA-256
 
 
 def eventually(fn, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return fn()
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
+    return retry(fn, timeout, errors=(Exception,), interval=0.02)
 
 
 def test_user_creates_token_owned_by_itself(cluster):

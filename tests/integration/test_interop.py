@@ -37,7 +37,7 @@ from kafka.admin import UserScramCredentialUpsertion as KpUpsertion
 from kafka.errors import KafkaTimeoutError
 
 from tests.support.client import WireClient
-from tests.support.wait import raising
+from tests.support.wait import raising, retry
 from tokensvc.broker.decoding import decode_client_request
 from tokensvc.cluster import LocalCluster
 from tokensvc.kafka_python_token import token_login_config
@@ -131,14 +131,7 @@ def admin_password(cluster: LocalCluster) -> str:
 
 def eventually(check: Callable[[], T], timeout: float = 5.0) -> T:
     """``check()``'s value once it stops raising; its last error after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return check()
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
+    return retry(check, timeout, errors=(Exception,), interval=0.02)
 
 
 def confluent_login_refused(
