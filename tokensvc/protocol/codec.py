@@ -16,8 +16,6 @@ This module must not touch sockets, and holds no state between calls.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from tokensvc.protocol.api import (
     ApiKey,
     flexible,
@@ -32,6 +30,7 @@ from tokensvc.protocol.errors import (
     UnsupportedVersionError,
 )
 from tokensvc.protocol.framing import FrameDecoder, frame
+from tokensvc.protocol.header import RequestHeader
 from tokensvc.protocol.messages import REQUESTS, RESPONSES
 from tokensvc.protocol.primitives import Reader, Writer
 from tokensvc.protocol.schema import STRING, Struct
@@ -53,14 +52,6 @@ __all__ = [
 
 # Headers have no known tagged fields; an empty struct reads (skips) the section.
 _HEADER_TAGS = Struct("HeaderTaggedFields")
-
-
-@dataclass(slots=True)
-class RequestHeader:
-    api_key: int
-    api_version: int
-    correlation_id: int
-    client_id: str | None
 
 
 def decode_request_header(payload: bytes) -> tuple[RequestHeader, int]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from tokensvc.core.errors import Errors, KafkaError
 
 if TYPE_CHECKING:
-    from tokensvc.protocol.codec import RequestHeader
+    from tokensvc.protocol.header import RequestHeader
 
 
 class ProtocolError(KafkaError):
