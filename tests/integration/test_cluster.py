@@ -257,3 +257,15 @@ def test_bad_overrides_are_refused_before_anything_starts(
         LocalCluster.up(tmp_path, brokers=1, overrides=overrides)
     assert str(failure.value) == message
     assert os.listdir(tmp_path) == []
+
+
+def test_cli_bad_set_is_one_line_and_starts_nothing(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cluster_cli, [
+        "up", "--dir", str(tmp_path / "c"), "--brokers", "3",
+        "--set", "delegation.token.max.lifetime.ms=600000",
+        "--set", "delegation.token.expiry.time.ms=-1"])
+    assert result.exit_code == 1
+    assert result.output == (
+        "Error: --set delegation.token.expiry.time.ms: -1 is out of range: must be at least 1\n"
+    )
+    assert not (tmp_path / "c").exists()
