@@ -1,4 +1,8 @@
-"""`tokensvc broker --config server.properties`: run one broker in the foreground."""
+"""`tokensvc broker --config server.properties`: run one broker in the foreground.
+
+A bad file stops it before anything starts, with one line naming the file and the key;
+the notices of the load (ignored keys, tokens disabled) are logged once.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,8 @@ import sys
 
 import click
 
-from tokensvc.core.config import BrokerConfig, ConfigError
+from tokensvc.config_loader import load_broker_config
+from tokensvc.core.config import ConfigError
 
 
 @click.command("broker")
@@ -20,17 +25,18 @@ from tokensvc.core.config import BrokerConfig, ConfigError
 def broker(config_path: str, log_level: str) -> None:
     """Run one tokensvc broker until SIGTERM or Ctrl-C."""
     try:
-        config = BrokerConfig.load(config_path)
-    except FileNotFoundError:
-        raise click.ClickException(f"config file {config_path} does not exist") from None
+        loaded = load_broker_config(config_path)
     except ConfigError as exc:
-        raise click.ClickException(f"invalid configuration in {config_path}: {exc}") from None
+        raise click.ClickException(f"invalid configuration: {exc}") from None
+    config = loaded.config
     logging.basicConfig(
         level=log_level.upper(),
         stream=sys.stderr,
         format=f"%(asctime)s %(levelname)s [broker {config.broker_id}] %(name)s: %(message)s",
     )
     logging.getLogger("kazoo").setLevel(logging.WARNING)
+    for notice in loaded.notices:
+        logging.getLogger("tokensvc.config").warning("%s", notice)
     from tokensvc.broker.broker import run_broker
 
     async def main() -> None:

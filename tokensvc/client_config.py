@@ -1,19 +1,24 @@
 """Kafka client properties (``--command-config``) read into a typed :class:`ClientConfig`.
 
-Owns three small parsers: the Java ``.properties`` text format, Kafka's JAAS syntax of
-``sasl.jaas.config`` (one login module, a control flag, ``key=value`` options and a
-closing ``;``), and the PEM-only TLS keys (``ssl.truststore.*``, ``ssl.keystore.*``,
-``ssl.endpoint.identification.algorithm``). It reads the files the properties name
-(the properties file itself and PEM files) and builds an ``ssl.SSLContext`` on request,
-nothing more: it must not open sockets.
+Owns the declared table of client keys (:data:`CLIENT_CONFIG`, checked key by key as
+the broker's table is), Kafka's JAAS syntax of ``sasl.jaas.config`` (one login module,
+a control flag, ``key=value`` options and a closing ``;``), and the PEM-only TLS keys
+(``ssl.truststore.*``, ``ssl.keystore.*``, ``ssl.endpoint.identification.algorithm``).
+The file is read by the project's one properties reader (:mod:`tokensvc.properties`);
+relative paths resolve against the file's directory; keys it does not use get one
+warning line (names only); a key close to a client key is an error naming it. It
+reads the files the properties name (PEM files) and builds an ``ssl.SSLContext`` on
+request, nothing more: it must not open sockets.
 
-Every problem is a :class:`ClientConfigError` naming the key at fault. Messages never
-contain a password, a key password or the text of ``sasl.jaas.config`` (which holds
-the password); :class:`ClientConfig` hides secrets from its ``repr``.
+Every problem is a :class:`ClientConfigError` naming the key at fault (and the file,
+when read from one). Messages never contain a password, a key password or the text
+of ``sasl.jaas.config`` (which holds the password); :class:`ClientConfig` hides
+secrets from its ``repr``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import ssl
@@ -22,7 +27,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tokensvc.core.configdef import (
+    ConfigDef,
+    ConfigError,
+    ConfigKey,
+    Importance,
+    OneOf,
+    PathKind,
+    Type,
+    Validator,
+    at_least,
+)
+from tokensvc.core.kafka_keys import KAFKA_CLIENT_KEYS
+from tokensvc.properties import read_properties
 from tokensvc.scram.formatter import ScramMechanism
+
+log = logging.getLogger(__name__)
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
@@ -33,89 +53,69 @@ _PEM_BEGIN = "-----BEGIN"
 _PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----.*?-----END \1-----", re.DOTALL)
 
 
-class ClientConfigError(ValueError):
+class ClientConfigError(ConfigError):
     """Client properties that cannot be used; the message names the key and never a secret."""
 
 
-# --- Java .properties ------------------------------------------------------------------
+class _PemOnly(Validator):
+    """``PEM`` in any case; anything else (JKS, PKCS12) asks for a conversion."""
 
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+    def __call__(self, key: str, value: object) -> None:
+        if str(value).upper() != "PEM":
+            raise ClientConfigError(
+                key,
+                f"{value} is not supported: tokensvc clients need PEM (convert the store "
+                f"with keytool/openssl and set {key}=PEM)",
+            )
 
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Parse Java ``.properties`` text: ``#``/``!`` comments, ``=``, ``:`` or blank as the
-    separator, a trailing ``\\`` continues the line, ``\\t \\n \\uXXXX`` and ``\\c`` escapes."""
-    props: dict[str, str] = {}
-    for logical in _logical_lines(text):
-        key, value = _split_key_value(logical)
-        props[key] = value
-    return props
-
-
-def _logical_lines(text: str) -> list[str]:
-    lines: list[str] = []
-    pending: str | None = None
-    for raw in text.splitlines():
-        line = raw.lstrip(" \t\f")
-        if pending is None and (not line or line[0] in "#!"):
-            continue
-        if pending is not None:
-            line = pending + line
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2 == 1:
-            pending = line[:-1]
-            continue
-        pending = None
-        lines.append(line)
-    if pending is not None:
-        lines.append(pending)
-    return lines
+    def describe(self) -> str:
+        return "`PEM`"
 
 
-def _split_key_value(line: str) -> tuple[str, str]:
-    i = 0
-    key_chars: list[str] = []
-    while i < len(line):
-        ch = line[i]
-        if ch == "\\" and i + 1 < len(line):
-            key_chars.append(line[i : i + 2])
-            i += 2
-            continue
-        if ch in "=: \t\f":
-            break
-        key_chars.append(ch)
-        i += 1
-    rest = line[i:].lstrip(" \t\f")
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(" \t\f")
-    return _unescape("".join(key_chars)), _unescape(rest)
-
-
-def _unescape(text: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch != "\\" or i + 1 >= len(text):
-            out.append(ch)
-            i += 1
-            continue
-        nxt = text[i + 1]
-        if nxt == "u" and i + 6 <= len(text):
-            try:
-                out.append(chr(int(text[i + 2 : i + 6], 16)))
-                i += 6
-                continue
-            except ValueError:
-                raise ClientConfigError(
-                    "malformed \\uXXXX escape in client properties"
-                ) from None
-        out.append(_ESCAPES.get(nxt, nxt))
-        i += 2
-    return "".join(out)
+_SCRAM_NAMES = tuple(m.mechanism_name for m in ScramMechanism)
+H, M, L = Importance.HIGH, Importance.MEDIUM, Importance.LOW
+CLIENT_CONFIG = ConfigDef(
+    [
+        ConfigKey("security.protocol", Type.STRING, "PLAINTEXT",
+                  OneOf(SECURITY_PROTOCOLS, ignore_case=True), H,
+                  "How to reach the brokers."),
+        ConfigKey("sasl.mechanism", Type.STRING, None, OneOf(_SCRAM_NAMES, ignore_case=True), H,
+                  "SCRAM mechanism; required with a SASL protocol."),
+        ConfigKey("sasl.jaas.config", Type.PASSWORD, None, None, H,
+                  f"`{SCRAM_LOGIN_MODULE} required username=\"...\" password=\"...\" "
+                  "[tokenauth=true];` (a token id and its HMAC with `tokenauth=true`)."),
+        ConfigKey("ssl.truststore.type", Type.STRING, None, _PemOnly(), M,
+                  "Only PEM is supported."),
+        ConfigKey("ssl.truststore.location", Type.STRING, None, None, H,
+                  "PEM bundle of the CAs to trust instead of the system's.", path=PathKind.FILE),
+        ConfigKey("ssl.truststore.certificates", Type.PASSWORD, None, None, M,
+                  "The same CAs inline (PEM text); not with `ssl.truststore.location`."),
+        ConfigKey("ssl.keystore.type", Type.STRING, None, _PemOnly(), M, "Only PEM is supported."),
+        ConfigKey("ssl.keystore.location", Type.STRING, None, None, H,
+                  "PEM file with the client's private key and certificate chain (two-way TLS).",
+                  path=PathKind.FILE),
+        ConfigKey("ssl.keystore.certificate.chain", Type.PASSWORD, None, None, M,
+                  "The client certificate chain inline (PEM); with `ssl.keystore.key`."),
+        ConfigKey("ssl.keystore.key", Type.PASSWORD, None, None, M,
+                  "The client private key inline (PEM); with `ssl.keystore.certificate.chain`."),
+        ConfigKey("ssl.key.password", Type.PASSWORD, None, None, M,
+                  "Password of an encrypted client private key."),
+        ConfigKey("ssl.endpoint.identification.algorithm", Type.STRING, "https",
+                  OneOf(("https",), ignore_case=True), M,
+                  "`https` checks the broker's host name; an empty value turns the check off."),
+        ConfigKey("request.timeout.ms", Type.INT, DEFAULT_REQUEST_TIMEOUT_MS, at_least(1), M,
+                  "How long to wait for an answer."),
+        ConfigKey("client.id", Type.STRING, None, None, L, "Client id sent with each request."),
+    ],
+    foreign=KAFKA_CLIENT_KEYS,
+)
+"""Every client key tokensvc reads, declared once."""
 
 
 # --- JAAS ------------------------------------------------------------------------------
+
+_JAAS = "sasl.jaas.config"
+_JAAS_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,12 +162,12 @@ class _JaasScanner:
                 self.pos += 1
                 return "".join(out)
             if ch == "\\" and self.pos + 1 < len(text):
-                out.append(_ESCAPES.get(text[self.pos + 1], text[self.pos + 1]))
+                out.append(_JAAS_ESCAPES.get(text[self.pos + 1], text[self.pos + 1]))
                 self.pos += 2
                 continue
             out.append(ch)
             self.pos += 1
-        raise ClientConfigError("sasl.jaas.config has an unterminated quoted value")
+        raise ClientConfigError(_JAAS, "has an unterminated quoted value")
 
 
 def parse_jaas_config(text: str) -> JaasLoginModule:
@@ -182,41 +182,36 @@ def parse_jaas_config(text: str) -> JaasLoginModule:
     while (token := scanner.next()) is not None:
         kind, module = token
         if kind != "word":
-            raise ClientConfigError(
-                f"sasl.jaas.config must start with a login module class name, found {kind!r}"
+            raise ClientConfigError(_JAAS, f"must start with a login module class name, found {kind!r}"
             )
         flag_token = scanner.next()
         if flag_token is None or flag_token[0] != "word" or (
             flag_token[1].lower() not in CONTROL_FLAGS
         ):
-            raise ClientConfigError(
-                f"sasl.jaas.config: login module {module} needs a control flag "
+            raise ClientConfigError(_JAAS, f"login module {module} needs a control flag "
                 f"({'/'.join(CONTROL_FLAGS)}) after its class name"
             )
         options: dict[str, str] = {}
         while True:
             token = scanner.next()
             if token is None:
-                raise ClientConfigError(
-                    f"sasl.jaas.config: the entry for {module} must end with ';'"
+                raise ClientConfigError(_JAAS, f"the entry for {module} must end with ';'"
                 )
             if token[0] == ";":
                 break
             if token[0] != "word":
-                raise ClientConfigError(
-                    f"sasl.jaas.config: expected an option name in the entry for {module}"
+                raise ClientConfigError(_JAAS, f"expected an option name in the entry for {module}"
                 )
             name = token[1]
             if (eq := scanner.next()) is None or eq[0] != "=":
-                raise ClientConfigError(f"sasl.jaas.config: option {name} needs '=' and a value")
+                raise ClientConfigError(_JAAS, f"option {name} needs '=' and a value")
             value = scanner.next()
             if value is None or value[0] not in ("word", "quoted"):
-                raise ClientConfigError(f"sasl.jaas.config: option {name} has no value")
+                raise ClientConfigError(_JAAS, f"option {name} has no value")
             options[name] = value[1]
         modules.append(JaasLoginModule(module, flag_token[1].lower(), options))
     if len(modules) != 1:
-        raise ClientConfigError(
-            f"sasl.jaas.config must contain exactly one login module, found {len(modules)}"
+        raise ClientConfigError(_JAAS, f"must contain exactly one login module, found {len(modules)}"
         )
     return modules[0]
 
@@ -283,32 +278,51 @@ def _load_cert_chain(ctx: ssl.SSLContext, path: str, password: str | None) -> No
         ctx.load_cert_chain(path, password=password)
     except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
         raise ClientConfigError(
-            "ssl.keystore: the client certificate or its key could not be loaded "
-            f"({exc.__class__.__name__}; check ssl.key.password)"
+            "ssl.keystore.location",
+            "the client certificate or its key could not be loaded "
+            f"({exc.__class__.__name__}; check ssl.key.password)",
         ) from None
 
 
-def load_client_config(path: str | os.PathLike) -> ClientConfig:
-    """Read a Kafka client properties file (``--command-config``)."""
+def load_client_config(path: str | os.PathLike[str]) -> ClientConfig:
+    """Read a Kafka client properties file (``--command-config``).
+
+    Relative paths resolve against the file's directory; the keys it does not use are
+    named in one warning line (never with their values)."""
+    source = os.fspath(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ClientConfigError(f"cannot read client properties {path}: {exc.strerror}") from None
-    return client_config_from_properties(parse_properties(text))
+        props = read_properties(path)
+        ignored = CLIENT_CONFIG.ignored_keys(props)
+        base_dir = os.path.dirname(os.path.abspath(source))
+        config = client_config_from_properties(CLIENT_CONFIG.resolve_paths(props, base_dir))
+    except ConfigError as exc:
+        raise ClientConfigError(exc.key, exc.problem, exc.source or source) from None
+    if ignored:
+        log.warning("%s: ignoring %d key(s) tokensvc does not use: %s",
+                    source, len(ignored), ", ".join(ignored))
+    return config
 
 
 def client_config_from_properties(props: Mapping[str, str]) -> ClientConfig:
-    """Build a :class:`ClientConfig` from parsed properties; unknown keys are ignored,
-    as Kafka clients ignore (and only warn about) keys they do not use."""
-    protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
-    if protocol not in SECURITY_PROTOCOLS:
-        raise ClientConfigError(
-            f"security.protocol must be one of {', '.join(SECURITY_PROTOCOLS)}, got {protocol!r}"
-        )
+    """Build a :class:`ClientConfig` from parsed properties, key by key as
+    :data:`CLIENT_CONFIG` declares them. Keys it does not declare are ignored (Kafka
+    clients only warn about them) unless they look like a typo of a client key; TLS
+    keys are read only when the protocol uses TLS."""
+    try:
+        return _build(props)
+    except ClientConfigError:
+        raise
+    except ConfigError as exc:
+        raise ClientConfigError(exc.key, exc.problem, exc.source) from None
+
+
+def _build(props: Mapping[str, str]) -> ClientConfig:
+    CLIENT_CONFIG.ignored_keys(props)
+    protocol = str(_value(props, "security.protocol")).upper()
     values: dict = {
         "security_protocol": protocol,
-        "request_timeout_ms": _positive_int(props, "request.timeout.ms", DEFAULT_REQUEST_TIMEOUT_MS),
-        "client_id": props.get("client.id") or None,
+        "request_timeout_ms": _value(props, "request.timeout.ms"),
+        "client_id": _value(props, "client.id"),
     }
     if protocol.startswith("SASL_"):
         values.update(_sasl(props))
@@ -317,48 +331,39 @@ def client_config_from_properties(props: Mapping[str, str]) -> ClientConfig:
     return ClientConfig(**values)
 
 
-def _positive_int(props: Mapping[str, str], key: str, default: int) -> int:
-    raw = props.get(key)
-    if raw is None or not raw.strip():
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise ClientConfigError(f"{key} must be an integer, got {raw!r}") from None
-    if value <= 0:
-        raise ClientConfigError(f"{key} must be positive, got {value}")
-    return value
+def _value(props: Mapping[str, str], name: str) -> object:
+    """The typed, checked value of the client key ``name``."""
+    return CLIENT_CONFIG[name].parse(props.get(name))
 
 
 def _sasl(props: Mapping[str, str]) -> dict:
-    names = ", ".join(m.mechanism_name for m in ScramMechanism)
-    raw = props.get("sasl.mechanism")
-    if raw is None or not raw.strip():
-        raise ClientConfigError(f"sasl.mechanism is required for SASL protocols: use one of {names}")
-    try:
-        mechanism = ScramMechanism.from_name(raw.strip().upper())
-    except ValueError:
+    names = ", ".join(_SCRAM_NAMES)
+    raw = _value(props, "sasl.mechanism")
+    if raw is None:
         raise ClientConfigError(
-            f"sasl.mechanism {raw.strip()!r} is not supported: use one of {names}"
-        ) from None
-    jaas_text = props.get("sasl.jaas.config")
-    if jaas_text is None or not jaas_text.strip():
-        raise ClientConfigError(
-            f"sasl.jaas.config is required for {mechanism.mechanism_name}: "
-            f'{SCRAM_LOGIN_MODULE} required username="..." password="...";'
+            "sasl.mechanism", f"is required for SASL protocols: use one of {names}"
         )
-    module = parse_jaas_config(jaas_text)
+    mechanism = ScramMechanism.from_name(str(raw).upper())
+    jaas_text = _value(props, "sasl.jaas.config")
+    if jaas_text is None:
+        raise ClientConfigError(
+            _JAAS,
+            f"is required for {mechanism.mechanism_name}: "
+            f'{SCRAM_LOGIN_MODULE} required username="..." password="...";',
+        )
+    module = parse_jaas_config(str(jaas_text))
     if module.login_module != SCRAM_LOGIN_MODULE:
         raise ClientConfigError(
-            f"sasl.jaas.config uses login module {module.login_module}; "
-            f"{mechanism.mechanism_name} needs {SCRAM_LOGIN_MODULE}"
+            _JAAS,
+            f"uses login module {module.login_module}; "
+            f"{mechanism.mechanism_name} needs {SCRAM_LOGIN_MODULE}",
         )
     username = module.options.get("username")
     password = module.options.get("password")
     if not username:
-        raise ClientConfigError("sasl.jaas.config: option username is missing or empty")
+        raise ClientConfigError(_JAAS, "option username is missing or empty")
     if password is None:
-        raise ClientConfigError("sasl.jaas.config: option password is missing")
+        raise ClientConfigError(_JAAS, "option password is missing")
     tokenauth = module.options.get("tokenauth", "false").strip().lower() == "true"
     return {
         "sasl_mechanism": mechanism,
@@ -369,14 +374,14 @@ def _sasl(props: Mapping[str, str]) -> dict:
 
 
 def _pem_from(props: Mapping[str, str], inline_key: str, location_key: str) -> str | None:
-    inline = props.get(inline_key)
-    location = props.get(location_key)
-    if inline and inline.strip() and location and location.strip():
-        raise ClientConfigError(f"set either {inline_key} or {location_key}, not both")
-    if inline and inline.strip():
-        return inline
-    if location and location.strip():
-        return _read_store(location_key, location.strip())
+    inline = _value(props, inline_key)
+    location = _value(props, location_key)
+    if inline is not None and location is not None:
+        raise ClientConfigError(inline_key, f"set either {inline_key} or {location_key}, not both")
+    if inline is not None:
+        return str(inline)
+    if location is not None:
+        return _read_store(location_key, str(location))
     return None
 
 
@@ -387,71 +392,62 @@ def _read_store(key: str, location: str) -> str:
     except UnicodeDecodeError:
         return ""
     except OSError as exc:
-        raise ClientConfigError(f"{key}: cannot read {location}: {exc.strerror}") from None
+        raise ClientConfigError(key, f"cannot read {location}: {exc.strerror}") from None
 
 
-def _require_pem(text: str, type_key: str, what: str, store_type: str | None) -> None:
+def _require_pem(text: str, type_key: str, key: str, what: str, store_type: object) -> None:
     if _PEM_BEGIN not in text:
         kind = store_type or "JKS or PKCS12"
         raise ClientConfigError(
+            key,
             f"{what} is not PEM (it looks like {kind}); tokensvc clients need PEM: "
-            f"convert it (keytool -exportcert -rfc / openssl) and set {type_key}=PEM"
+            f"convert it (keytool -exportcert -rfc / openssl) and set {type_key}=PEM",
         )
-
-
-def _store_type(props: Mapping[str, str], key: str) -> str | None:
-    raw = props.get(key)
-    if raw is None or not raw.strip():
-        return None
-    value = raw.strip().upper()
-    if value != "PEM":
-        raise ClientConfigError(
-            f"{key}={raw.strip()} is not supported: tokensvc clients need PEM "
-            f"(convert the store with keytool/openssl and set {key}=PEM)"
-        )
-    return value
 
 
 def _tls(props: Mapping[str, str]) -> dict:
     values: dict = {}
-    truststore_type = _store_type(props, "ssl.truststore.type")
+    truststore_type = _value(props, "ssl.truststore.type")
     ca = _pem_from(props, "ssl.truststore.certificates", "ssl.truststore.location")
     if ca is not None:
-        _require_pem(ca, "ssl.truststore.type", "the truststore", truststore_type)
+        where = "ssl.truststore.location" if props.get("ssl.truststore.location") else (
+            "ssl.truststore.certificates")
+        _require_pem(ca, "ssl.truststore.type", where, "the truststore", truststore_type)
         values["ca_pem"] = ca
-    algorithm = props.get("ssl.endpoint.identification.algorithm", "https").strip()
-    if algorithm.lower() not in ("", "https"):
-        raise ClientConfigError(
-            "ssl.endpoint.identification.algorithm must be https or empty (no hostname check), "
-            f"got {algorithm!r}"
-        )
-    values["check_hostname"] = algorithm != ""
+    algorithm_key = "ssl.endpoint.identification.algorithm"
+    # Blank turns hostname checks off (Kafka's meaning), so it is not "unset" here.
+    blank = algorithm_key in props and not props[algorithm_key].strip()
+    values["check_hostname"] = not blank and bool(_value(props, algorithm_key))
 
-    keystore_type = _store_type(props, "ssl.keystore.type")
-    chain = props.get("ssl.keystore.certificate.chain")
-    key = props.get("ssl.keystore.key")
-    location = props.get("ssl.keystore.location")
-    if (chain and chain.strip()) or (key and key.strip()):
-        if not (chain and chain.strip() and key and key.strip()):
+    keystore_type = _value(props, "ssl.keystore.type")
+    chain = _value(props, "ssl.keystore.certificate.chain")
+    key = _value(props, "ssl.keystore.key")
+    location = _value(props, "ssl.keystore.location")
+    if chain is not None or key is not None:
+        if chain is None or key is None:
             raise ClientConfigError(
-                "ssl.keystore.certificate.chain and ssl.keystore.key must be set together"
+                "ssl.keystore.key",
+                "ssl.keystore.certificate.chain and ssl.keystore.key must be set together",
             )
-        _require_pem(chain, "ssl.keystore.type", "ssl.keystore.certificate.chain", keystore_type)
-        _require_pem(key, "ssl.keystore.type", "ssl.keystore.key", keystore_type)
+        _require_pem(str(chain), "ssl.keystore.type", "ssl.keystore.certificate.chain",
+                     "the certificate chain", keystore_type)
+        _require_pem(str(key), "ssl.keystore.type", "ssl.keystore.key", "the key", keystore_type)
         values["cert_chain_pem"] = chain
         values["private_key_pem"] = key
-    elif location and location.strip():
-        text = _read_store("ssl.keystore.location", location.strip())
-        _require_pem(text, "ssl.keystore.type", "the keystore", keystore_type)
+    elif location is not None:
+        text = _read_store("ssl.keystore.location", str(location))
+        _require_pem(text, "ssl.keystore.type", "ssl.keystore.location", "the keystore",
+                     keystore_type)
         blocks = [m.group(0) for m in _PEM_BLOCK.finditer(text)]
         keys = [b for b in blocks if "PRIVATE KEY-----" in b.partition("\n")[0]]
-        chain = [b for b in blocks if b.startswith("-----BEGIN CERTIFICATE-----")]
-        if len(keys) != 1 or not chain:
+        chain_blocks = [b for b in blocks if b.startswith("-----BEGIN CERTIFICATE-----")]
+        if len(keys) != 1 or not chain_blocks:
             raise ClientConfigError(
-                "ssl.keystore.location must hold the private key and its certificate chain (PEM)"
+                "ssl.keystore.location",
+                "must hold the private key and its certificate chain (PEM)",
             )
-        values["keystore_location"] = location.strip()
-    key_password = props.get("ssl.key.password")
-    if key_password:
+        values["keystore_location"] = str(location)
+    key_password = _value(props, "ssl.key.password")
+    if key_password is not None:
         values["private_key_password"] = key_password
     return values

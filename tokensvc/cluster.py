@@ -41,7 +41,10 @@ from pathlib import Path
 from typing import Any, Self
 
 from tokensvc import devcerts
+from tokensvc.core.config import BROKER_CONFIG, SECRET_KEY
+from tokensvc.core.configdef import ConfigError
 from tokensvc.core.errors import KafkaError
+from tokensvc.properties import properties_text, read_properties
 from tokensvc.protocol import RequestHeader, decode_response, encode_request, frame
 from zk.brokers import BrokerRegistry
 from zk.client import ZkSettings, ZooKeeperUnavailable, open_client
@@ -88,25 +91,27 @@ def _write_private(path: Path, text: str) -> None:
     os.chmod(path, 0o600)
 
 
-def _properties_text(props: Mapping[str, str]) -> str:
-    for key, value in props.items():
-        if "\n" in key or "\n" in value or "\r" in value:
-            raise ClusterError(f"property {key!r} must be a single line")
-    return "".join(f"{key}={value}\n" for key, value in props.items())
+def check_overrides(overrides: Mapping[str, str]) -> None:
+    """Refuse ``--set`` values the brokers would refuse (type, range, a typo of a key),
+    before anything is started or written."""
+    try:
+        BROKER_CONFIG.ignored_keys(overrides)
+        for key, value in overrides.items():
+            if key in BROKER_CONFIG.keys:
+                BROKER_CONFIG[key].parse(value)
+    except ConfigError as exc:
+        raise ClusterError(f"--set {exc}") from None
 
 
 def _previous_master_key(directory: Path) -> str | None:
     """The master key of an earlier cluster in ``directory``, so its tokens stay valid."""
     path = directory / "broker-1" / "server.properties"
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError:
+    if not path.is_file():
         return None
-    for line in lines:
-        key, sep, value = line.partition("=")
-        if sep and key.strip() == "delegation.token.secret.key" and value.strip():
-            return value.strip()
-    return None
+    try:
+        return read_properties(path).get(SECRET_KEY) or None
+    except ConfigError:
+        return None
 
 
 def load_info(directory: str | os.PathLike) -> dict[str, Any] | None:
@@ -318,6 +323,7 @@ class LocalCluster:
                 f"--set cannot change {', '.join(managed)}: the cluster assigns "
                 "them (use --zookeeper for the ZooKeeper connect string)"
             )
+        check_overrides(overrides)
         directory = Path(directory).resolve()
         directory.mkdir(parents=True, exist_ok=True)
         running = load_info(directory)
@@ -582,7 +588,7 @@ def _prepare(
             )
         props.update(overrides)
         config = broker_dir / "server.properties"
-        _write_private(config, _properties_text(props))
+        _write_private(config, properties_text(props))
         log = broker_dir / "broker.log"
         entries.append(
             {
@@ -596,7 +602,7 @@ def _prepare(
         )
 
     admin_properties = directory / ADMIN_PROPERTIES
-    _write_private(admin_properties, _properties_text(_admin_client_properties(admin_password, certs)))
+    _write_private(admin_properties, properties_text(_admin_client_properties(admin_password, certs)))
     tls_info = None
     if certs is not None:
         tls_info = {

@@ -23,6 +23,7 @@ from click.testing import CliRunner
 
 from cli.cluster_cmd import cluster as cluster_cli
 from tokensvc.cluster import ClusterError, LocalCluster, answers_api_versions
+from tokensvc.properties import read_properties
 from tokensvc.scram.formatter import ScramMechanism
 from zk.client import ZkSettings, open_client
 from zk.credential_store import CredentialStore
@@ -91,7 +92,7 @@ def test_secret_files_are_private_and_the_master_key_stays_in_server_properties(
     configs = [Path(b["config"]) for b in info["brokers"]]
     for path in [*configs, directory / "admin.properties", directory / "cluster.json"]:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
-    props = [dict(line.split("=", 1) for line in p.read_text().splitlines()) for p in configs]
+    props = [read_properties(p) for p in configs]
     key = props[0]["delegation.token.secret.key"]
     assert len(key) >= 43 and all(p["delegation.token.secret.key"] == key for p in props)
     for path in directory.rglob("*"):
@@ -102,8 +103,7 @@ def test_secret_files_are_private_and_the_master_key_stays_in_server_properties(
 
 
 def test_admin_properties_are_kafka_client_properties(tls_cluster: LocalCluster) -> None:
-    text = (tls_cluster.directory / "admin.properties").read_text()
-    props = dict(line.split("=", 1) for line in text.splitlines())
+    props = read_properties(tls_cluster.directory / "admin.properties")
     password = tls_cluster.info["admin"]["password"]
     assert props == {
         "security.protocol": "SASL_SSL",
@@ -220,11 +220,13 @@ def test_foreground_cluster_stops_everything_on_sigterm(tmp_path: Path, zk_conne
 def test_a_broker_that_cannot_start_fails_up_with_its_log(tmp_path: Path, zk_connect: str) -> None:
     with pytest.raises(ClusterError) as failure:
         LocalCluster.up(
-            tmp_path, brokers=1, zookeeper=zk_connect, overrides={"no.such.key": "1"},
+            tmp_path, brokers=1, zookeeper=zk_connect,
+            overrides={"early.start.listeners": "NO_SUCH_LISTENER"},
             die_with_parent=True, timeout=30,
         )
     assert "broker 1 exited" in str(failure.value)
-    assert "no.such.key" in str(failure.value)
+    assert "early.start.listeners: listener NO_SUCH_LISTENER is not in listeners" in str(
+        failure.value)
     info = json.loads((tmp_path / "cluster.json").read_text())
     assert _all_pids(info) == []
 
@@ -234,3 +236,36 @@ def test_overrides_of_keys_the_cluster_assigns_are_refused(tmp_path: Path) -> No
         LocalCluster.up(tmp_path, brokers=1, overrides={"listeners": "PLAINTEXT://:9092"})
     assert not (tmp_path / "cluster.json").exists()
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"delegation.token.max.lifetime.ms": "-5"},
+         "--set delegation.token.max.lifetime.ms: -5 is out of range: must be at least 1"),
+        ({"delegation.token.expiry.time.ms": "1d"},
+         "--set delegation.token.expiry.time.ms: '1d' is not a number (expected a 64-bit integer)"),
+        ({"delegation.token.max.lifetime": "600000"},
+         ("--set delegation.token.max.lifetime: unknown key; "
+         "did you mean delegation.token.max.lifetime.ms?")),
+    ],
+)
+def test_bad_overrides_are_refused_before_anything_starts(
+    tmp_path: Path, overrides: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ClusterError) as failure:
+        LocalCluster.up(tmp_path, brokers=1, overrides=overrides)
+    assert str(failure.value) == message
+    assert os.listdir(tmp_path) == []
+
+
+def test_cli_bad_set_is_one_line_and_starts_nothing(tmp_path: Path) -> None:
+    result = CliRunner().invoke(cluster_cli, [
+        "up", "--dir", str(tmp_path / "c"), "--brokers", "3",
+        "--set", "delegation.token.max.lifetime.ms=600000",
+        "--set", "delegation.token.expiry.time.ms=-1"])
+    assert result.exit_code == 1
+    assert result.output == (
+        "Error: --set delegation.token.expiry.time.ms: -1 is out of range: must be at least 1\n"
+    )
+    assert not (tmp_path / "c").exists()

@@ -14,8 +14,9 @@ from tokensvc.client_config import (
     client_config_from_properties,
     load_client_config,
     parse_jaas_config,
-    parse_properties,
 )
+from tokensvc.core.configdef import ConfigError
+from tokensvc.properties import parse_properties
 from tokensvc.scram.formatter import ScramMechanism
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
@@ -42,7 +43,7 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> devcerts.DevCertificates:
 
 def test_properties_skip_comments_and_accept_every_separator() -> None:
     text = "# comment\n! also a comment\n\na=1\nb : 2\nc 3\n  d=  spaced value  \n"
-    assert parse_properties(text) == {"a": "1", "b": "2", "c": "3", "d": "spaced value  "}
+    assert parse_properties(text) == {"a": "1", "b": "2", "c": "3", "d": "spaced value"}
 
 
 def test_properties_backslash_continues_a_line_without_leading_blanks() -> None:
@@ -67,7 +68,7 @@ def test_properties_even_trailing_backslashes_do_not_continue() -> None:
 
 
 def test_properties_bad_unicode_escape_is_an_error() -> None:
-    with pytest.raises(ClientConfigError, match="uXXXX"):
+    with pytest.raises(ConfigError, match="uXXXX"):
         parse_properties("a=\\uZZZZ\n")
 
 
@@ -178,14 +179,17 @@ def test_unknown_login_module_is_a_clear_error() -> None:
 @pytest.mark.parametrize("mechanism", ["PLAIN", "GSSAPI", "OAUTHBEARER"])
 def test_non_scram_mechanisms_are_refused(mechanism: str) -> None:
     props = sasl_props(f'{SCRAM} required username="a" password="b";', sasl_mechanism=mechanism)
-    with pytest.raises(ClientConfigError, match=f"sasl.mechanism '{mechanism}' is not supported"):
+    with pytest.raises(ClientConfigError) as info:
         client_config_from_properties(props)
+    assert str(info.value) == (
+        f"sasl.mechanism: '{mechanism}' is not one of SCRAM-SHA-256, SCRAM-SHA-512"
+    )
 
 
 def test_sasl_needs_a_mechanism_and_a_jaas_config() -> None:
-    with pytest.raises(ClientConfigError, match="sasl.mechanism is required"):
+    with pytest.raises(ClientConfigError, match="sasl.mechanism: is required"):
         client_config_from_properties({"security.protocol": "SASL_SSL"})
-    with pytest.raises(ClientConfigError, match="sasl.jaas.config is required"):
+    with pytest.raises(ClientConfigError, match="sasl.jaas.config: is required"):
         client_config_from_properties(
             {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256"}
         )
@@ -199,8 +203,11 @@ def test_missing_username_or_password_is_named() -> None:
 
 
 def test_unknown_security_protocol_is_refused() -> None:
-    with pytest.raises(ClientConfigError, match="security.protocol must be one of"):
+    with pytest.raises(ClientConfigError) as info:
         client_config_from_properties({"security.protocol": "SASL_TLS"})
+    assert str(info.value) == (
+        "security.protocol: 'SASL_TLS' is not one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"
+    )
 
 
 def test_defaults_are_plaintext_and_thirty_seconds() -> None:
@@ -262,7 +269,7 @@ def test_unknown_endpoint_identification_algorithm_is_refused() -> None:
 
 
 def test_jks_truststore_type_asks_for_pem() -> None:
-    with pytest.raises(ClientConfigError, match="ssl.truststore.type=JKS is not supported.*PEM"):
+    with pytest.raises(ClientConfigError, match="ssl.truststore.type: JKS is not supported.*ssl.truststore.type=PEM"):
         client_config_from_properties(
             {"security.protocol": "SSL", "ssl.truststore.type": "JKS",
              "ssl.truststore.location": "/nonexistent.jks"}
@@ -368,5 +375,61 @@ def test_load_client_config_reads_a_properties_file(tmp_path: Path) -> None:
 
 
 def test_load_client_config_missing_file_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(ClientConfigError, match="cannot read client properties"):
+    with pytest.raises(ClientConfigError) as info:
         load_client_config(tmp_path / "nope.properties")
+    assert str(info.value) == (
+        f"{tmp_path / 'nope.properties'}: cannot read the file: No such file or directory"
+    )
+
+
+def test_client_file_relative_paths_resolve_against_its_directory(
+    tmp_path: Path, certs: devcerts.DevCertificates, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "ca.pem").write_text(certs.ca.read_text())
+    path = conf / "client.properties"
+    path.write_text("security.protocol=SSL\nssl.truststore.location=ca.pem\n")
+    monkeypatch.chdir(tmp_path)
+    assert load_client_config(Path("conf") / "client.properties").ca_pem == certs.ca.read_text()
+
+
+def test_client_file_kafka_keys_get_one_warning_with_names_only(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "client.properties"
+    path.write_text(
+        "bootstrap.servers=kafka:9092\nssl.truststore.password=store-secret\nretries=3\n"
+        "my.tool.option=x\n"
+    )
+    with caplog.at_level("WARNING", logger="tokensvc.client_config"):
+        assert load_client_config(path) == ClientConfig()
+    assert [r.getMessage() for r in caplog.records] == [
+        (f"{path}: ignoring 4 key(s) tokensvc does not use: bootstrap.servers, my.tool.option, "
+        "retries, ssl.truststore.password")
+    ]
+    assert "store-secret" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("security.protocl=SASL_SSL\n", "security.protocl: unknown key; did you mean security.protocol?"),
+        ("request.timeout.ms=soon\n",
+         "request.timeout.ms: 'soon' is not a number (expected a 32-bit integer)"),
+        ("request.timeout.ms=-5\n", "request.timeout.ms: -5 is out of range: must be at least 1"),
+        ("client.id=a\nclient.id=b\n", "client.id: is given twice (lines 1 and 2)"),
+        (("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+         f'sasl.jaas.config={SCRAM} required username="a" password="{SECRET}"\n'),
+         "sasl.jaas.config: the entry for " + SCRAM + " must end with ';'"),
+    ],
+)
+def test_client_file_bad_input_is_one_line_naming_file_and_key(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "client.properties"
+    path.write_text(text)
+    with pytest.raises(ClientConfigError) as info:
+        load_client_config(path)
+    assert str(info.value) == f"{path}: {message}"
+    assert SECRET not in str(info.value)

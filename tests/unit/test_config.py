@@ -1,22 +1,25 @@
-"""server.properties: parsing, defaults, every key, and every refusal."""
+"""The broker table: defaults, every key, per-key validation, unknown keys, KIP-48 lifetimes.
+
+Pure: properties go in as a mapping, nothing is read from disk (the file side is
+tests/unit/test_config_loader.py)."""
 
 from __future__ import annotations
 
-import os
-import re
-from pathlib import Path
+import dataclasses
 
 import pytest
 
+from tokensvc.core.clock import FakeClock
 from tokensvc.core.config import (
+    BROKER_CONFIG,
     KNOWN_KEYS,
     BrokerConfig,
     ConfigError,
     Listener,
-    load_properties,
-    parse_properties,
 )
+from tokensvc.core.kafka_keys import KAFKA_BROKER_KEYS
 from tokensvc.core.keys import MasterKeys, key_id
+from tokensvc.core.manager import TokenManager
 from tokensvc.core.principal import KafkaPrincipal
 
 BASE = {
@@ -27,7 +30,7 @@ BASE = {
 }
 
 
-def build(env: dict[str, str] | None = None, **overrides: str) -> BrokerConfig:
+def props_with(**overrides: str | None) -> dict[str, str]:
     props = dict(BASE)
     for key, value in overrides.items():
         name = key.replace("__", ".")
@@ -35,68 +38,19 @@ def build(env: dict[str, str] | None = None, **overrides: str) -> BrokerConfig:
             props.pop(name, None)
         else:
             props[name] = value
-    return BrokerConfig.from_properties(props, env or {})
+    return props
 
 
-def refused(key: str, env: dict[str, str] | None = None, **overrides: str | None) -> ConfigError:
+def build(resolved: dict[str, str] | None = None, **overrides: str | None) -> BrokerConfig:
+    return BrokerConfig.from_properties(props_with(**overrides), resolved=resolved)
+
+
+def refused(key: str, resolved: dict[str, str] | None = None, **overrides: str | None) -> ConfigError:
     with pytest.raises(ConfigError) as caught:
-        build(env, **overrides)
+        build(resolved, **overrides)
     assert caught.value.key == key
     assert key in str(caught.value)
     return caught.value
-
-
-# -- the properties file -----------------------------------------------------------------
-
-
-def test_properties_comments_separators_trimming_and_continuation(tmp_path: Path) -> None:
-    path = tmp_path / "server.properties"
-    path.write_text(
-        "# a comment\n"
-        "   ! another comment\n"
-        "\n"
-        "broker.id=1\n"
-        "  zookeeper.connect : 127.0.0.1:2181  \n"
-        "listeners = SASL_PLAINTEXT://a:1,\\\n"
-        "            SASL_SSL://b:2\n"
-        "cluster.id   abc\n"
-        "tab\\tkey=x\\u0041y\n"
-        "path=C:\\\\dir\n"
-        "empty=\n"
-        "broker.id=2\n",
-        encoding="utf-8",
-    )
-    props = load_properties(path)
-    assert props == {
-        "broker.id": "2",
-        "zookeeper.connect": "127.0.0.1:2181",
-        "listeners": "SASL_PLAINTEXT://a:1,SASL_SSL://b:2",
-        "cluster.id": "abc",
-        "tab\tkey": "xAy",
-        "path": "C:\\dir",
-        "empty": "",
-    }
-
-
-def test_properties_escaped_separator_stays_in_key() -> None:
-    assert parse_properties("a\\=b=c\n") == {"a=b": "c"}
-
-
-def test_even_number_of_trailing_backslashes_is_not_a_continuation() -> None:
-    assert parse_properties("a=x\\\\\nb=y\n") == {"a": "x\\", "b": "y"}
-
-
-def test_missing_properties_file_is_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="cannot read"):
-        load_properties(tmp_path / "absent.properties")
-
-
-def test_load_reads_and_checks_a_file(tmp_path: Path) -> None:
-    path = tmp_path / "server.properties"
-    path.write_text("\n".join(f"{k}={v}" for k, v in BASE.items()) + "\n")
-    config = BrokerConfig.load(path, env={})
-    assert config.broker_id == 1
-    assert config.master_keys == MasterKeys("the-master-key")
 
 
 # -- defaults ------------------------------------------------------------------------------
@@ -131,11 +85,16 @@ def test_defaults() -> None:
     assert c.audit_queue_size == 10_000
     assert c.audit_file_max_bytes == 67_108_864
     assert c.audit_file_rotate_ms == 3_600_000
-    assert c.socket_request_max_bytes == 104_857_600
+    assert c.socket_request_max_bytes == 1_048_576
+    assert c.queued_max_request_bytes == 16_777_216
     assert c.connections_max_idle_ms == 600_000
     assert c.connection_failed_authentication_delay_ms == 100
     assert c.connections_max_reauth_ms == 0
-    assert c.max_connections_per_ip == 2_147_483_647
+    assert c.max_connections_per_ip == 2000
+    assert c.zookeeper_max_staleness_ms == 3000
+    assert c.delegation_token_implicit_login_enable is True
+    assert c.sasl_scram_accept_repeated_client_nonce is False
+    assert c.delegation_token_session_alter_access_enable is False
     assert c.request_timeout_ms == 30_000
     assert c.metrics_listener is None
     assert c.cluster_id is None
@@ -144,11 +103,9 @@ def test_defaults() -> None:
 # -- every key -------------------------------------------------------------------------------
 
 
-def test_every_key_parses(tmp_path: Path) -> None:
-    keystore = tmp_path / "broker.pem"
-    truststore = tmp_path / "ca.pem"
-    keystore.write_text("pem")
-    truststore.write_text("pem")
+def test_every_key_parses() -> None:
+    keystore = "/etc/tokensvc/broker.pem"
+    truststore = "/etc/tokensvc/ca.pem"
     c = build(
         listeners="CLIENT://0.0.0.0:9093,INTERNAL://[::1]:9094,SASL_PLAINTEXT://:0",
         listener__security__protocol__map="CLIENT:SASL_SSL,INTERNAL:SASL_PLAINTEXT",
@@ -167,10 +124,10 @@ def test_every_key_parses(tmp_path: Path) -> None:
         authorizer__class__name="kafka.security.authorizer.AclAuthorizer",
         early__start__listeners="INTERNAL",
         ssl__keystore__type="PEM",
-        ssl__keystore__location=str(keystore),
+        ssl__keystore__location=keystore,
         ssl__key__password="pem-pass",
         ssl__truststore__type="PEM",
-        ssl__truststore__location=str(truststore),
+        ssl__truststore__location=truststore,
         ssl__client__auth="required",
         delegation__token__secret__key__previous="old-1,old-2",
         delegation__token__max__lifetime__ms="1000",
@@ -188,6 +145,11 @@ def test_every_key_parses(tmp_path: Path) -> None:
         request__timeout__ms="2000",
         metrics__listener="127.0.0.1:0",
         cluster__id="Qm9yaW5nQ2x1c3RlcklkAA",
+        zookeeper__max__staleness__ms="-1",
+        queued__max__request__bytes="4096",
+        delegation__token__implicit__login__enable="false",
+        sasl__scram__accept__repeated__client__nonce="true",
+        delegation__token__session__alter__access__enable="true",
     )
     assert c.listeners == [
         Listener("CLIENT", "SASL_SSL", "0.0.0.0", 9093),
@@ -212,9 +174,9 @@ def test_every_key_parses(tmp_path: Path) -> None:
     assert c.allow_everyone_if_no_acl_found is True
     assert c.authorizer_class_name == "kafka.security.authorizer.AclAuthorizer"
     assert c.early_start_listeners == ("INTERNAL",)
-    assert c.ssl_keystore_location == str(keystore)
+    assert c.ssl_keystore_location == keystore
     assert c.ssl_key_password == "pem-pass"
-    assert c.ssl_truststore_location == str(truststore)
+    assert c.ssl_truststore_location == truststore
     assert c.ssl_client_auth == "required"
     assert c.master_keys == MasterKeys("the-master-key", ["old-1", "old-2"])
     assert c.delegation_token_max_lifetime_ms == 1000
@@ -230,6 +192,11 @@ def test_every_key_parses(tmp_path: Path) -> None:
     assert c.request_timeout_ms == 2000
     assert c.metrics_listener == ("127.0.0.1", 0)
     assert c.cluster_id == "Qm9yaW5nQ2x1c3RlcklkAA"
+    assert c.zookeeper_max_staleness_ms == -1
+    assert c.queued_max_request_bytes == 4096
+    assert c.delegation_token_implicit_login_enable is False
+    assert c.sasl_scram_accept_repeated_client_nonce is True
+    assert c.delegation_token_session_alter_access_enable is True
 
 
 def test_inter_broker_listener_defaults_to_first_sasl_listener() -> None:
@@ -259,30 +226,70 @@ def test_master_key_alias_is_accepted_and_may_repeat_the_same_value() -> None:
     assert both.master_keys == MasterKeys("the-master-key")
 
 
-def test_key_file_with_mode_0600_is_accepted(tmp_path: Path) -> None:
-    path = tmp_path / "master.key"
-    path.write_text("file-key\n")
-    os.chmod(path, 0o600)
-    c = build(delegation__token__secret__key=None, delegation__token__secret__key__file=str(path))
+def test_key_read_from_a_file_at_the_edge_is_used() -> None:
+    c = build(
+        {"delegation.token.secret.key.file": "file-key"},
+        delegation__token__secret__key=None,
+        delegation__token__secret__key__file="/etc/tokensvc/master.key",
+    )
     assert c.master_keys == MasterKeys("file-key")
 
 
-def test_key_from_environment_variable() -> None:
+def test_key_read_from_the_environment_at_the_edge_is_used() -> None:
     c = build(
-        {"TOKENSVC_KEY": "env-key"},
+        {"delegation.token.secret.key.env": "env-key"},
         delegation__token__secret__key=None,
         delegation__token__secret__key__env="TOKENSVC_KEY",
     )
     assert c.master_keys == MasterKeys("env-key")
 
 
+def test_key_file_that_the_edge_did_not_read_is_refused() -> None:
+    refused(
+        "delegation.token.secret.key.file",
+        delegation__token__secret__key=None,
+        delegation__token__secret__key__file="/etc/tokensvc/master.key",
+    )
+
+
 # -- refusals ------------------------------------------------------------------------------
 
 
-def test_unknown_key_is_refused_with_a_suggestion() -> None:
-    error = refused("delegation.token.max.lifetime", delegation__token__max__lifetime="5")
-    assert "unknown" in str(error)
-    assert "delegation.token.max.lifetime.ms" in str(error)
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [
+        ("delegation.token.max.lifetime", "delegation.token.max.lifetime.ms"),
+        ("delegaton.token.expiry.time.ms", "delegation.token.expiry.time.ms"),
+        ("zookeeper.conect", "zookeeper.connect"),
+        ("Broker.Id", "broker.id"),
+        ("super.user", "super.users"),
+    ],
+)
+def test_key_close_to_a_known_key_is_refused_naming_it(typo: str, meant: str) -> None:
+    error = refused(typo, **{typo.replace(".", "__"): "5"})
+    assert str(error) == f"{typo}: unknown key; did you mean {meant}?"
+
+
+def test_kafka_server_properties_keys_are_ignored_not_refused() -> None:
+    kafka = {
+        "log.dirs": "/tmp/kafka-logs",
+        "num.partitions": "1",
+        "num.network.threads": "3",
+        "offsets.topic.replication.factor": "1",
+        "ssl.keystore.password": "jks-secret",
+        "broker.session.timeout.ms": "9000",
+        "queued.max.requests": "500",
+        "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": "x",
+        "my.own.setting": "value",
+    }
+    props = {**BASE, **kafka}
+    assert BROKER_CONFIG.ignored_keys(props) == sorted(kafka)
+    assert BrokerConfig.from_properties(props).broker_id == 1
+
+
+def test_no_kafka_broker_key_is_taken_for_a_typo() -> None:
+    for name in sorted(KAFKA_BROKER_KEYS - KNOWN_KEYS):
+        assert BROKER_CONFIG.ignored_keys({name: "1"}) == [name]
 
 
 @pytest.mark.parametrize("key", ["broker.id", "listeners", "zookeeper.connect"])
@@ -290,12 +297,14 @@ def test_required_key_missing_is_refused(key: str) -> None:
     assert "required" in str(refused(key, **{key.replace(".", "__"): None}))
 
 
-@pytest.mark.parametrize("value", ["one", "1.5", "1_000", "0x10", ""])
-def test_bad_int_is_refused(value: str) -> None:
-    if value:
-        assert "not an integer" in str(refused("request.timeout.ms", request__timeout__ms=value))
-    else:
-        assert build(request__timeout__ms=value).request_timeout_ms == 30_000
+@pytest.mark.parametrize("value", ["one", "1.5", "1_000", "0x10"])
+def test_non_number_is_refused(value: str) -> None:
+    error = refused("request.timeout.ms", request__timeout__ms=value)
+    assert str(error) == f"request.timeout.ms: {value!r} is not a number (expected a 32-bit integer)"
+
+
+def test_empty_number_means_the_default() -> None:
+    assert build(request__timeout__ms="  ").request_timeout_ms == 30_000
 
 
 def test_negative_broker_id_is_refused() -> None:
@@ -308,16 +317,36 @@ def test_int32_overflow_is_refused() -> None:
 
 @pytest.mark.parametrize("value", ["0", "-5"])
 def test_non_positive_max_lifetime_is_refused(value: str) -> None:
-    refused("delegation.token.max.lifetime.ms", delegation__token__max__lifetime__ms=value)
-
-
-def test_expiry_time_above_max_lifetime_is_refused() -> None:
-    error = refused(
-        "delegation.token.expiry.time.ms",
-        delegation__token__max__lifetime__ms="1000",
-        delegation__token__expiry__time__ms="1001",
+    error = refused("delegation.token.max.lifetime.ms", delegation__token__max__lifetime__ms=value)
+    assert str(error) == (
+        f"delegation.token.max.lifetime.ms: {value} is out of range: must be at least 1"
     )
-    assert "delegation.token.max.lifetime.ms" in str(error)
+
+
+def test_max_lifetime_below_the_default_expiry_time_is_legal_and_caps_the_expiry() -> None:
+    c = build(delegation__token__max__lifetime__ms="600000")
+    assert (c.delegation_token_max_lifetime_ms, c.delegation_token_expiry_time_ms) == (
+        600_000,
+        86_400_000,
+    )
+    clock = FakeClock()
+    manager = TokenManager(
+        c.master_keys,
+        max_lifetime_ms=c.delegation_token_max_lifetime_ms,
+        renew_period_ms=c.delegation_token_expiry_time_ms,
+        clock=clock,
+    )
+    alice = KafkaPrincipal.user("alice")
+    info = manager.create(alice, alice, [], -1).info
+    assert info.max_timestamp == info.expiry_timestamp == clock.now_ms() + 600_000
+
+
+def test_staleness_accepts_minus_one_or_at_least_one() -> None:
+    assert build(zookeeper__max__staleness__ms="-1").zookeeper_max_staleness_ms == -1
+    assert build(zookeeper__max__staleness__ms="1").zookeeper_max_staleness_ms == 1
+    for value in ("0", "-2"):
+        error = refused("zookeeper.max.staleness.ms", zookeeper__max__staleness__ms=value)
+        assert "must be -1 or at least 1" in str(error)
 
 
 def test_non_positive_expiry_check_interval_is_refused() -> None:
@@ -374,10 +403,6 @@ def test_ssl_listener_without_keystore_is_refused() -> None:
     assert "SASL_SSL" in str(error)
 
 
-def test_keystore_that_does_not_exist_is_refused(tmp_path: Path) -> None:
-    refused("ssl.keystore.location", ssl__keystore__location=str(tmp_path / "none.pem"))
-
-
 @pytest.mark.parametrize(
     ("key", "value"),
     [
@@ -422,49 +447,9 @@ def test_alias_conflict_is_refused_without_echoing_keys() -> None:
 def test_two_key_sources_are_refused() -> None:
     refused(
         "delegation.token.secret.key.env",
-        {"K": "env-key"},
+        {"delegation.token.secret.key.env": "env-key"},
         delegation__token__secret__key__env="K",
     )
-
-
-def test_key_file_with_mode_0644_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "master.key"
-    path.write_text("file-key-secret\n")
-    os.chmod(path, 0o644)
-    error = refused(
-        "delegation.token.secret.key.file",
-        delegation__token__secret__key=None,
-        delegation__token__secret__key__file=str(path),
-    )
-    assert str(path) in str(error)
-    assert "0644" in str(error)
-    assert "file-key-secret" not in str(error)
-
-
-def test_missing_or_empty_key_file_is_refused(tmp_path: Path) -> None:
-    refused(
-        "delegation.token.secret.key.file",
-        delegation__token__secret__key=None,
-        delegation__token__secret__key__file=str(tmp_path / "absent"),
-    )
-    empty = tmp_path / "empty.key"
-    empty.write_text("\n")
-    os.chmod(empty, 0o600)
-    refused(
-        "delegation.token.secret.key.file",
-        delegation__token__secret__key=None,
-        delegation__token__secret__key__file=str(empty),
-    )
-
-
-def test_unset_key_environment_variable_is_refused() -> None:
-    error = refused(
-        "delegation.token.secret.key.env",
-        {},
-        delegation__token__secret__key=None,
-        delegation__token__secret__key__env="NOT_SET_ANYWHERE",
-    )
-    assert "NOT_SET_ANYWHERE" in str(error)
 
 
 def test_previous_keys_without_current_key_are_refused() -> None:
@@ -491,7 +476,15 @@ def test_repr_never_shows_secrets() -> None:
     assert key_id("the-master-key") in text
 
 
-def test_docs_table_lists_every_key() -> None:
-    doc = (Path(__file__).parents[2] / "docs" / "broker.md").read_text()
-    documented = set(re.findall(r"^\| `([a-z.]+)` \|", doc, flags=re.MULTILINE))
-    assert documented == KNOWN_KEYS
+def test_secret_values_are_never_in_a_refusal() -> None:
+    for key in BROKER_CONFIG.keys.values():
+        if key.secret and key.validator is not None:
+            with pytest.raises(ConfigError) as caught:
+                key.parse("hidden-value-without-colon")
+            assert "hidden-value-without-colon" not in str(caught.value)
+
+
+def test_every_attribute_is_a_declared_key() -> None:
+    attributes = {f.name for f in dataclasses.fields(BrokerConfig)}
+    declared = {key.attribute for key in BROKER_CONFIG.keys.values()}
+    assert attributes - declared == {"master_keys"}

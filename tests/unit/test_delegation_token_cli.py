@@ -71,7 +71,8 @@ def test_missing_command_config_file_is_reported_without_traceback(tmp_path: Pat
     code, output = run("--bootstrap-server", NOWHERE, "--describe",
                        "--command-config", str(tmp_path / "missing.properties"))
     assert code == 1
-    assert "--command-config: cannot read client properties" in output
+    assert (f"--command-config: {tmp_path / 'missing.properties'}: cannot read the file: "
+            "No such file or directory") in output
     assert "Traceback" not in output
 
 
@@ -84,7 +85,7 @@ def test_invalid_command_config_names_the_key_not_the_password(tmp_path: Path) -
     )
     code, output = run("--bootstrap-server", NOWHERE, "--describe", "--command-config", str(path))
     assert code == 1
-    assert "sasl.mechanism 'PLAIN' is not supported" in output
+    assert f"{path}: sasl.mechanism: 'PLAIN' is not one of SCRAM-SHA-256, SCRAM-SHA-512" in output
     assert "hunter2" not in output
 
 

@@ -1,36 +1,56 @@
-"""Broker configuration: a Kafka-style ``server.properties``, parsed and checked.
+"""Broker configuration: the declared table of ``server.properties`` keys and the
+checked :class:`BrokerConfig` built from it.
 
-This module owns the list of broker keys, their types, defaults and the rules
-between them (listener names and protocols, SSL material for SSL listeners,
-token lifetimes, where the master key comes from). Every problem is a
-:class:`ConfigError` naming the key and what is wrong, raised at start, never
-later. The reference table is docs/broker.md.
+This module owns every broker key, once: its type, default, validator, importance
+and documentation live in :data:`BROKER_CONFIG` (docs/broker.md is generated from
+it). Values are checked key by key, as Kafka's ``ConfigDef`` does; the only rules
+across keys are about structure (listener names and their protocols, SSL material
+for SSL listeners, one source for the master key), never about lifetimes: a max
+lifetime shorter than the expiry time is legal and gives expiry = max (KIP-48, in
+:mod:`tokensvc.core.manager`).
 
-It reads only what configuration points at (the properties file, the master
-key file) and the environment mapping it is given. It never puts a secret (a
-master key, a password, the ZooKeeper digest) in a repr or an error message.
+It must not do I/O. Reading the properties file, the master key file, the
+environment and checking that files exist happen at the edge
+(:mod:`tokensvc.config_loader`), which hands the results in. It never puts a secret
+(a master key, a password, the ZooKeeper digest) in a repr or an error message.
 """
 
 from __future__ import annotations
 
-import difflib
-import os
 import re
-import stat
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, fields
 
+from tokensvc.core.configdef import (
+    REQUIRED,
+    ConfigDef,
+    ConfigError,
+    ConfigKey,
+    Importance,
+    Matches,
+    OneOf,
+    PathKind,
+    Type,
+    at_least,
+)
+from tokensvc.core.kafka_keys import KAFKA_BROKER_KEYS, KAFKA_BROKER_PREFIXES
 from tokensvc.core.keys import MasterKeys
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.scram.formatter import ScramMechanism
+
+__all__ = [
+    "BROKER_CONFIG",
+    "KNOWN_KEYS",
+    "BrokerConfig",
+    "ConfigError",
+    "Listener",
+    "master_key_source",
+]
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = tuple(m.mechanism_name for m in ScramMechanism)
 AUTHORIZERS = ("kafka.security.authorizer.AclAuthorizer", "tokensvc.authz.AclAuthorizer")
 SSL_CLIENT_AUTH = ("none", "requested", "required")
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1
 
 SECRET_KEY = "delegation.token.secret.key"
 MASTER_KEY_ALIAS = "delegation.token.master.key"
@@ -38,63 +58,154 @@ SECRET_KEY_FILE = "delegation.token.secret.key.file"
 SECRET_KEY_ENV = "delegation.token.secret.key.env"
 SECRET_KEY_PREVIOUS = "delegation.token.secret.key.previous"
 
-KNOWN_KEYS = frozenset(
-    {
-        "broker.id",
-        "listeners",
-        "listener.security.protocol.map",
-        "advertised.listeners",
-        "inter.broker.listener.name",
-        "inter.broker.sasl.mechanism",
-        "inter.broker.sasl.username",
-        "inter.broker.sasl.password",
-        "zookeeper.connect",
-        "zookeeper.session.timeout.ms",
-        "zookeeper.connection.timeout.ms",
-        "zookeeper.digest",
-        "sasl.enabled.mechanisms",
-        "sasl.server.max.receive.size",
-        "super.users",
-        "allow.everyone.if.no.acl.found",
-        "authorizer.class.name",
-        "early.start.listeners",
-        "ssl.keystore.type",
-        "ssl.keystore.location",
-        "ssl.key.password",
-        "ssl.truststore.type",
-        "ssl.truststore.location",
-        "ssl.client.auth",
-        SECRET_KEY,
-        MASTER_KEY_ALIAS,
-        SECRET_KEY_PREVIOUS,
-        SECRET_KEY_FILE,
-        SECRET_KEY_ENV,
-        "delegation.token.max.lifetime.ms",
-        "delegation.token.expiry.time.ms",
-        "delegation.token.expiry.check.interval.ms",
-        "audit.log.dir",
-        "audit.queue.size",
-        "audit.file.max.bytes",
-        "audit.file.rotate.ms",
-        "socket.request.max.bytes",
-        "connections.max.idle.ms",
-        "connection.failed.authentication.delay.ms",
-        "connections.max.reauth.ms",
-        "max.connections.per.ip",
-        "request.timeout.ms",
-        "metrics.listener",
-        "cluster.id",
-    }
-)
+_LISTENER = r"(?P<name>[A-Za-z0-9_.-]+)://(?P<host>\[[^\]]*\]|[^:/\[\]]*):(?P<port>\d+)"
+_HOST_PORT = r"(?P<host>\[[^\]]*\]|[^:/\[\]]+):(?P<port>\d+)"
+_LISTENER_FORM = Matches(_LISTENER, "NAME://host:port")
 
+H, M, L = Importance.HIGH, Importance.MEDIUM, Importance.LOW
+_KEYS = [
+    ConfigKey("broker.id", Type.INT, REQUIRED, at_least(0), H,
+              "This broker's id, unique in the cluster."),
+    ConfigKey("listeners", Type.LIST, REQUIRED, _LISTENER_FORM, H,
+              "Sockets to listen on, `NAME://host:port`. `NAME` is a security protocol "
+              "(`PLAINTEXT`, `SSL`, `SASL_PLAINTEXT`, `SASL_SSL`) or a name mapped by "
+              "`listener.security.protocol.map`; names are case-insensitive and unique. "
+              "Empty host = every interface; IPv6 in brackets (`[::1]`); port 0 = any free port."),
+    ConfigKey("listener.security.protocol.map", Type.LIST, (),
+              Matches(r"[A-Za-z0-9_.-]+:[A-Za-z_]+", "NAME:PROTOCOL"), M,
+              "Security protocol of custom listener names "
+              "(`CLIENT:SASL_SSL,INTERNAL:SASL_PLAINTEXT`). Names that are protocols keep "
+              "working without an entry.", default_doc="each protocol to itself"),
+    ConfigKey("advertised.listeners", Type.LIST, None, _LISTENER_FORM, H,
+              "Addresses given to clients in Metadata. Each name must be in `listeners`; the "
+              "host must be reachable (not empty, `0.0.0.0` or `::`).",
+              default_doc="the bound addresses"),
+    ConfigKey("inter.broker.listener.name", Type.STRING, None, None, M,
+              "Listener other brokers use to reach this one (forwarding to the controller). "
+              "Must be in `listeners`.",
+              default_doc="first SASL listener (else the first listener)"),
+    ConfigKey("inter.broker.sasl.mechanism", Type.STRING, "SCRAM-SHA-512",
+              OneOf(SASL_MECHANISMS), M, "Mechanism brokers use to authenticate to each other."),
+    ConfigKey("inter.broker.sasl.username", Type.STRING, None, None, M,
+              "SCRAM user brokers authenticate as when forwarding."),
+    ConfigKey("inter.broker.sasl.password", Type.PASSWORD, None, None, M,
+              "That user's password."),
+    ConfigKey("zookeeper.connect", Type.STRING, REQUIRED, None, H,
+              "ZooKeeper ensemble, `host:port[,host:port...][/chroot]`; the chroot is "
+              "created if missing."),
+    ConfigKey("zookeeper.session.timeout.ms", Type.INT, 18000, at_least(1), H,
+              "ZooKeeper session timeout."),
+    ConfigKey("zookeeper.connection.timeout.ms", Type.INT, None, at_least(1), M,
+              "How long to wait for the first connection at start.",
+              default_doc="`zookeeper.session.timeout.ms`"),
+    ConfigKey("zookeeper.digest", Type.PASSWORD, None,
+              Matches(r"[^:]+:.*", "user:password", secret=True), M,
+              "Digest credentials (`user:password`) added to the ZooKeeper session."),
+    ConfigKey("zookeeper.max.staleness.ms", Type.LONG, 3000, at_least(1, also=(-1,)), M,
+              "A broker whose view of ZooKeeper is older than this authenticates nothing "
+              "until it has caught up; -1 disables the check."),
+    ConfigKey("sasl.enabled.mechanisms", Type.LIST, SASL_MECHANISMS, OneOf(SASL_MECHANISMS), M,
+              "Mechanisms offered on SASL listeners; must not be empty when a SASL listener "
+              "exists."),
+    ConfigKey("sasl.server.max.receive.size", Type.INT, 524288, at_least(1), L,
+              "Largest SASL message accepted before authentication, and the largest frame a "
+              "connection may send before its first successful login."),
+    ConfigKey("sasl.scram.accept.repeated.client.nonce", Type.BOOLEAN, False, None, L,
+              "Accept the client-final nonce of librdkafka < 2.6.1 (client nonce + full "
+              "server nonce)."),
+    ConfigKey("super.users", Type.STRING, None, None, H,
+              "`;`-separated principals every authorization check allows "
+              "(`User:admin;User:ops`).", default_doc="none"),
+    ConfigKey("allow.everyone.if.no.acl.found", Type.BOOLEAN, False, None, H,
+              "Allow an operation on a resource that has no ACL at all."),
+    ConfigKey("authorizer.class.name", Type.STRING, "", OneOf(("", *AUTHORIZERS)), H,
+              "`\"\"` = no authorizer (every authenticated principal is allowed everything). "
+              "Both names select tokensvc's ACL authorizer; Kafka's is accepted so Kafka "
+              "configurations work unchanged."),
+    ConfigKey("early.start.listeners", Type.LIST, (), None, L,
+              "Listeners opened before the token cache and ACLs have loaded (KIP-801); the "
+              "others open once they have. Each must be in `listeners`.", default_doc="none"),
+    ConfigKey("ssl.keystore.type", Type.STRING, "PEM", OneOf(("PEM",)), M,
+              "Only PEM is supported."),
+    ConfigKey("ssl.keystore.location", Type.STRING, None, None, H,
+              "PEM file holding the private key and the certificate chain. Required when any "
+              "listener is `SSL` or `SASL_SSL`; must be a readable file.", path=PathKind.FILE),
+    ConfigKey("ssl.key.password", Type.PASSWORD, None, None, H,
+              "Password of an encrypted private key."),
+    ConfigKey("ssl.truststore.type", Type.STRING, "PEM", OneOf(("PEM",)), M,
+              "Only PEM is supported."),
+    ConfigKey("ssl.truststore.location", Type.STRING, None, None, H,
+              "PEM bundle of CAs that sign client certificates; must be a readable file.",
+              path=PathKind.FILE),
+    ConfigKey("ssl.client.auth", Type.STRING, "none", OneOf(SSL_CLIENT_AUTH), M,
+              "Client certificate policy on SSL listeners. With `none`, an `SSL` listener is "
+              "one-way SSL (token requests refused there)."),
+    ConfigKey(SECRET_KEY, Type.PASSWORD, "", None, H,
+              "The current master key. Empty = delegation tokens disabled "
+              "(`DELEGATION_TOKEN_AUTH_DISABLED`, said once in the log at start). Every "
+              "broker must have the same value."),
+    ConfigKey(MASTER_KEY_ALIAS, Type.PASSWORD, "", None, L,
+              f"Kafka's older name of `{SECRET_KEY}`. Giving both with different values is an "
+              "error."),
+    ConfigKey(SECRET_KEY_PREVIOUS, Type.PASSWORD, "", None, L,
+              "Comma-separated previous master keys, kept so tokens made under them still "
+              "work during a rotation (see [tokens.md](tokens.md)). Needs a current key."),
+    ConfigKey(SECRET_KEY_FILE, Type.STRING, None, None, H,
+              "Read the current key from this file (surrounding blanks removed). The file "
+              "must not be group- or world-accessible (mode `0600` or stricter) and must not "
+              "be empty.", path=PathKind.SECRET_FILE),
+    ConfigKey(SECRET_KEY_ENV, Type.STRING, None, None, H,
+              "Read the current key from this environment variable; unset or empty is an "
+              f"error. At most one of `{SECRET_KEY}`/`{MASTER_KEY_ALIAS}`, `.file` and `.env` "
+              "may give the current key."),
+    ConfigKey("delegation.token.max.lifetime.ms", Type.LONG, 604_800_000, at_least(1), M,
+              "Longest lifetime of a token; longer requests are capped."),
+    ConfigKey("delegation.token.expiry.time.ms", Type.LONG, 86_400_000, at_least(1), M,
+              "Default renew period: a new token's first expiry is min(issue + this, max), "
+              "and a renew that asks for a negative period uses it. May exceed the max "
+              "lifetime (the expiry is then the max)."),
+    ConfigKey("delegation.token.expiry.check.interval.ms", Type.LONG, 3_600_000,
+              at_least(1), L, "How often the controller's expiry sweep removes expired tokens."),
+    ConfigKey("delegation.token.implicit.login.enable", Type.BOOLEAN, True, None, M,
+              "A SCRAM user name that has no credential but is a live token id logs in as "
+              "that token without the `tokenauth` extension (for clients that cannot send "
+              "extensions)."),
+    ConfigKey("delegation.token.session.alter.access.enable", Type.BOOLEAN, False, None, M,
+              "Token-authenticated sessions may alter SCRAM credentials and ACLs (Kafka's "
+              "behaviour)."),
+    ConfigKey("audit.log.dir", Type.STRING, None, None, M,
+              "Directory for audit `*.jsonl` files (see [audit.md](audit.md)); unset = no "
+              "audit log.", path=PathKind.DIRECTORY),
+    ConfigKey("audit.queue.size", Type.INT, 10_000, at_least(1), L,
+              "Audit events buffered between the request path and the writer thread."),
+    ConfigKey("audit.file.max.bytes", Type.LONG, 67_108_864, at_least(1), L,
+              "Size at which an audit file is rotated."),
+    ConfigKey("audit.file.rotate.ms", Type.LONG, 3_600_000, at_least(1), L,
+              "Age at which an audit file is rotated."),
+    ConfigKey("socket.request.max.bytes", Type.INT, 1_048_576, at_least(1), H,
+              "Largest request frame accepted; a larger size prefix closes the connection."),
+    ConfigKey("queued.max.request.bytes", Type.LONG, 16_777_216, at_least(1), M,
+              "Bytes of requests read but not yet answered before the broker stops reading."),
+    ConfigKey("connections.max.idle.ms", Type.LONG, 600_000, at_least(1), M,
+              "Idle connections are closed after this long."),
+    ConfigKey("connection.failed.authentication.delay.ms", Type.INT, 100, at_least(0), L,
+              "Delay before answering a failed authentication (slows password guessing)."),
+    ConfigKey("connections.max.reauth.ms", Type.LONG, 0, at_least(0), M,
+              "KIP-368: sessions must re-authenticate within this time; 0 = off."),
+    ConfigKey("max.connections.per.ip", Type.INT, 2000, at_least(0), M,
+              "Connections allowed from one client address."),
+    ConfigKey("request.timeout.ms", Type.INT, 30_000, at_least(1), M,
+              "How long a forwarded request (and a stalled read) may take."),
+    ConfigKey("metrics.listener", Type.STRING, None, Matches(_HOST_PORT, "host:port"), L,
+              "Prometheus `/metrics` endpoint, e.g. `127.0.0.1:0`; unset = no metrics."),
+    ConfigKey("cluster.id", Type.STRING, None, None, L,
+              "Cluster id reported in Metadata and DescribeCluster."),
+]
 
-class ConfigError(ValueError):
-    """A configuration problem; ``key`` is the offending key (None for the file itself)."""
+BROKER_CONFIG = ConfigDef(_KEYS, foreign=KAFKA_BROKER_KEYS, foreign_prefixes=KAFKA_BROKER_PREFIXES)
+"""Every broker key, declared once."""
 
-    def __init__(self, key: str | None, problem: str) -> None:
-        self.key = key
-        self.problem = problem
-        super().__init__(f"{key}: {problem}" if key else problem)
+KNOWN_KEYS = BROKER_CONFIG.names()
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,50 +222,59 @@ class Listener:
         return f"{self.name}://{host}:{self.port}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class BrokerConfig:
-    """A checked broker configuration (attribute = key in snake_case)."""
+    """A checked broker configuration (attribute = key in snake_case).
+
+    Defaults live in :data:`BROKER_CONFIG`, not here: build one with
+    :meth:`from_properties` (or :func:`tokensvc.config_loader.load_broker_config`).
+    """
 
     broker_id: int
     listeners: list[Listener]
     zookeeper_connect: str
     master_keys: MasterKeys
-    listener_security_protocol_map: dict[str, str] = field(default_factory=dict)
-    advertised_listeners: list[Listener] | None = None
-    inter_broker_listener_name: str | None = None
-    inter_broker_sasl_mechanism: str = "SCRAM-SHA-512"
-    inter_broker_sasl_username: str | None = None
-    inter_broker_sasl_password: str | None = field(default=None, repr=False)
-    zookeeper_session_timeout_ms: int = 18000
-    zookeeper_connection_timeout_ms: int = 18000
-    zookeeper_digest: str | None = field(default=None, repr=False)
-    sasl_enabled_mechanisms: tuple[str, ...] = SASL_MECHANISMS
-    sasl_server_max_receive_size: int = 524288
-    super_users: frozenset[KafkaPrincipal] = frozenset()
-    allow_everyone_if_no_acl_found: bool = False
-    authorizer_class_name: str = ""
-    early_start_listeners: tuple[str, ...] = ()
-    ssl_keystore_type: str = "PEM"
-    ssl_keystore_location: str | None = None
-    ssl_key_password: str | None = field(default=None, repr=False)
-    ssl_truststore_type: str = "PEM"
-    ssl_truststore_location: str | None = None
-    ssl_client_auth: str = "none"
-    delegation_token_max_lifetime_ms: int = 604_800_000
-    delegation_token_expiry_time_ms: int = 86_400_000
-    delegation_token_expiry_check_interval_ms: int = 3_600_000
-    audit_log_dir: str | None = None
-    audit_queue_size: int = 10_000
-    audit_file_max_bytes: int = 67_108_864
-    audit_file_rotate_ms: int = 3_600_000
-    socket_request_max_bytes: int = 104_857_600
-    connections_max_idle_ms: int = 600_000
-    connection_failed_authentication_delay_ms: int = 100
-    connections_max_reauth_ms: int = 0
-    max_connections_per_ip: int = INT32_MAX
-    request_timeout_ms: int = 30_000
-    metrics_listener: tuple[str, int] | None = None
-    cluster_id: str | None = None
+    listener_security_protocol_map: dict[str, str]
+    advertised_listeners: list[Listener] | None
+    inter_broker_listener_name: str | None
+    inter_broker_sasl_mechanism: str
+    inter_broker_sasl_username: str | None
+    inter_broker_sasl_password: str | None = field(repr=False)
+    zookeeper_session_timeout_ms: int
+    zookeeper_connection_timeout_ms: int
+    zookeeper_digest: str | None = field(repr=False)
+    zookeeper_max_staleness_ms: int
+    sasl_enabled_mechanisms: tuple[str, ...]
+    sasl_server_max_receive_size: int
+    sasl_scram_accept_repeated_client_nonce: bool
+    super_users: frozenset[KafkaPrincipal]
+    allow_everyone_if_no_acl_found: bool
+    authorizer_class_name: str
+    early_start_listeners: tuple[str, ...]
+    ssl_keystore_type: str
+    ssl_keystore_location: str | None
+    ssl_key_password: str | None = field(repr=False)
+    ssl_truststore_type: str
+    ssl_truststore_location: str | None
+    ssl_client_auth: str
+    delegation_token_max_lifetime_ms: int
+    delegation_token_expiry_time_ms: int
+    delegation_token_expiry_check_interval_ms: int
+    delegation_token_implicit_login_enable: bool
+    delegation_token_session_alter_access_enable: bool
+    audit_log_dir: str | None
+    audit_queue_size: int
+    audit_file_max_bytes: int
+    audit_file_rotate_ms: int
+    socket_request_max_bytes: int
+    queued_max_request_bytes: int
+    connections_max_idle_ms: int
+    connection_failed_authentication_delay_ms: int
+    connections_max_reauth_ms: int
+    max_connections_per_ip: int
+    request_timeout_ms: int
+    metrics_listener: tuple[str, int] | None
+    cluster_id: str | None
 
     @property
     def inter_broker_listener(self) -> Listener | None:
@@ -167,299 +287,106 @@ class BrokerConfig:
         return self.sasl_server_max_receive_size
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> BrokerConfig:
-        """Read and check a ``server.properties`` file."""
-        return cls.from_properties(load_properties(path), env)
-
-    @classmethod
     def from_properties(
-        cls, props: Mapping[str, str], env: Mapping[str, str] | None = None
+        cls, props: Mapping[str, str], *, resolved: Mapping[str, str] | None = None
     ) -> BrokerConfig:
-        """Check ``props`` (key -> raw string); ``env`` (default os.environ) serves
-        ``delegation.token.secret.key.env``."""
-        return _build(_Props(props), os.environ if env is None else env)
+        """Check ``props`` (key -> raw string) and build the configuration.
+
+        ``resolved`` holds what the edge read for an indirection: the text of the
+        file named by ``delegation.token.secret.key.file`` or the value of the
+        variable named by ``delegation.token.secret.key.env``, under that key.
+        Keys this table does not declare are ignored (see
+        :meth:`ConfigDef.ignored_keys`), unless they look like a typo.
+        """
+        raw = {str(k).strip(): str(v) for k, v in props.items()}
+        return _build(BROKER_CONFIG.parse(raw), resolved or {})
 
 
-# -- the properties file ----------------------------------------------------------
-
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-
-
-def load_properties(path: str | os.PathLike[str]) -> dict[str, str]:
-    """Read a Java properties file (UTF-8): ``#``/``!`` comments, ``key=value``,
-    ``key: value`` or ``key value``, keys and values trimmed, a trailing backslash
-    continues the line, ``\\t \\n \\r \\f \\uXXXX`` escapes. A later key wins."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(None, f"cannot read {os.fspath(path)}: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(None, f"{os.fspath(path)} is not UTF-8") from exc
-    return parse_properties(text)
+# Attributes built from more than their own key (the rest copy their key's value).
+_STRUCTURED = frozenset(
+    {
+        "listeners",
+        "listener_security_protocol_map",
+        "advertised_listeners",
+        "inter_broker_listener_name",
+        "zookeeper_connection_timeout_ms",
+        "sasl_enabled_mechanisms",
+        "super_users",
+        "early_start_listeners",
+        "metrics_listener",
+    }
+)
 
 
-def parse_properties(text: str) -> dict[str, str]:
-    """Parse the text of a properties file (see :func:`load_properties`)."""
-    props: dict[str, str] = {}
-    for line in _logical_lines(text):
-        key, value = _split_entry(line)
-        props[_unescape(key).strip()] = _unescape(value).strip()
-    return props
-
-
-def _logical_lines(text: str):
-    pending: str | None = None
-    for raw in text.splitlines():
-        line = raw.lstrip()
-        if pending is None and (not line or line[0] in "#!"):
-            continue
-        if pending is not None:
-            line = pending + line
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2 == 1:
-            pending = line[:-1]
-            continue
-        pending = None
-        yield line
-    if pending is not None:
-        yield pending
-
-
-def _split_entry(line: str) -> tuple[str, str]:
-    i = 0
-    while i < len(line):
-        ch = line[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch in "=: \t\f":
-            break
-        i += 1
-    key = line[:i]
-    rest = line[i:].lstrip(" \t\f")
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:]
-    return key, rest
-
-
-def _unescape(text: str) -> str:
-    if "\\" not in text:
-        return text
-    out = []
-    i = 0
-    while i < len(text):
-        ch = text[i]
-        if ch != "\\" or i + 1 == len(text):
-            out.append(ch)
-            i += 1
-            continue
-        nxt = text[i + 1]
-        if nxt == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", text[i + 2 : i + 6]):
-            out.append(chr(int(text[i + 2 : i + 6], 16)))
-            i += 6
-            continue
-        out.append(_ESCAPES.get(nxt, nxt))
-        i += 2
-    return "".join(out)
-
-
-# -- typed access ---------------------------------------------------------------------
-
-_INT = re.compile(r"[+-]?\d+")
-_LISTENER = re.compile(r"(?P<name>[A-Za-z0-9_.-]+)://(?P<host>\[[^\]]*\]|[^:/\[\]]*):(?P<port>\d+)")
-_HOST_PORT = re.compile(r"(?P<host>\[[^\]]*\]|[^:/\[\]]+):(?P<port>\d+)")
-
-
-class _Props:
-    """Raw properties with typed, checked getters. Empty values count as unset."""
-
-    def __init__(self, props: Mapping[str, str]) -> None:
-        self.raw = {str(k).strip(): str(v).strip() for k, v in props.items()}
-        unknown = sorted(set(self.raw) - KNOWN_KEYS)
-        if unknown:
-            key = unknown[0]
-            hint = difflib.get_close_matches(key, KNOWN_KEYS, n=1)
-            extra = f" (did you mean {hint[0]}?)" if hint else ""
-            raise ConfigError(key, f"unknown configuration key{extra}")
-
-    def given(self, key: str) -> bool:
-        return bool(self.raw.get(key))
-
-    def text(self, key: str, default: str | None = None) -> str | None:
-        return self.raw.get(key) or default
-
-    def required(self, key: str) -> str:
-        value = self.raw.get(key)
-        if not value:
-            raise ConfigError(key, "is required")
-        return value
-
-    def integer(self, key: str, default: int, *, minimum: int = 0, maximum: int = INT64_MAX) -> int:
-        text = self.raw.get(key)
-        if not text:
-            return default
-        if not _INT.fullmatch(text):
-            raise ConfigError(key, f"{text!r} is not an integer")
-        value = int(text)
-        if value < minimum:
-            raise ConfigError(key, f"must be >= {minimum}, got {value}")
-        if value > maximum:
-            raise ConfigError(key, f"must be <= {maximum}, got {value}")
-        return value
-
-    def boolean(self, key: str, default: bool) -> bool:
-        text = self.raw.get(key)
-        if not text:
-            return default
-        lowered = text.lower()
-        if lowered not in ("true", "false"):
-            raise ConfigError(key, f"{text!r} is not true or false")
-        return lowered == "true"
-
-    def choice(self, key: str, default: str, choices: tuple[str, ...]) -> str:
-        value = self.raw.get(key) or default
-        if value not in choices:
-            raise ConfigError(key, f"{value!r} is not one of {', '.join(choices)}")
-        return value
-
-    def items(self, key: str, sep: str = ",") -> list[str] | None:
-        """Items of a separated list, blanks dropped; None when the key is unset."""
-        if key not in self.raw:
-            return None
-        return [item.strip() for item in self.raw[key].split(sep) if item.strip()]
-
-
-def _build(p: _Props, env: Mapping[str, str]) -> BrokerConfig:
-    protocol_map = _protocol_map(p)
-    listeners = _listeners(p, "listeners", protocol_map, required=True)
+def _build(values: Mapping[str, object], resolved: Mapping[str, str]) -> BrokerConfig:
+    attributes = {f.name for f in fields(BrokerConfig)} - _STRUCTURED
+    simple = {
+        key.attribute: values[key.name]
+        for key in BROKER_CONFIG.keys.values()
+        if key.attribute in attributes
+    }
+    protocol_map = _protocol_map(values)
+    listeners = _listeners(values, "listeners", protocol_map) or []
     names = [lst.name for lst in listeners]
-    advertised = None
-    if p.given("advertised.listeners"):
-        advertised = _listeners(p, "advertised.listeners", protocol_map, required=True)
-        for lst in advertised:
-            if lst.name not in names:
-                raise ConfigError("advertised.listeners", f"listener {lst.name} is not in listeners")
-            if lst.host in ("", "0.0.0.0", "::"):
-                raise ConfigError("advertised.listeners", f"{lst} does not name a reachable host")
+    advertised = _listeners(values, "advertised.listeners", protocol_map)
+    for lst in advertised or []:
+        if lst.name not in names:
+            raise ConfigError("advertised.listeners", f"listener {lst.name} is not in listeners")
+        if lst.host in ("", "0.0.0.0", "::"):
+            raise ConfigError("advertised.listeners", f"{lst} does not name a reachable host")
 
-    mechanisms = p.items("sasl.enabled.mechanisms")
-    if mechanisms is None:
-        mechanisms = list(SASL_MECHANISMS)
-    for mech in mechanisms:
-        if mech not in SASL_MECHANISMS:
-            raise ConfigError(
-                "sasl.enabled.mechanisms", f"{mech!r} is not one of {', '.join(SASL_MECHANISMS)}"
-            )
+    mechanisms = values["sasl.enabled.mechanisms"]
     sasl_listeners = [lst for lst in listeners if lst.security_protocol.startswith("SASL_")]
     if sasl_listeners and not mechanisms:
         raise ConfigError("sasl.enabled.mechanisms", "is empty but SASL listeners are configured")
 
-    inter_name = p.text("inter.broker.listener.name")
+    inter_name = values["inter.broker.listener.name"]
     if inter_name is not None:
-        inter_name = inter_name.upper()
+        inter_name = str(inter_name).upper()
         if inter_name not in names:
             raise ConfigError("inter.broker.listener.name", f"listener {inter_name} is not in listeners")
     else:
         inter_name = (sasl_listeners or listeners)[0].name
 
-    early = p.items("early.start.listeners") or []
-    early = [name.upper() for name in early]
+    early = tuple(str(name).upper() for name in values["early.start.listeners"])
     for name in early:
         if name not in names:
             raise ConfigError("early.start.listeners", f"listener {name} is not in listeners")
 
-    keystore = p.text("ssl.keystore.location")
-    truststore = p.text("ssl.truststore.location")
     ssl_listeners = [lst for lst in listeners if lst.security_protocol in ("SSL", "SASL_SSL")]
-    if ssl_listeners and keystore is None:
+    if ssl_listeners and values["ssl.keystore.location"] is None:
         raise ConfigError(
             "ssl.keystore.location", f"is required by the {ssl_listeners[0].name} listener"
         )
-    for key, location in (("ssl.keystore.location", keystore), ("ssl.truststore.location", truststore)):
-        if location is not None and not os.path.isfile(location):
-            raise ConfigError(key, f"{location} is not a readable file")
 
-    session_timeout = p.integer("zookeeper.session.timeout.ms", 18000, minimum=1, maximum=INT32_MAX)
-    max_lifetime = p.integer("delegation.token.max.lifetime.ms", 604_800_000, minimum=1)
-    expiry_time = p.integer("delegation.token.expiry.time.ms", 86_400_000, minimum=1)
-    if expiry_time > max_lifetime:
-        raise ConfigError(
-            "delegation.token.expiry.time.ms",
-            f"{expiry_time} exceeds delegation.token.max.lifetime.ms ({max_lifetime})",
-        )
-
+    session_timeout = values["zookeeper.session.timeout.ms"]
+    connection_timeout = values["zookeeper.connection.timeout.ms"]
     return BrokerConfig(
-        broker_id=_broker_id(p),
+        **simple,
         listeners=listeners,
         listener_security_protocol_map=protocol_map,
         advertised_listeners=advertised,
         inter_broker_listener_name=inter_name,
-        inter_broker_sasl_mechanism=p.choice(
-            "inter.broker.sasl.mechanism", "SCRAM-SHA-512", SASL_MECHANISMS
+        zookeeper_connection_timeout_ms=(
+            session_timeout if connection_timeout is None else connection_timeout
         ),
-        inter_broker_sasl_username=p.text("inter.broker.sasl.username"),
-        inter_broker_sasl_password=p.text("inter.broker.sasl.password"),
-        zookeeper_connect=p.required("zookeeper.connect"),
-        zookeeper_session_timeout_ms=session_timeout,
-        zookeeper_connection_timeout_ms=p.integer(
-            "zookeeper.connection.timeout.ms", session_timeout, minimum=1, maximum=INT32_MAX
-        ),
-        zookeeper_digest=_zookeeper_digest(p),
         sasl_enabled_mechanisms=tuple(mechanisms),
-        sasl_server_max_receive_size=p.integer(
-            "sasl.server.max.receive.size", 524288, minimum=1, maximum=INT32_MAX
-        ),
-        super_users=_super_users(p),
-        allow_everyone_if_no_acl_found=p.boolean("allow.everyone.if.no.acl.found", False),
-        authorizer_class_name=p.choice("authorizer.class.name", "", ("", *AUTHORIZERS)),
-        early_start_listeners=tuple(early),
-        ssl_keystore_type=p.choice("ssl.keystore.type", "PEM", ("PEM",)),
-        ssl_keystore_location=keystore,
-        ssl_key_password=p.text("ssl.key.password"),
-        ssl_truststore_type=p.choice("ssl.truststore.type", "PEM", ("PEM",)),
-        ssl_truststore_location=truststore,
-        ssl_client_auth=p.choice("ssl.client.auth", "none", SSL_CLIENT_AUTH),
-        master_keys=_master_keys(p, env),
-        delegation_token_max_lifetime_ms=max_lifetime,
-        delegation_token_expiry_time_ms=expiry_time,
-        delegation_token_expiry_check_interval_ms=p.integer(
-            "delegation.token.expiry.check.interval.ms", 3_600_000, minimum=1
-        ),
-        audit_log_dir=p.text("audit.log.dir"),
-        audit_queue_size=p.integer("audit.queue.size", 10_000, minimum=1, maximum=INT32_MAX),
-        audit_file_max_bytes=p.integer("audit.file.max.bytes", 67_108_864, minimum=1),
-        audit_file_rotate_ms=p.integer("audit.file.rotate.ms", 3_600_000, minimum=1),
-        socket_request_max_bytes=p.integer(
-            "socket.request.max.bytes", 104_857_600, minimum=1, maximum=INT32_MAX
-        ),
-        connections_max_idle_ms=p.integer("connections.max.idle.ms", 600_000, minimum=1),
-        connection_failed_authentication_delay_ms=p.integer(
-            "connection.failed.authentication.delay.ms", 100, minimum=0, maximum=INT32_MAX
-        ),
-        connections_max_reauth_ms=p.integer("connections.max.reauth.ms", 0, minimum=0),
-        max_connections_per_ip=p.integer("max.connections.per.ip", INT32_MAX, maximum=INT32_MAX),
-        request_timeout_ms=p.integer("request.timeout.ms", 30_000, minimum=1, maximum=INT32_MAX),
-        metrics_listener=_host_port(p, "metrics.listener"),
-        cluster_id=p.text("cluster.id"),
+        super_users=_super_users(values["super.users"]),
+        early_start_listeners=early,
+        metrics_listener=_host_port(values["metrics.listener"]),
+        master_keys=_master_keys(values, resolved),
     )
 
 
-def _broker_id(p: _Props) -> int:
-    p.required("broker.id")
-    return p.integer("broker.id", 0, minimum=0, maximum=INT32_MAX)
-
-
-def _protocol_map(p: _Props) -> dict[str, str]:
+def _protocol_map(values: Mapping[str, object]) -> dict[str, str]:
     key = "listener.security.protocol.map"
-    items = p.items(key)
+    items = values[key]
     if not items:
         return {proto: proto for proto in SECURITY_PROTOCOLS}
     mapping: dict[str, str] = {}
     for item in items:
-        name, sep, proto = item.partition(":")
+        name, _, proto = item.partition(":")
         name, proto = name.strip().upper(), proto.strip().upper()
-        if not sep or not name:
-            raise ConfigError(key, f"{item!r} is not of the form NAME:PROTOCOL")
         if proto not in SECURITY_PROTOCOLS:
             raise ConfigError(
                 key, f"{proto!r} is not a security protocol ({', '.join(SECURITY_PROTOCOLS)})"
@@ -471,15 +398,15 @@ def _protocol_map(p: _Props) -> dict[str, str]:
 
 
 def _listeners(
-    p: _Props, key: str, protocol_map: Mapping[str, str], *, required: bool
-) -> list[Listener]:
-    if required:
-        p.required(key)
+    values: Mapping[str, object], key: str, protocol_map: Mapping[str, str]
+) -> list[Listener] | None:
+    items = values[key]
+    if items is None:
+        return None
     result: list[Listener] = []
-    for item in p.items(key) or []:
-        match = _LISTENER.fullmatch(item)
-        if not match:
-            raise ConfigError(key, f"{item!r} is not of the form NAME://host:port")
+    for item in items:
+        match = re.fullmatch(_LISTENER, item)
+        assert match is not None  # the key's validator checked the form
         name = match["name"].upper()
         protocol = protocol_map.get(name) or (name if name in SECURITY_PROTOCOLS else None)
         if protocol is None:
@@ -497,83 +424,56 @@ def _listeners(
     return result
 
 
-def _host_port(p: _Props, key: str) -> tuple[str, int] | None:
-    text = p.text(key)
+def _host_port(text: object) -> tuple[str, int] | None:
     if text is None:
         return None
-    match = _HOST_PORT.fullmatch(text)
-    if not match or int(match["port"]) > 65535:
-        raise ConfigError(key, f"{text!r} is not of the form host:port")
+    match = re.fullmatch(_HOST_PORT, str(text))
+    assert match is not None  # the key's validator checked the form
+    if int(match["port"]) > 65535:
+        raise ConfigError("metrics.listener", f"port {match['port']} is out of range")
     return match["host"].strip("[]"), int(match["port"])
 
 
-def _zookeeper_digest(p: _Props) -> str | None:
-    value = p.text("zookeeper.digest")
-    if value is not None:
-        user, sep, _ = value.partition(":")
-        if not sep or not user:
-            # The value holds a password: describe the form, never echo it.
-            raise ConfigError("zookeeper.digest", "must be of the form user:password")
-    return value
-
-
-def _super_users(p: _Props) -> frozenset[KafkaPrincipal]:
+def _super_users(text: object) -> frozenset[KafkaPrincipal]:
     users = set()
-    for item in p.items("super.users", ";") or []:
-        try:
-            users.add(KafkaPrincipal.parse(item))
-        except ValueError as exc:
-            raise ConfigError("super.users", str(exc)) from exc
+    for item in str(text or "").split(";"):
+        if item.strip():
+            try:
+                users.add(KafkaPrincipal.parse(item.strip()))
+            except ValueError as exc:
+                raise ConfigError("super.users", str(exc)) from exc
     return frozenset(users)
 
 
-def _master_keys(p: _Props, env: Mapping[str, str]) -> MasterKeys:
-    sources = []
-    direct = p.raw.get(SECRET_KEY)
-    alias = p.raw.get(MASTER_KEY_ALIAS)
-    if direct is not None and alias is not None and direct != alias:
+def master_key_source(props: Mapping[str, str]) -> str | None:
+    """The indirection the current master key comes from (``SECRET_KEY_FILE`` or
+    ``SECRET_KEY_ENV``), None when it is given inline or not at all. Raises
+    :class:`ConfigError` when more than one source gives it."""
+    direct = (props.get(SECRET_KEY) or "").strip()
+    alias = (props.get(MASTER_KEY_ALIAS) or "").strip()
+    if direct and alias and direct != alias:
         raise ConfigError(MASTER_KEY_ALIAS, f"conflicts with {SECRET_KEY}: give only one of them")
-    inline = direct if direct is not None else alias
-    if inline:
-        sources.append(SECRET_KEY if direct is not None else MASTER_KEY_ALIAS)
-    if p.given(SECRET_KEY_FILE):
-        sources.append(SECRET_KEY_FILE)
-    if p.given(SECRET_KEY_ENV):
-        sources.append(SECRET_KEY_ENV)
+    sources = []
+    if direct or alias:
+        sources.append(SECRET_KEY if direct else MASTER_KEY_ALIAS)
+    for key in (SECRET_KEY_FILE, SECRET_KEY_ENV):
+        if (props.get(key) or "").strip():
+            sources.append(key)
     if len(sources) > 1:
         raise ConfigError(sources[1], f"conflicts with {sources[0]}: give one source for the key")
+    return sources[0] if sources and sources[0] in (SECRET_KEY_FILE, SECRET_KEY_ENV) else None
 
-    current = inline or ""
-    if p.given(SECRET_KEY_FILE):
-        current = _key_from_file(p.raw[SECRET_KEY_FILE])
-    elif p.given(SECRET_KEY_ENV):
-        variable = p.raw[SECRET_KEY_ENV]
-        current = env.get(variable, "")
+
+def _master_keys(values: Mapping[str, object], resolved: Mapping[str, str]) -> MasterKeys:
+    source = master_key_source({k: str(v or "") for k, v in values.items()
+                                if k in (SECRET_KEY, MASTER_KEY_ALIAS, SECRET_KEY_FILE, SECRET_KEY_ENV)})
+    if source is None:
+        current = str(values[SECRET_KEY] or values[MASTER_KEY_ALIAS] or "")
+    else:
+        current = resolved.get(source, "")
         if not current:
-            raise ConfigError(SECRET_KEY_ENV, f"environment variable {variable} is unset or empty")
-
-    previous = p.items(SECRET_KEY_PREVIOUS) or []
+            raise ConfigError(source, "was not read: load the file with tokensvc.config_loader")
+    previous = [key.strip() for key in str(values[SECRET_KEY_PREVIOUS]).split(",") if key.strip()]
     if previous and not current:
         raise ConfigError(SECRET_KEY_PREVIOUS, "needs a current key (tokens are disabled)")
     return MasterKeys(current, previous)
-
-
-def _key_from_file(location: str) -> str:
-    key = SECRET_KEY_FILE
-    try:
-        mode = stat.S_IMODE(os.stat(location).st_mode)
-        if mode & 0o077:
-            raise ConfigError(
-                key,
-                f"{location} has mode {mode:04o}: it must not be readable or writable "
-                "by group or others (chmod 600)",
-            )
-        text = Path(location).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(key, f"cannot read {location}: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(key, f"{location} is not UTF-8") from exc
-    current = text.strip()
-    if not current:
-        raise ConfigError(key, f"{location} is empty")
-    return current

@@ -1,0 +1,116 @@
+"""Broker configuration at the edge: read ``server.properties`` and what it points at.
+
+This module owns the I/O the pure table (:mod:`tokensvc.core.config`) must not do:
+it reads the properties file (through :mod:`tokensvc.properties`), resolves
+relative paths against the file's own directory, reads the master key from
+``delegation.token.secret.key.file`` (refusing a file that group or others may
+access) or from the environment variable named by ``delegation.token.secret.key.env``,
+and checks that the SSL files exist. It returns the checked configuration with the
+notices the broker logs once at start: the keys it ignores (names only) and that
+tokens are disabled.
+
+Every problem is one :class:`ConfigError` line naming the file and the key; no
+secret value ever appears in it. It changes nothing on disk.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokensvc.core.config import (
+    BROKER_CONFIG,
+    SECRET_KEY_ENV,
+    SECRET_KEY_FILE,
+    BrokerConfig,
+    ConfigError,
+    master_key_source,
+)
+from tokensvc.core.configdef import PathKind
+from tokensvc.properties import read_properties
+
+TOKENS_DISABLED = (
+    "delegation.token.secret.key is empty: delegation tokens are disabled "
+    "(requests get DELEGATION_TOKEN_AUTH_DISABLED)"
+)
+
+
+@dataclass(frozen=True)
+class LoadedBrokerConfig:
+    """A checked configuration, where it came from, and what to log once at start."""
+
+    config: BrokerConfig
+    path: str
+    notices: tuple[str, ...]
+
+
+def load_broker_config(
+    path: str | os.PathLike[str], env: Mapping[str, str] | None = None
+) -> LoadedBrokerConfig:
+    """Read and check ``path``; ``env`` (default ``os.environ``) serves
+    ``delegation.token.secret.key.env``."""
+    source = os.fspath(path)
+    try:
+        props = read_properties(path)
+        return _load(props, source, os.environ if env is None else env)
+    except ConfigError as exc:
+        raise exc if exc.source else exc.in_file(source) from None
+
+
+def _load(props: dict[str, str], source: str, env: Mapping[str, str]) -> LoadedBrokerConfig:
+    base_dir = os.path.dirname(os.path.abspath(source))
+    ignored = BROKER_CONFIG.ignored_keys(props)
+    props = BROKER_CONFIG.resolve_paths(props, base_dir)
+    resolved = {}
+    indirection = master_key_source(props)
+    if indirection == SECRET_KEY_FILE:
+        resolved[SECRET_KEY_FILE] = read_key_file(props[SECRET_KEY_FILE].strip())
+    elif indirection == SECRET_KEY_ENV:
+        variable = props[SECRET_KEY_ENV].strip()
+        value = env.get(variable, "").strip()
+        if not value:
+            raise ConfigError(SECRET_KEY_ENV, f"environment variable {variable} is unset or empty")
+        resolved[SECRET_KEY_ENV] = value
+    for name, key in BROKER_CONFIG.keys.items():
+        location = props.get(name, "").strip()
+        if key.path is PathKind.FILE and location and not _readable_file(location):
+            raise ConfigError(name, f"{location} is not a readable file")
+    config = BrokerConfig.from_properties(props, resolved=resolved)
+    notices = []
+    if ignored:
+        notices.append(
+            f"{source}: ignoring {len(ignored)} key(s) tokensvc does not use: {', '.join(ignored)}"
+        )
+    if not config.master_keys.enabled:
+        notices.append(TOKENS_DISABLED)
+    return LoadedBrokerConfig(config, source, tuple(notices))
+
+
+def _readable_file(location: str) -> bool:
+    return os.path.isfile(location) and os.access(location, os.R_OK)
+
+
+def read_key_file(location: str) -> str:
+    """The master key held in ``location``: a private (no group/other access), non-empty
+    UTF-8 file, surrounding blanks removed."""
+    key = SECRET_KEY_FILE
+    try:
+        mode = stat.S_IMODE(os.stat(location).st_mode)
+        if mode & 0o077:
+            raise ConfigError(
+                key,
+                f"{location} has mode {mode:04o}: it must not be readable or writable "
+                "by group or others (chmod 600)",
+            )
+        text = Path(location).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(key, f"cannot read {location}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(key, f"{location} is not UTF-8 text") from None
+    current = text.strip()
+    if not current:
+        raise ConfigError(key, f"{location} is empty")
+    return current
