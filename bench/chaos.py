@@ -440,11 +440,11 @@ class Chaos:
         result = FaultResult(f"revoked tokens after a {pause_s:.0f}s SIGSTOP")
         for _ in range(self.rounds):
             result.rounds.append(self._revocation_round(result.ledger, pause_s))
-        total = sum(r.violations for r in result.rounds)
-        if total:
-            result.violations.append(Violation(
-                "revoked token accepted after a pause", "-",
-                f"{total} logins with tokens expired during the pause succeeded"))
+        result.violations += [
+            Violation("revoked token accepted after a pause", f"round {n}",
+                      f"broker {r.victim}: queued {r.queued_succeeded}/{r.queued}, fresh "
+                      f"{r.fresh_succeeded}/{r.fresh} logins succeeded")
+            for n, r in enumerate(result.rounds, 1) if r.violations]
         queued = sum(r.queued for r in result.rounds)
         fresh = sum(r.fresh for r in result.rounds)
         result.notes.append(
