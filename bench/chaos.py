@@ -94,13 +94,15 @@ class Chaos:
     """The cluster, the load and the faults of one run."""
 
     def __init__(self, directory: Path, *, clients: int, seconds: float, seed: int,
-                 session_timeout_ms: int | None, rounds: int) -> None:
+                 session_timeout_ms: int | None, rounds: int,
+                 zk_tick_ms: int | None = None) -> None:
         self.directory = directory
         self.clients = clients
         self.seconds = seconds
         self.rng = random.Random(seed)
         self.rounds = rounds
         self.session_timeout_ms = session_timeout_ms
+        self.zk_tick_ms = zk_tick_ms
         self.ensemble: ZooKeeperEnsemble | None = None
         self.cluster: LocalCluster | None = None
         self.zk: Any = None
@@ -111,7 +113,8 @@ class Chaos:
     # -- set-up ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.ensemble = ZooKeeperEnsemble(self.directory / "zookeeper", 3)
+        tick = {"tick_ms": self.zk_tick_ms} if self.zk_tick_ms else {}
+        self.ensemble = ZooKeeperEnsemble(self.directory / "zookeeper", 3, **tick)
         self.ensemble.start()
         connect = f"{self.ensemble.connect}/chaos"
         overrides = {}
@@ -298,7 +301,7 @@ class Chaos:
         result.recovery_s = self._write_recovery(result.ledger, self.cluster.broker_ids(), killed)
         time.sleep(max(0.0, ZK_DOWN_S - (time.monotonic() - killed)))
         node.start()
-        result.notes.append(f"restarted after {time.monotonic() - killed:.0f}s")
+        result.notes.append(f"serving again {time.monotonic() - killed:.0f}s after the kill")
 
     def _zookeeper_node(self, leader: bool) -> ZooKeeperNode:
         deadline = time.monotonic() + RECOVERY_LIMIT_S
@@ -569,12 +572,12 @@ def failed(results: list[FaultResult]) -> bool:
 
 def run(faults: list[str], *, repeat: int = 1, seconds: float = 30.0, clients: int = 6,
         seed: int = 1, session_timeout_ms: int | None = None, rounds: int = 5,
-        directory: Path | None = None) -> list[FaultResult]:
+        zk_tick_ms: int | None = None, directory: Path | None = None) -> list[FaultResult]:
     """Start the cluster, run every fault ``repeat`` times, print a table; return the
     results (the caller decides what a failure is)."""
     scratch = directory or Path(tempfile.mkdtemp(prefix="tokensvc-chaos-"))
     chaos = Chaos(scratch, clients=clients, seconds=seconds, seed=seed,
-                  session_timeout_ms=session_timeout_ms, rounds=rounds)
+                  session_timeout_ms=session_timeout_ms, rounds=rounds, zk_tick_ms=zk_tick_ms)
     results: list[FaultResult] = []
     try:
         started = time.monotonic()
@@ -611,6 +614,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="rounds per revocation probe (default 5)")
     parser.add_argument("--session-timeout-ms", type=int, default=None,
                         help="brokers' zookeeper.session.timeout.ms (default: the broker's)")
+    parser.add_argument("--zk-tick-ms", type=int, default=None,
+                        help="the ensemble's tickTime (default: zk.server's); ZooKeeper caps "
+                             "sessions at 20 ticks")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dir", type=Path, default=None,
                         help="keep the cluster's files and logs here")
@@ -620,8 +626,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or not faults:
         parser.error(f"unknown fault(s) {', '.join(unknown) or '(none given)'}; "
                      f"choose from {', '.join(FAULTS)}")
-    if args.repeat < 1 or args.seconds <= 0 or args.clients < 1 or args.rounds < 1:
-        parser.error("--repeat, --seconds, --clients and --rounds must be positive")
+    if (min(args.repeat, args.clients, args.rounds) < 1 or args.seconds <= 0
+            or (args.zk_tick_ms is not None and args.zk_tick_ms < 1)):
+        parser.error("--repeat, --seconds, --clients, --rounds and --zk-tick-ms must be positive")
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("kazoo").setLevel(logging.ERROR)
     # The suite's own ZooKeeper clients ask for the default timeout; it prints the
@@ -629,7 +636,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("zk.client").setLevel(logging.ERROR)
     results = run(faults, repeat=args.repeat, seconds=args.seconds, clients=args.clients,
                   seed=args.seed, session_timeout_ms=args.session_timeout_ms,
-                  rounds=args.rounds, directory=args.dir)
+                  rounds=args.rounds, zk_tick_ms=args.zk_tick_ms, directory=args.dir)
     bad = failed(results)
     print("RESULT: " + ("FAIL" if bad else "OK"))
     return 1 if bad else 0
