@@ -101,8 +101,8 @@ def _log_session_timeout(client: KazooClient, settings: ZkSettings) -> None:
     elif negotiated < configured:
         log.warning("ZooKeeper granted a session timeout of %d ms, lower than the configured "
                     "%d ms (zookeeper.session.timeout.ms): the server's maxSessionTimeout "
-                    "caps it, and a failed broker is noticed after %d ms", negotiated,
-                    configured, negotiated)
+                    "caps it, so this session expires after %d ms without contact",
+                    negotiated, configured, negotiated)
     else:
         log.info("ZooKeeper session timeout: %d ms negotiated (configured %d ms)",
                  negotiated, configured)
