@@ -1,0 +1,45 @@
+"""The fault suite's short form (``bench.chaos``), run in CI.
+
+Real processes: a 3-node ZooKeeper ensemble and 3 brokers, clients creating, renewing
+and expiring tokens on random brokers, and the faults whose properties hold today:
+kill -9 of the controller, of the ZooKeeper leader, and of a broker a client is writing
+to. After each, the suite's checker (from outside the brokers) must find no violation:
+acknowledged writes kept, no renew lost, no duplicate token, acknowledged expiries
+refused on every broker, every broker alive, every describe equal to ZooKeeper; and
+writes must recover. A 4 s session timeout keeps the failovers short.
+
+Errors answered to clients are reported, not asserted here: while a ZooKeeper leader is
+killed a write can still be answered REQUEST_TIMED_OUT today (issue #20, item 3). The
+pause-revocation probe is not in this short form yet: it fails on today's code (issue
+#20, item 1; ``./dev chaos --faults revocation5,revocation15``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bench import chaos
+
+SHORT_FAULTS = ["controller", "zk-leader", "broker"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_short_fault_suite_keeps_every_acknowledged_write_and_recovers(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    results = chaos.run(SHORT_FAULTS, seconds=8.0, clients=3, seed=20,
+                        session_timeout_ms=4000, directory=tmp_path)
+    table = capsys.readouterr().out
+    assert [r.name.startswith(p) for r, p in zip(results, (
+        "kill -9 controller", "kill -9 ZooKeeper node", "kill -9 broker"), strict=True)] \
+        == [True, True, True], table
+    assert "(leader)" in results[1].name, table
+    for result in results:
+        assert result.violations == [], table
+        assert result.recovery_s is not None, table
+        assert result.ledger.writes(result.ledger.acknowledged) > 0, table
+        assert result.ledger.acknowledged["expire"] > 0, table
+        assert result.ledger.acknowledged["renew"] > 0, table
+    assert not chaos.failed(results), table
