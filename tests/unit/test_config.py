@@ -131,11 +131,12 @@ def test_defaults() -> None:
     assert c.audit_queue_size == 10_000
     assert c.audit_file_max_bytes == 67_108_864
     assert c.audit_file_rotate_ms == 3_600_000
-    assert c.socket_request_max_bytes == 104_857_600
+    assert c.socket_request_max_bytes == 1_048_576
+    assert c.queued_max_request_bytes == 16_777_216
     assert c.connections_max_idle_ms == 600_000
     assert c.connection_failed_authentication_delay_ms == 100
     assert c.connections_max_reauth_ms == 0
-    assert c.max_connections_per_ip == 2_147_483_647
+    assert c.max_connections_per_ip == 2000
     assert c.request_timeout_ms == 30_000
     assert c.metrics_listener is None
     assert c.cluster_id is None
@@ -495,3 +496,18 @@ def test_docs_table_lists_every_key() -> None:
     doc = (Path(__file__).parents[2] / "docs" / "broker.md").read_text()
     documented = set(re.findall(r"^\| `([a-z.]+)` \|", doc, flags=re.MULTILINE))
     assert documented == KNOWN_KEYS
+
+
+def test_queued_max_request_bytes_below_socket_request_max_bytes_is_refused() -> None:
+    error = refused("queued.max.request.bytes", queued__max__request__bytes="1000",
+                    socket__request__max__bytes="2048")
+    assert "socket.request.max.bytes" in str(error)
+
+
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_queued_max_request_bytes_zero_or_below_minus_one_is_refused(value: str) -> None:
+    refused("queued.max.request.bytes", queued__max__request__bytes=value)
+
+
+def test_queued_max_request_bytes_minus_one_means_no_cap() -> None:
+    assert build(queued__max__request__bytes="-1").queued_max_request_bytes == -1

@@ -77,6 +77,7 @@ KNOWN_KEYS = frozenset(
         "audit.file.max.bytes",
         "audit.file.rotate.ms",
         "socket.request.max.bytes",
+        "queued.max.request.bytes",
         "connections.max.idle.ms",
         "connection.failed.authentication.delay.ms",
         "connections.max.reauth.ms",
@@ -147,11 +148,12 @@ class BrokerConfig:
     audit_queue_size: int = 10_000
     audit_file_max_bytes: int = 67_108_864
     audit_file_rotate_ms: int = 3_600_000
-    socket_request_max_bytes: int = 104_857_600
+    socket_request_max_bytes: int = 1_048_576
+    queued_max_request_bytes: int = 16_777_216
     connections_max_idle_ms: int = 600_000
     connection_failed_authentication_delay_ms: int = 100
     connections_max_reauth_ms: int = 0
-    max_connections_per_ip: int = INT32_MAX
+    max_connections_per_ip: int = 2000
     request_timeout_ms: int = 30_000
     metrics_listener: tuple[str, int] | None = None
     cluster_id: str | None = None
@@ -354,6 +356,20 @@ def _build(p: _Props, env: Mapping[str, str]) -> BrokerConfig:
     if sasl_listeners and not mechanisms:
         raise ConfigError("sasl.enabled.mechanisms", "is empty but SASL listeners are configured")
 
+    socket_request_max_bytes = p.integer(
+        "socket.request.max.bytes", 1_048_576, minimum=1, maximum=INT32_MAX
+    )
+    queued_max_request_bytes = p.integer("queued.max.request.bytes", 16_777_216, minimum=-1)
+    if queued_max_request_bytes == 0:
+        raise ConfigError("queued.max.request.bytes", "must be -1 (no cap) or > 0, got 0")
+    if 0 < queued_max_request_bytes < socket_request_max_bytes:
+        # As Kafka: a frame larger than the whole cap could never be read.
+        raise ConfigError(
+            "queued.max.request.bytes",
+            f"must be >= socket.request.max.bytes ({socket_request_max_bytes}) or -1, "
+            f"got {queued_max_request_bytes}",
+        )
+
     inter_name = p.text("inter.broker.listener.name")
     if inter_name is not None:
         inter_name = inter_name.upper()
@@ -429,15 +445,14 @@ def _build(p: _Props, env: Mapping[str, str]) -> BrokerConfig:
         audit_queue_size=p.integer("audit.queue.size", 10_000, minimum=1, maximum=INT32_MAX),
         audit_file_max_bytes=p.integer("audit.file.max.bytes", 67_108_864, minimum=1),
         audit_file_rotate_ms=p.integer("audit.file.rotate.ms", 3_600_000, minimum=1),
-        socket_request_max_bytes=p.integer(
-            "socket.request.max.bytes", 104_857_600, minimum=1, maximum=INT32_MAX
-        ),
+        socket_request_max_bytes=socket_request_max_bytes,
+        queued_max_request_bytes=queued_max_request_bytes,
         connections_max_idle_ms=p.integer("connections.max.idle.ms", 600_000, minimum=1),
         connection_failed_authentication_delay_ms=p.integer(
             "connection.failed.authentication.delay.ms", 100, minimum=0, maximum=INT32_MAX
         ),
         connections_max_reauth_ms=p.integer("connections.max.reauth.ms", 0, minimum=0),
-        max_connections_per_ip=p.integer("max.connections.per.ip", INT32_MAX, maximum=INT32_MAX),
+        max_connections_per_ip=p.integer("max.connections.per.ip", 2000, maximum=INT32_MAX),
         request_timeout_ms=p.integer("request.timeout.ms", 30_000, minimum=1, maximum=INT32_MAX),
         metrics_listener=_host_port(p, "metrics.listener"),
         cluster_id=p.text("cluster.id"),
