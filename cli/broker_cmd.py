@@ -31,6 +31,7 @@ def broker(config_path: str, log_level: str) -> None:
         format=f"%(asctime)s %(levelname)s [broker {config.broker_id}] %(name)s: %(message)s",
     )
     logging.getLogger("kazoo").setLevel(logging.WARNING)
+    from tokensvc.broker import eventloop
     from tokensvc.broker.broker import run_broker
 
     async def main() -> None:
@@ -41,6 +42,6 @@ def broker(config_path: str, log_level: str) -> None:
         await run_broker(config, stop)
 
     try:
-        asyncio.run(main())
+        eventloop.run(main())
     except OSError as exc:
         raise click.ClickException(f"broker {config.broker_id} could not start: {exc}") from None
