@@ -84,6 +84,12 @@ class BrokerServer:
             per_ip=Counter(),
             live=set(),
         )
+        pool = self.pool
+        metrics.gauge("tokensvc_request_memory_bytes",
+                      "Request bytes held beyond the connections' own buffers "
+                      "(queued.max.request.bytes caps it)", lambda: pool.used)
+        metrics.gauge("tokensvc_request_memory_waiting",
+                      "Connections not read until request memory is freed", lambda: pool.waiting)
         self._servers: dict[str, asyncio.AbstractServer] = {}
         self.addresses: dict[str, tuple[str, int]] = {}
 
