@@ -181,7 +181,7 @@ async def reauth_workload(window: Window, params: dict[str, Any]) -> WorkerRepor
 
 async def idle_workload(window: Window, params: dict[str, Any]) -> WorkerReport:
     """Worker: open ``count`` connections, log each in once, then hold them silent until the
-    window ends; ``done`` is how many were open and logged in when the window opened."""
+    window ends; ``done`` is how many were open and logged in before the window opened."""
     address: str = params["address"]
     tokens: list[tuple[str, str]] = params["tokens"]
     salted: dict = {}
@@ -194,7 +194,8 @@ async def idle_workload(window: Window, params: dict[str, Any]) -> WorkerReport:
             conns.append(conn)
             token_id, password = tokens[n % len(tokens)]
             await login(conn, MECHANISM, token_id, password, token=True, salted_cache=salted)
-        report.done = len(conns) if time.time() < window.start else 0
+            if time.time() < window.start:
+                report.done = len(conns)
         await until(window.end)
     except (WireError, OSError) as exc:
         report.errors += 1

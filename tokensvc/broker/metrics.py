@@ -61,6 +61,7 @@ class BrokerMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
         self._request_children: dict[tuple[str, int], tuple[Any, Any]] = {}
+        self._login_children: dict[tuple[str | None, str, str], Any] = {}
         self.requests = Counter(
             "tokensvc_requests", "Requests handled, by API and error code", ["api", "error"], registry=r
         )
@@ -129,7 +130,12 @@ class BrokerMetrics:
         children[1].observe(seconds)
 
     def login(self, mechanism: str | None, result: str, kind: str) -> None:
-        self.logins.labels(mechanism or "", result, kind).inc()
+        # A few label combinations only (mechanisms x results x kinds): keep their children.
+        key = (mechanism, result, kind)
+        child = self._login_children.get(key)
+        if child is None:
+            child = self._login_children[key] = self.logins.labels(mechanism or "", result, kind)
+        child.inc()
 
     def reauthentication(self, mechanism: str | None, result: str) -> None:
         self.reauthentications.labels(mechanism or "", result).inc()
