@@ -6,10 +6,11 @@ first event), their mode (0640), rotation by size and by time, and flushing
 (at least every ``flush_interval_ms`` while lines are pending, and whenever the
 queue runs empty).
 
-:meth:`AuditLog.emit` is called on the request path, so it must never block
-and never do file I/O: it validates and stamps the event, then
-``put_nowait``\\ s it. When the queue is full the *newest* event (the one being
-emitted) is dropped and counted; the writer then puts an ``"audit"`` line with
+:meth:`AuditLog.emit` is called on the request path, so it must never block,
+take a lock or wake a thread, and never do file I/O: it validates and stamps the
+event, then appends it to a bounded deque that the writer thread drains (it looks
+every ``POLL_S`` when it found nothing). When the queue is full the *newest*
+event (the one being emitted) is dropped and counted; the writer then puts an ``"audit"`` line with
 the number dropped into the log before the next events it writes, so a gap is
 visible in the log itself and not only in a metric. Dropping rather than
 blocking is deliberate: a slow disk must not stall authentication.
@@ -26,10 +27,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue
 import random
 import threading
 import time
+from collections import deque
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -42,7 +43,8 @@ log = logging.getLogger(__name__)
 FILE_MODE = 0o640
 DIR_MODE = 0o750
 _BATCH = 1024
-_STOP = object()
+# How often the writer thread looks for new events when it found none.
+POLL_S = 0.01
 SYSTEM_CLOCK = SystemClock()
 
 
@@ -88,7 +90,11 @@ class AuditLog:
         self._max_file_bytes = max_file_bytes
         self._rotate_interval_ms = rotate_interval_ms
         self._flush_s = flush_interval_ms / 1000.0
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        # The hand-off to the writer thread: deque.append and popleft are atomic, so the
+        # request path takes no lock and wakes no thread; the writer polls (POLL_S).
+        self._pending: deque[dict[str, Any]] = deque()
+        self._queue_size = queue_size
+        self._stopping = False
         self._lock = threading.Lock()
         self._dropped = 0
         self._dropped_reported = 0
@@ -114,7 +120,7 @@ class AuditLog:
 
     @property
     def queue_depth(self) -> int:
-        return self._queue.qsize()
+        return len(self._pending)
 
     @property
     def dropped(self) -> int:
@@ -142,11 +148,10 @@ class AuditLog:
             return False
         event = stamp(body, ts=self._clock.now_ms(), broker_id=self._broker_id,
                       event_id=new_event_id())
-        try:
-            self._queue.put_nowait(event)
-        except queue.Full:
+        if len(self._pending) >= self._queue_size:
             self._count_drop()
             return False
+        self._pending.append(event)
         return True
 
     def _count_drop(self) -> None:
@@ -176,15 +181,10 @@ class AuditLog:
             return
         self._closed = True
         self.start()
-        deadline = time.monotonic() + timeout
         thread = self._thread
         assert thread is not None
-        try:
-            self._queue.put(_STOP, timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Full:
-            log.warning("audit writer did not drain its queue within %.1fs", timeout)
-            return
-        thread.join(max(0.0, deadline - time.monotonic()))
+        self._stopping = True
+        thread.join(timeout)
         if thread.is_alive():
             log.warning("audit writer still busy after %.1fs; %d events queued",
                         timeout, self.queue_depth)
@@ -192,26 +192,23 @@ class AuditLog:
     # -- writer thread ----------------------------------------------------------
 
     def _run(self) -> None:
-        stopping = False
-        while not stopping:
-            try:
-                item = self._queue.get(timeout=self._flush_s if self._dirty else None)
-            except queue.Empty:
-                self._flush()
+        pending = self._pending
+        while True:
+            # Read the flag before draining: what was queued before close() is written.
+            stopping = self._stopping
+            batch = []
+            while pending and len(batch) < _BATCH:
+                batch.append(pending.popleft())
+            if batch:
+                self._write_batch(batch)
+                if not pending or time.monotonic() - self._last_flush >= self._flush_s:
+                    self._flush()
                 continue
-            batch = [item]
-            while len(batch) < _BATCH:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            if _STOP in batch:
-                stopping = True
-                batch = batch[: batch.index(_STOP)]
-            self._write_batch(batch)
-            if (stopping or self._queue.empty()
-                    or time.monotonic() - self._last_flush >= self._flush_s):
+            if stopping:
+                break
+            if self._dirty and time.monotonic() - self._last_flush >= self._flush_s:
                 self._flush()
+            time.sleep(POLL_S)
         self._write_batch([])
         self._flush()
         self._close_file()
