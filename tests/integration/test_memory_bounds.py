@@ -94,6 +94,16 @@ def _metric(cluster: LocalCluster, name: str) -> float:
     return 0.0
 
 
+def _metric_line(cluster: LocalCluster, series: str) -> float:
+    """The value of one exact series (name and labels) on the metrics page."""
+    url = f"http://{cluster.broker_info(1)['metrics']}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as page:
+        for line in page.read().decode().splitlines():
+            if line.startswith(series + " "):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def _log(cluster: LocalCluster) -> str:
     return Path(cluster.broker_info(1)["log"]).read_text(errors="replace")
 
@@ -272,3 +282,55 @@ def test_three_thousand_idle_connections_from_one_address_are_capped_at_2000(
             sock.close()
     assert "max.connections.per.ip=2000 reached" in _log(defaults)
     assert poll_until(lambda: _metric(defaults, "tokensvc_active_connections") == 0, timeout=30)
+
+
+# -- output back-pressure ------------------------------------------------------------------------
+
+
+def test_client_that_does_not_read_its_responses_stops_being_read_and_is_served_in_order(
+    defaults: LocalCluster,
+) -> None:
+    # 60,000 pipelined ApiVersions requests ask for about 20 MB of responses. A broker
+    # that kept answering an unread connection would hold them; this one stops reading
+    # it once 256 KB of responses wait (plus what the kernel's socket buffers take).
+    count = 60_000
+    requests = b"".join(
+        frame(encode_request(RequestHeader(API_VERSIONS, 3, corr, "membounds"), {}))
+        for corr in range(count)
+    )
+    sock = socket.socket()
+    # A fixed receive buffer (no autotuning): the kernel holds little of what is unread.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    sock.settimeout(30)
+    sock.connect(_address(defaults))
+    before = _rss(defaults)
+    sender = threading.Thread(target=lambda: sock.sendall(requests), daemon=True)
+    sender.start()
+    answered = _metric_line(defaults, 'tokensvc_requests_total{api="ApiVersions",error="NONE"}')
+    try:
+        # The broker stops answering (and reading) the connection that does not read: the
+        # count of ApiVersions answered settles below what was sent. (The sender may still
+        # finish: the kernel's receive buffer on the broker's side can hold the requests.)
+        last = [-1.0]
+
+        def settled() -> bool:
+            now = _metric_line(
+                defaults, 'tokensvc_requests_total{api="ApiVersions",error="NONE"}')
+            done, last[0] = now == last[0], now
+            return done
+
+        assert poll_until(settled, timeout=60, interval=1.0)
+        assert last[0] - answered < count
+        response_size = len(frame(b"")) + struct.unpack(">i", _recv_exact(sock, 4))[0]
+        grown = max(_rss(defaults) for _ in range(10)) - before
+        assert grown < response_size * count // 3, f"the broker grew by {grown / MB:.1f} MB"
+        # Reading lets everything through, in request order.
+        first = _recv_exact(sock, response_size - 4)
+        assert struct.unpack(">i", first[:4])[0] == 0
+        for corr in range(1, count):
+            size = struct.unpack(">i", _recv_exact(sock, 4))[0]
+            assert struct.unpack(">i", _recv_exact(sock, size)[:4])[0] == corr
+        sender.join(30)
+        assert not sender.is_alive()
+    finally:
+        sock.close()
