@@ -29,7 +29,8 @@ its idle and stalled-frame timeouts, and how it ends. Broker-wide it owns the
   closed when idle for ``connections.max.idle.ms``, or when a frame begun
   has not arrived completely within ``request.timeout.ms`` (capped by the
   idle time). A connection waiting for a request to finish or for pool
-  memory is neither.
+  memory is neither; one whose client does not read its responses counts
+  as idle from its last read or write.
 
 Must not: decide anything about Kafka requests beyond which API may be sent
 in which session state (``Session``) and KIP-368's expiry; crash the broker
@@ -682,7 +683,7 @@ class Connection(asyncio.BufferedProtocol):
         if self._in_flight is not None or self._waiting_memory:
             self._arm(now + self._idle_s)
             return
-        if self._frame_started is not None and self._rx.buffered:
+        if self._frame_started is not None and self._rx.buffered and not self._write_paused:
             deadline = self._frame_started + self._stalled_s
             if now >= deadline:
                 log.info("closing %s:%d on %s: request frame not complete within "
