@@ -8,11 +8,8 @@ import random
 import pytest
 
 from tokensvc.broker.connection import ReceiveBuffer, RequestMemoryPool
-from tokensvc.broker.precomputed import (
-    HANDSHAKE_ERRORS,
-    PrecomputedResponses,
-    api_versions_body,
-)
+from tokensvc.broker.handlers.cluster import api_versions_body
+from tokensvc.broker.precomputed import HANDSHAKE_ERRORS, PrecomputedResponses
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import SUPPORTED, FrameTooLargeError, RequestHeader, encode_response, frame
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 
+from tokensvc.broker.handlers.cluster import api_versions_body
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import SUPPORTED, RequestHeader, encode_response
 
@@ -31,18 +32,6 @@ HANDSHAKE_ERRORS = (
     Errors.ILLEGAL_SASL_STATE,
     Errors.UNSUPPORTED_SASL_MECHANISM,
 )
-
-
-def api_versions_body(error: Errors = Errors.NONE) -> dict:
-    """The ApiVersions response body: every API and version range this broker serves."""
-    return {
-        "ErrorCode": int(error),
-        "ApiKeys": [
-            {"ApiKey": int(key), "MinVersion": lo, "MaxVersion": hi}
-            for key, (lo, hi) in sorted(SUPPORTED.items())
-        ],
-        "ThrottleTimeMs": 0,
-    }
 
 
 def _body_bytes(api_key: int, version: int, body: dict) -> bytes:
