@@ -6,12 +6,13 @@ first event), their mode (0640), rotation by size and by time, and flushing
 (at least every ``flush_interval_ms`` while lines are pending, and whenever the
 queue runs empty).
 
-:meth:`AuditLog.emit` is called on the request path, so it must never block,
-take a lock or wake a thread, and never do file I/O: it validates and stamps the
-event, then appends it to a bounded deque that the writer thread drains (it looks
-every ``POLL_S`` when it found nothing). When the queue is full the *newest*
-event (the one being emitted) is dropped and counted; the writer then puts an ``"audit"`` line with
-the number dropped into the log before the next events it writes, so a gap is
+:meth:`AuditLog.emit` is called on the request path, so it must never block or
+take a lock, and never do file I/O: it validates and stamps the event, then
+appends it to a bounded deque that the writer thread drains (emit wakes it
+with a byte on a pipe when the deque turns non-empty: a system call, no lock).
+When the queue is full the *newest* event (the one being emitted) is dropped
+and counted; the writer then puts an ``"audit"`` line with the number dropped
+into the log before the next events it writes, so a gap is
 visible in the log itself and not only in a metric. Dropping rather than
 blocking is deliberate: a slow disk must not stall authentication.
 
@@ -28,6 +29,7 @@ import json
 import logging
 import os
 import random
+import select
 import threading
 import time
 from collections import deque
@@ -43,8 +45,6 @@ log = logging.getLogger(__name__)
 FILE_MODE = 0o640
 DIR_MODE = 0o750
 _BATCH = 1024
-# How often the writer thread looks for new events when it found none.
-POLL_S = 0.01
 SYSTEM_CLOCK = SystemClock()
 
 
@@ -91,8 +91,10 @@ class AuditLog:
         self._rotate_interval_ms = rotate_interval_ms
         self._flush_s = flush_interval_ms / 1000.0
         # The hand-off to the writer thread: deque.append and popleft are atomic, so the
-        # request path takes no lock and wakes no thread; the writer polls (POLL_S).
+        # request path takes no lock; a byte on the pipe wakes the writer when the deque
+        # turns non-empty (queue.Queue took a lock and ran Condition.notify per event).
         self._pending: deque[dict[str, Any]] = deque()
+        self._wake_r, self._wake_w = -1, -1
         self._queue_size = queue_size
         self._stopping = False
         self._lock = threading.Lock()
@@ -148,11 +150,23 @@ class AuditLog:
             return False
         event = stamp(body, ts=self._clock.now_ms(), broker_id=self._broker_id,
                       event_id=new_event_id())
-        if len(self._pending) >= self._queue_size:
+        pending = self._pending
+        if len(pending) >= self._queue_size:
             self._count_drop()
             return False
-        self._pending.append(event)
+        was_empty = not pending
+        pending.append(event)
+        if was_empty:
+            self._wake()
         return True
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"\0")
+        except BlockingIOError:
+            pass  # the pipe is full: the writer has wake-ups enough
+        except OSError:
+            pass  # not started, or closed: close() writes what is queued
 
     def _count_drop(self) -> None:
         with self._lock:
@@ -166,6 +180,8 @@ class AuditLog:
             return
         self._directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         self._last_flush = time.monotonic()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
         self._thread = threading.Thread(
             target=self._run, name=f"audit-writer-{self._broker_id}", daemon=True
         )
@@ -184,6 +200,7 @@ class AuditLog:
         thread = self._thread
         assert thread is not None
         self._stopping = True
+        self._wake()
         thread.join(timeout)
         if thread.is_alive():
             log.warning("audit writer still busy after %.1fs; %d events queued",
@@ -206,12 +223,21 @@ class AuditLog:
                 continue
             if stopping:
                 break
-            if self._dirty and time.monotonic() - self._last_flush >= self._flush_s:
+            timeout = None
+            if self._dirty:
+                timeout = max(0.0, self._last_flush + self._flush_s - time.monotonic())
+            ready, _, _ = select.select([self._wake_r], [], [], timeout)
+            if ready:
+                os.read(self._wake_r, 4096)
+            elif self._dirty:
                 self._flush()
-            time.sleep(POLL_S)
         self._write_batch([])
         self._flush()
         self._close_file()
+        wake_r, wake_w = self._wake_r, self._wake_w
+        self._wake_r = self._wake_w = -1  # a late emit's wake-up then fails harmlessly
+        os.close(wake_r)
+        os.close(wake_w)
 
     def _write_batch(self, batch: list[dict[str, Any]]) -> None:
         done = 0
