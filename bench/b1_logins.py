@@ -17,6 +17,11 @@ transport floor -- the same client pattern (connect, three round trips of
 login-sized frames, close) against a server process that answers without doing
 anything.
 
+Also measured: the broker process's CPU time per login inside the window (less
+sensitive to a shared machine than the wall rate), and the login rate while a
+second client process holds ``IDLE_CONNECTIONS`` logged-in idle connections to the
+same broker.
+
 Targets: >= 2,000 logins/s and >= 0.3 of the in-process rate.
 """
 
@@ -26,12 +31,15 @@ import asyncio
 import base64
 import itertools
 import multiprocessing
+import os
 import socket
+import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from bench import env
-from bench.load import Window, WorkerReport, run_processes, until
+from bench.load import SPAWN_ALLOWANCE_S, Window, WorkerReport, _run_worker, run_processes, until
 from bench.suite import BenchContext, Outcome, Target, ratio
 from bench.wire import (
     CREATE_TOKEN,
@@ -57,6 +65,7 @@ MECHANISM = ScramMechanism.SCRAM_SHA_256
 TOKEN_POOL = 64
 TARGET_RATE = 2_000
 TARGET_RATIO = 0.3
+IDLE_CONNECTIONS = 1_000
 
 
 async def create_tokens(address: str, user: str, password: str, count: int) -> list[dict]:
@@ -168,6 +177,89 @@ async def reauth_workload(window: Window, params: dict[str, Any]) -> WorkerRepor
     await asyncio.gather(*(loop(n) for n in range(params["concurrency"])))
     await until(window.end)
     return report
+
+
+async def idle_workload(window: Window, params: dict[str, Any]) -> WorkerReport:
+    """Worker: open ``count`` connections, log each in once, then hold them silent until the
+    window ends; ``done`` is how many were open and logged in before the window opened."""
+    address: str = params["address"]
+    tokens: list[tuple[str, str]] = params["tokens"]
+    salted: dict = {}
+    host, _, port = address.rpartition(":")
+    report = WorkerReport()
+    conns: list[WireConnection] = []
+    try:
+        for n in range(params["count"]):
+            conn = await WireConnection.open(host, int(port))
+            conns.append(conn)
+            token_id, password = tokens[n % len(tokens)]
+            await login(conn, MECHANISM, token_id, password, token=True, salted_cache=salted)
+            if time.time() < window.start:
+                report.done = len(conns)
+        await until(window.end)
+    except (WireError, OSError) as exc:
+        report.errors += 1
+        report.error_samples.append(str(exc))
+    finally:
+        for conn in conns:
+            conn.close()
+    return report
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (Linux ``/proc``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuWindow:
+    """Samples one process's CPU time at a window's start and end (from a thread)."""
+
+    def __init__(self, pid: int, start: float, end: float) -> None:
+        self.seconds: float | None = None
+        self._thread = threading.Thread(target=self._run, args=(pid, start, end), daemon=True)
+        self._thread.start()
+
+    def _run(self, pid: int, start: float, end: float) -> None:
+        time.sleep(max(0.0, start - time.time()))
+        first = process_cpu_seconds(pid)
+        time.sleep(max(0.0, end - time.time()))
+        self.seconds = process_cpu_seconds(pid) - first
+
+    def join(self) -> float | None:
+        self._thread.join()
+        return self.seconds
+
+
+def measured_logins(
+    address: str, tokens: list[tuple[str, str]], pid: int | None, sizes: Any,
+    idle: int = 0,
+) -> tuple[WorkerReport, float, float | None, int]:
+    """Run the login workload (with ``idle`` held connections when > 0); the report, the
+    window, the broker's CPU seconds in the window, and the idle connections held."""
+    start = time.time() + SPAWN_ALLOWANCE_S + 1.0 + (idle / 500.0)
+    cpu = CpuWindow(pid, start, start + sizes.b1_seconds) if pid else None
+    holder = None
+    if idle:
+        pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        holder = pool.submit(
+            _run_worker, "bench.b1_logins:idle_workload",
+            Window(start, start + sizes.b1_seconds),
+            {"address": address, "tokens": tokens, "count": idle},
+        )
+    try:
+        report, seconds = run_processes(
+            "bench.b1_logins:login_workload",
+            {"address": address, "tokens": tokens, "concurrency": sizes.b1_concurrency},
+            processes=sizes.b1_processes, warmup_s=1.0, seconds=sizes.b1_seconds,
+            start_at=start,
+        )
+        held = holder.result(timeout=120).done if holder else 0
+    finally:
+        if holder:
+            pool.shutdown()
+    return report, seconds, cpu.join() if cpu else None, held
 
 
 class _FloorServer(asyncio.Protocol):
@@ -337,14 +429,13 @@ def run(ctx: BenchContext) -> Outcome:
     tokens = credentials_of(responses)
     asyncio.run(wait_until_login_works(address, tokens))
 
-    report, seconds = run_processes(
-        "bench.b1_logins:login_workload",
-        {"address": address, "tokens": tokens, "concurrency": sizes.b1_concurrency},
-        processes=sizes.b1_processes,
-        warmup_s=1.0,
-        seconds=sizes.b1_seconds,
-    )
+    pid = handle.cluster.broker_info(broker_id).get("pid")
+    report, seconds, cpu, _ = measured_logins(address, tokens, pid, sizes)
     measured = report.done / seconds
+    idle_count = 100 if ctx.quick else IDLE_CONNECTIONS
+    idle_report, idle_seconds, idle_cpu, held = measured_logins(
+        address, tokens, pid, sizes, idle=idle_count
+    )
     reauth, reauth_window = run_processes(
         "bench.b1_logins:reauth_workload",
         {"address": address, "tokens": tokens, "concurrency": sizes.b1_concurrency},
@@ -390,6 +481,17 @@ def run(ctx: BenchContext) -> Outcome:
             "reauth_errors": reauth.errors,
             "reauth_latency": env.summary(reauth.latencies),
             "transport_floor_per_s": round(floor, 1),
+            "broker_cpu_us_per_login": (
+                round(cpu / report.done * 1e6, 1) if cpu is not None and report.done else None
+            ),
+            "idle_connections_held": held,
+            "logins_per_s_with_idle": round(idle_report.done / idle_seconds, 1),
+            "broker_cpu_us_per_login_with_idle": (
+                round(idle_cpu / idle_report.done * 1e6, 1)
+                if idle_cpu is not None and idle_report.done else None
+            ),
+            "errors_with_idle": idle_report.errors,
+            "load_average": [round(x, 2) for x in os.getloadavg()],
         },
     )
 

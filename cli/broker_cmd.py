@@ -37,6 +37,7 @@ def broker(config_path: str, log_level: str) -> None:
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     for notice in loaded.notices:
         logging.getLogger("tokensvc.config").warning("%s", notice)
+    from tokensvc.broker import eventloop
     from tokensvc.broker.broker import run_broker
 
     async def main() -> None:
@@ -47,6 +48,6 @@ def broker(config_path: str, log_level: str) -> None:
         await run_broker(config, stop)
 
     try:
-        asyncio.run(main())
+        eventloop.run(main())
     except OSError as exc:
         raise click.ClickException(f"broker {config.broker_id} could not start: {exc}") from None

@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from tokensvc.broker import eventloop
 from tokensvc.broker.broker import Broker
 from tokensvc.core.config import BrokerConfig
 from tokensvc.scram.formatter import ScramMechanism
@@ -50,7 +51,7 @@ class InProcessBroker:
     _error: BaseException | None = None
 
     def start(self, timeout: float = 30.0) -> InProcessBroker:
-        self.loop = asyncio.new_event_loop()
+        self.loop = eventloop.new_event_loop()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
         if not self._started.wait(timeout):

@@ -488,3 +488,18 @@ def test_every_attribute_is_a_declared_key() -> None:
     attributes = {f.name for f in dataclasses.fields(BrokerConfig)}
     declared = {key.attribute for key in BROKER_CONFIG.keys.values()}
     assert attributes - declared == {"master_keys"}
+
+
+def test_queued_max_request_bytes_below_socket_request_max_bytes_is_refused() -> None:
+    error = refused("queued.max.request.bytes", queued__max__request__bytes="1000",
+                    socket__request__max__bytes="2048")
+    assert "socket.request.max.bytes" in str(error)
+
+
+@pytest.mark.parametrize("value", ["0", "-2"])
+def test_queued_max_request_bytes_zero_or_below_minus_one_is_refused(value: str) -> None:
+    refused("queued.max.request.bytes", queued__max__request__bytes=value)
+
+
+def test_queued_max_request_bytes_minus_one_means_no_cap() -> None:
+    assert build(queued__max__request__bytes="-1").queued_max_request_bytes == -1

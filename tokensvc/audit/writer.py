@@ -6,11 +6,13 @@ first event), their mode (0640), rotation by size and by time, and flushing
 (at least every ``flush_interval_ms`` while lines are pending, and whenever the
 queue runs empty).
 
-:meth:`AuditLog.emit` is called on the request path, so it must never block
-and never do file I/O: it validates and stamps the event, then
-``put_nowait``\\ s it. When the queue is full the *newest* event (the one being
-emitted) is dropped and counted; the writer then puts an ``"audit"`` line with
-the number dropped into the log before the next events it writes, so a gap is
+:meth:`AuditLog.emit` is called on the request path, so it must never block or
+take a lock, and never do file I/O: it validates and stamps the event, then
+appends it to a bounded deque that the writer thread drains (emit wakes it
+with a byte on a pipe when the deque turns non-empty: a system call, no lock).
+When the queue is full the *newest* event (the one being emitted) is dropped
+and counted; the writer then puts an ``"audit"`` line with the number dropped
+into the log before the next events it writes, so a gap is
 visible in the log itself and not only in a metric. Dropping rather than
 blocking is deliberate: a slow disk must not stall authentication.
 
@@ -26,10 +28,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import queue
+import random
+import select
 import threading
 import time
-import uuid
+from collections import deque
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
@@ -42,8 +45,18 @@ log = logging.getLogger(__name__)
 FILE_MODE = 0o640
 DIR_MODE = 0o750
 _BATCH = 1024
-_STOP = object()
 SYSTEM_CLOCK = SystemClock()
+
+
+_IDS = random.Random(int.from_bytes(os.urandom(16), "big"))
+_UUID4_CLEAR = ((1 << 128) - 1) ^ ((0xF << 76) | (0x3 << 62))
+_UUID4_SET = (0x4 << 76) | (0x2 << 62)
+
+
+def new_event_id() -> str:
+    """A random version-4 UUID as 32 hex digits, as ``uuid.uuid4().hex`` gives, built from
+    one ``getrandbits`` call (event ids need uniqueness, not unpredictability)."""
+    return f"{(_IDS.getrandbits(128) & _UUID4_CLEAR) | _UUID4_SET:032x}"
 
 
 def audit_file_name(broker_id: int, opened_ms: int, n: int) -> str:
@@ -77,7 +90,13 @@ class AuditLog:
         self._max_file_bytes = max_file_bytes
         self._rotate_interval_ms = rotate_interval_ms
         self._flush_s = flush_interval_ms / 1000.0
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=queue_size)
+        # The hand-off to the writer thread: deque.append and popleft are atomic, so the
+        # request path takes no lock; a byte on the pipe wakes the writer when the deque
+        # turns non-empty (queue.Queue took a lock and ran Condition.notify per event).
+        self._pending: deque[dict[str, Any]] = deque()
+        self._wake_r, self._wake_w = -1, -1
+        self._queue_size = queue_size
+        self._stopping = False
         self._lock = threading.Lock()
         self._dropped = 0
         self._dropped_reported = 0
@@ -103,7 +122,7 @@ class AuditLog:
 
     @property
     def queue_depth(self) -> int:
-        return self._queue.qsize()
+        return len(self._pending)
 
     @property
     def dropped(self) -> int:
@@ -129,15 +148,25 @@ class AuditLog:
         if self._closed:
             self._count_drop()
             return False
-        event = stamp(
-            body, ts=self._clock.now_ms(), broker_id=self._broker_id, event_id=uuid.uuid4().hex
-        )
-        try:
-            self._queue.put_nowait(event)
-        except queue.Full:
+        event = stamp(body, ts=self._clock.now_ms(), broker_id=self._broker_id,
+                      event_id=new_event_id())
+        pending = self._pending
+        if len(pending) >= self._queue_size:
             self._count_drop()
             return False
+        was_empty = not pending
+        pending.append(event)
+        if was_empty:
+            self._wake()
         return True
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"\0")
+        except BlockingIOError:
+            pass  # the pipe is full: the writer has wake-ups enough
+        except OSError:
+            pass  # not started, or closed: close() writes what is queued
 
     def _count_drop(self) -> None:
         with self._lock:
@@ -151,6 +180,8 @@ class AuditLog:
             return
         self._directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         self._last_flush = time.monotonic()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
         self._thread = threading.Thread(
             target=self._run, name=f"audit-writer-{self._broker_id}", daemon=True
         )
@@ -166,15 +197,11 @@ class AuditLog:
             return
         self._closed = True
         self.start()
-        deadline = time.monotonic() + timeout
         thread = self._thread
         assert thread is not None
-        try:
-            self._queue.put(_STOP, timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Full:
-            log.warning("audit writer did not drain its queue within %.1fs", timeout)
-            return
-        thread.join(max(0.0, deadline - time.monotonic()))
+        self._stopping = True
+        self._wake()
+        thread.join(timeout)
         if thread.is_alive():
             log.warning("audit writer still busy after %.1fs; %d events queued",
                         timeout, self.queue_depth)
@@ -182,29 +209,35 @@ class AuditLog:
     # -- writer thread ----------------------------------------------------------
 
     def _run(self) -> None:
-        stopping = False
-        while not stopping:
-            try:
-                item = self._queue.get(timeout=self._flush_s if self._dirty else None)
-            except queue.Empty:
-                self._flush()
+        pending = self._pending
+        while True:
+            # Read the flag before draining: what was queued before close() is written.
+            stopping = self._stopping
+            batch = []
+            while pending and len(batch) < _BATCH:
+                batch.append(pending.popleft())
+            if batch:
+                self._write_batch(batch)
+                if not pending or time.monotonic() - self._last_flush >= self._flush_s:
+                    self._flush()
                 continue
-            batch = [item]
-            while len(batch) < _BATCH:
-                try:
-                    batch.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            if _STOP in batch:
-                stopping = True
-                batch = batch[: batch.index(_STOP)]
-            self._write_batch(batch)
-            if (stopping or self._queue.empty()
-                    or time.monotonic() - self._last_flush >= self._flush_s):
+            if stopping:
+                break
+            timeout = None
+            if self._dirty:
+                timeout = max(0.0, self._last_flush + self._flush_s - time.monotonic())
+            ready, _, _ = select.select([self._wake_r], [], [], timeout)
+            if ready:
+                os.read(self._wake_r, 4096)
+            elif self._dirty:
                 self._flush()
         self._write_batch([])
         self._flush()
         self._close_file()
+        wake_r, wake_w = self._wake_r, self._wake_w
+        self._wake_r = self._wake_w = -1  # a late emit's wake-up then fails harmlessly
+        os.close(wake_r)
+        os.close(wake_w)
 
     def _write_batch(self, batch: list[dict[str, Any]]) -> None:
         done = 0
@@ -230,7 +263,7 @@ class AuditLog:
             dropped_event(dropped=total - self._dropped_reported, dropped_total=total),
             ts=now,
             broker_id=self._broker_id,
-            event_id=uuid.uuid4().hex,
+            event_id=new_event_id(),
         )
         self._write_line(now, marker)
         self._dropped_reported = total

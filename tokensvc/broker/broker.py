@@ -33,7 +33,7 @@ from tokensvc.authz.acl import (
 )
 from tokensvc.authz.authorizer import ALL_OPERATIONS_BITFIELD, AclAuthorizer
 from tokensvc.broker.context import RequestContext
-from tokensvc.broker.handlers import HANDLERS
+from tokensvc.broker.handlers import HANDLERS, sasl
 from tokensvc.broker.metrics import BrokerMetrics
 from tokensvc.broker.server import BrokerServer
 from tokensvc.broker.session import Session
@@ -123,7 +123,7 @@ class Broker:
             if config.audit_log_dir
             else AuditLog.disabled()
         )
-        self.server = BrokerServer(self)
+        self.server: BrokerServer | None = None  # needs the session registry
         self.sessions: SessionRegistry | None = None  # needs the running loop
         self.forwarder = None
         self.cluster_id = config.cluster_id or ""
@@ -141,6 +141,23 @@ class Broker:
             clock=self.clock,
         )
         self.cache.add_listener(self.sessions.on_token_change)
+
+        async def raw_sasl(session: Session, payload: bytes) -> bytes:
+            return (await sasl.evaluate(self, session, payload))[0]
+
+        self.server = BrokerServer(
+            self.config,
+            dispatch=self.dispatch,
+            raw_sasl=raw_sasl,
+            handshake=lambda session, mechanism, version: sasl.begin_handshake(
+                self, session, mechanism, version
+            ),
+            sessions=self.sessions,
+            metrics=self.metrics,
+            clock=self.clock,
+            on_session_expired=self.on_session_expired,
+            api_name=self.api_name,
+        )
         self.audit.start()
         settings = ZkSettings(
             self.config.zookeeper_connect,
@@ -207,7 +224,8 @@ class Broker:
 
     async def stop(self) -> None:
         log.info("broker %d stopping", self.broker_id)
-        await self.server.close()
+        if self.server is not None:
+            await self.server.close()
         if self.forwarder is not None:
             await self.forwarder.close()
         for part in ("sweeper", "election", "registry", "acl_sync", "credential_sync", "token_sync"):

@@ -15,16 +15,18 @@ most ``MAX_CLIENT_IDS`` distinct values; later ones are counted as ``OTHER``.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import Any
+from bisect import bisect_left
+from collections.abc import Callable, Iterable
 
 from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
-    Histogram,
     start_http_server,
 )
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from tokensvc.core.errors import Errors
 
@@ -57,21 +59,80 @@ class CappedLabelCounter:
         return self._counter.labels(value)
 
 
+class LoopCounts(Collector):
+    """Request counts, request latency and SCRAM logins: the metrics every login touches.
+
+    prometheus_client's own counters and histograms take a lock on every update; these
+    are plain ints and floats updated by the event loop thread only (the one thread that
+    serves requests), read at scrape time from the HTTP thread: a scrape may miss an
+    update in flight, never corrupt one. Exported as ``tokensvc_requests`` (counter,
+    ``api``, ``error``), ``tokensvc_request_latency_seconds`` (histogram, ``api``) and
+    ``tokensvc_scram_logins`` (counter, ``mechanism``, ``result``, ``kind``).
+    """
+
+    def __init__(self) -> None:
+        self._requests: dict[tuple[str, int], int] = {}
+        self._latency: dict[str, list[float]] = {}  # api -> bucket counts, then count, sum
+        self._logins: dict[tuple[str, str, str], int] = {}
+        self._error_names: dict[int, str] = {}
+
+    def request(self, api: str, error: int, seconds: float) -> None:
+        key = (api, error)
+        self._requests[key] = self._requests.get(key, 0) + 1
+        hist = self._latency.get(api)
+        if hist is None:
+            hist = self._latency[api] = [0] * (len(_LATENCY_BUCKETS) + 2)
+        hist[bisect_left(_LATENCY_BUCKETS, seconds)] += 1
+        hist[-1] += seconds
+
+    def login(self, mechanism: str, result: str, kind: str) -> None:
+        key = (mechanism, result, kind)
+        self._logins[key] = self._logins.get(key, 0) + 1
+
+    def _error_name(self, error: int) -> str:
+        name = self._error_names.get(error)
+        if name is None:
+            try:
+                name = Errors(error).name
+            except ValueError:
+                name = str(error)
+            self._error_names[error] = name
+        return name
+
+    def collect(self) -> Iterable[Metric]:
+        requests = CounterMetricFamily(
+            "tokensvc_requests", "Requests handled, by API and error code", labels=["api", "error"]
+        )
+        for (api, error), count in list(self._requests.items()):
+            requests.add_metric([api, self._error_name(error)], count)
+        yield requests
+        latency = HistogramMetricFamily(
+            "tokensvc_request_latency_seconds", "Request handling latency", labels=["api"]
+        )
+        for api, hist in list(self._latency.items()):
+            counts = list(hist)
+            buckets, total = [], 0
+            for bound, count in zip(_LATENCY_BUCKETS, counts, strict=False):
+                total += count
+                buckets.append((floatToGoString(bound), total))
+            total += counts[len(_LATENCY_BUCKETS)]
+            buckets.append(("+Inf", total))
+            latency.add_metric([api], buckets, sum_value=counts[-1])
+        yield latency
+        logins = CounterMetricFamily(
+            "tokensvc_scram_logins", "SCRAM logins by mechanism, result and kind (user or token)",
+            labels=["mechanism", "result", "kind"],
+        )
+        for labels, count in list(self._logins.items()):
+            logins.add_metric(list(labels), count)
+        yield logins
+
+
 class BrokerMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
-        self._request_children: dict[tuple[str, int], tuple[Any, Any]] = {}
-        self.requests = Counter(
-            "tokensvc_requests", "Requests handled, by API and error code", ["api", "error"], registry=r
-        )
-        self.latency = Histogram(
-            "tokensvc_request_latency_seconds", "Request handling latency", ["api"],
-            buckets=_LATENCY_BUCKETS, registry=r,
-        )
-        self.logins = Counter(
-            "tokensvc_scram_logins", "SCRAM logins by mechanism, result and kind (user or token)",
-            ["mechanism", "result", "kind"], registry=r,
-        )
+        self._loop_counts = LoopCounts()
+        r.register(self._loop_counts)
         self.token_requests = Counter(
             "tokensvc_token_requests", "Token API outcomes", ["action", "error"], registry=r
         )
@@ -114,22 +175,10 @@ class BrokerMetrics:
         self._callbacks.append(g)
 
     def request(self, api: str, error: int, seconds: float) -> None:
-        # Every request lands here: keep the labelled children instead of looking
-        # them up (labels() validates and hashes its arguments on each call).
-        key = (api, error)
-        children = self._request_children.get(key)
-        if children is None:
-            try:
-                name = Errors(error).name
-            except ValueError:
-                name = str(error)
-            children = (self.requests.labels(api, name), self.latency.labels(api))
-            self._request_children[key] = children
-        children[0].inc()
-        children[1].observe(seconds)
+        self._loop_counts.request(api, error, seconds)
 
     def login(self, mechanism: str | None, result: str, kind: str) -> None:
-        self.logins.labels(mechanism or "", result, kind).inc()
+        self._loop_counts.login(mechanism or "", result, kind)
 
     def reauthentication(self, mechanism: str | None, result: str) -> None:
         self.reauthentications.labels(mechanism or "", result).inc()

@@ -183,9 +183,15 @@ _KEYS = [
     ConfigKey("audit.file.rotate.ms", Type.LONG, 3_600_000, at_least(1), L,
               "Age at which an audit file is rotated."),
     ConfigKey("socket.request.max.bytes", Type.INT, 1_048_576, at_least(1), H,
-              "Largest request frame accepted; a larger size prefix closes the connection."),
-    ConfigKey("queued.max.request.bytes", Type.LONG, 16_777_216, at_least(1), M,
-              "Bytes of requests read but not yet answered before the broker stops reading."),
+              "Largest request frame accepted after login; a larger size prefix closes the "
+              "connection. The largest request this service serves (a CreateAcls or "
+              "AlterUserScramCredentials batch) is a few KB; Kafka's 100 MB default would let "
+              "one logged-in user make the broker buffer 100 MB per connection."),
+    ConfigKey("queued.max.request.bytes", Type.LONG, 16_777_216, at_least(1, also=(-1,)), M,
+              "Broker-wide cap on the bytes of request frames held beyond each connection's "
+              "fixed 4 KB receive buffer (as Kafka's memory pool). A connection whose next "
+              "frame does not fit stops being read until memory is freed; nothing is refused "
+              "or closed for it. Must be at least `socket.request.max.bytes`; -1 = no cap."),
     ConfigKey("connections.max.idle.ms", Type.LONG, 600_000, at_least(1), M,
               "Idle connections are closed after this long."),
     ConfigKey("connection.failed.authentication.delay.ms", Type.INT, 100, at_least(0), L,
@@ -339,6 +345,14 @@ def _build(values: Mapping[str, object], resolved: Mapping[str, str]) -> BrokerC
     sasl_listeners = [lst for lst in listeners if lst.security_protocol.startswith("SASL_")]
     if sasl_listeners and not mechanisms:
         raise ConfigError("sasl.enabled.mechanisms", "is empty but SASL listeners are configured")
+
+    queued, frame_max = values["queued.max.request.bytes"], values["socket.request.max.bytes"]
+    if 0 < queued < frame_max:
+        # As Kafka: a frame larger than the whole cap could never be read.
+        raise ConfigError(
+            "queued.max.request.bytes",
+            f"must be >= socket.request.max.bytes ({frame_max}) or -1, got {queued}",
+        )
 
     inter_name = values["inter.broker.listener.name"]
     if inter_name is not None:

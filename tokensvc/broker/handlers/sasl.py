@@ -46,22 +46,22 @@ def failure_message(mechanism: str | None) -> str:
     )
 
 
-async def handle_handshake(broker: Broker, ctx: RequestContext, body: dict) -> dict:
-    session = ctx.session
-    enabled = list(broker.config.sasl_enabled_mechanisms)
-    mechanism = body.get("Mechanism") or ""
+def begin_handshake(broker: Broker, session: Session | None, mechanism: str, version: int) -> Errors:
+    """Apply a SaslHandshake to ``session``; the response's error code. The response body is
+    otherwise fixed (the enabled mechanisms), so the server may send it precomputed."""
+    enabled = broker.config.sasl_enabled_mechanisms
     if session is None or not session.security_protocol.startswith("SASL_"):
-        return {"ErrorCode": int(Errors.ILLEGAL_SASL_STATE), "Mechanisms": enabled}
+        return Errors.ILLEGAL_SASL_STATE
     if mechanism not in enabled:
         session.close()
-        return {"ErrorCode": int(Errors.UNSUPPORTED_SASL_MECHANISM), "Mechanisms": enabled}
+        return Errors.UNSUPPORTED_SASL_MECHANISM
     if not session.reauth_mechanism_allowed(mechanism):
         _refuse_reauth(broker, session, mechanism, "mechanism_changed")
-        return {"ErrorCode": int(Errors.UNSUPPORTED_SASL_MECHANISM), "Mechanisms": enabled}
+        return Errors.UNSUPPORTED_SASL_MECHANISM
     try:
-        session.on_handshake(ctx.api_version)
+        session.on_handshake(version)
     except IllegalSaslState:
-        return {"ErrorCode": int(Errors.ILLEGAL_SASL_STATE), "Mechanisms": enabled}
+        return Errors.ILLEGAL_SASL_STATE
     session.mechanism = mechanism
     session.sasl = ScramServer(
         ScramMechanism.from_name(mechanism),
@@ -70,7 +70,12 @@ async def handle_handshake(broker: Broker, ctx: RequestContext, body: dict) -> d
         max_message_bytes=broker.config.sasl_max_message_bytes,
         fake_salt_secret=broker.fake_salt_secret,
     )
-    return {"ErrorCode": 0, "Mechanisms": enabled}
+    return Errors.NONE
+
+
+async def handle_handshake(broker: Broker, ctx: RequestContext, body: dict) -> dict:
+    error = begin_handshake(broker, ctx.session, body.get("Mechanism") or "", ctx.api_version)
+    return {"ErrorCode": int(error), "Mechanisms": list(broker.config.sasl_enabled_mechanisms)}
 
 
 async def evaluate(broker: Broker, session: Session, auth_bytes: bytes) -> tuple[bytes, int]:
@@ -241,4 +246,4 @@ def _authenticate_error(version: int, error: Errors) -> dict:
 register(17, ApiHandler("SaslHandshake", handle_handshake, _handshake_error))
 register(36, ApiHandler("SaslAuthenticate", handle_authenticate, _authenticate_error))
 
-__all__ = ["evaluate", "failure_message", "simple_error"]
+__all__ = ["begin_handshake", "evaluate", "failure_message", "simple_error"]

@@ -1,0 +1,754 @@
+"""One client connection on asyncio's Protocol API: framing, order, memory and time limits.
+
+Owns, per connection: the receive buffer frames are parsed from, the order
+in which requests are answered, the back-pressure that bounds what it holds,
+its idle and stalled-frame timeouts, and how it ends. Broker-wide it owns the
+:class:`RequestMemoryPool` (``queued.max.request.bytes``).
+
+- **Framing.** The socket reads straight into a fixed 4 KB buffer per
+  connection (``BufferedProtocol``: no bytes object per read) and a frame's
+  payload is decoded in place from a ``memoryview``: no copy per frame. The
+  buffer is reused; bytes move only when a frame straddles its end. A frame
+  larger than the buffer first gets memory from the pool (its size prefix is
+  checked against the limit before anything is allocated); while the pool
+  cannot give it, the connection is not read (TCP pushes back on the client)
+  and nothing is refused.
+- **Order.** One request at a time per connection: the next frame is not
+  decoded before the previous response is written, so responses go out in
+  request order. Frames that arrive meanwhile wait in the buffer; when it is
+  full, reading pauses.
+- **Output.** The transport's write buffer is bounded
+  (``OUTPUT_HIGH_WATER``); above it the connection stops decoding requests
+  and reading until the client has read its responses.
+- **Login path.** ApiVersions and SaslHandshake are answered from
+  :class:`~tokensvc.broker.precomputed.PrecomputedResponses`; SaslAuthenticate
+  and raw SASL frames run ``dispatch`` on the spot, without a task: a task is
+  made only if that coroutine has to wait (the failed-login delay). Other APIs
+  run as one task each. No lock anywhere.
+- **Time.** One timer per connection, re-armed lazily: a connection is
+  closed when idle for ``connections.max.idle.ms``, or when a frame begun
+  has not arrived completely within ``request.timeout.ms`` (capped by the
+  idle time). A connection waiting for a request to finish or for pool
+  memory is neither; one whose client does not read its responses counts
+  as idle from its last read or write.
+
+Must not: decide anything about Kafka requests beyond which API may be sent
+in which session state (``Session``) and KIP-368's expiry; crash the broker
+or stall other connections on client input (every error closes only its
+connection); hold a frame's bytes after its request is decoded, except the
+copy ``RequestContext.payload`` keeps for the APIs that may be forwarded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from tokensvc.broker.context import RequestContext
+from tokensvc.broker.decoding import decode_client_request
+from tokensvc.broker.precomputed import PrecomputedResponses
+from tokensvc.broker.session import IllegalSaslState, Session, State
+from tokensvc.core.config import BrokerConfig, Listener
+from tokensvc.core.errors import Errors, KafkaError
+from tokensvc.core.principal import KafkaPrincipal
+from tokensvc.protocol import FrameTooLargeError, UnsupportedVersionError
+from tokensvc.protocol.primitives import INT32
+from tokensvc.scram.server import ScramAuthenticationError
+
+log = logging.getLogger("tokensvc.broker.server")
+
+RECEIVE_BUFFER_BYTES = 4096
+OUTPUT_HIGH_WATER = 256 * 1024
+OUTPUT_LOW_WATER = 64 * 1024
+CLOSE_FLUSH_S = 1.0
+CLOSE_LINGER_S = 0.5
+SIZE_PREFIX = 4
+
+API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
+ANONYMOUS = KafkaPrincipal("User", "ANONYMOUS")
+
+Dispatch = Callable[[RequestContext, dict], Coroutine[Any, Any, tuple[bytes, int]]]
+RawSasl = Callable[[Session, bytes], Awaitable[bytes]]
+Handshake = Callable[[Session, str, int], Errors]
+
+
+# -- pure parts: the receive buffer and the memory pool ---------------------------------------
+
+
+class ReceiveBuffer:
+    """Frames of one connection, parsed in place from a reused buffer (sans-IO).
+
+    The socket writes into :meth:`writable`; :meth:`received` records how much
+    it wrote; :meth:`next_frame` returns each complete frame's payload as a
+    ``memoryview`` of the buffer, valid until the next call. A size prefix that
+    is negative or above ``max_size`` raises ``FrameTooLargeError`` as soon as
+    its four bytes are in. The buffer has ``base`` bytes; :meth:`grow` gives
+    it room for a larger frame and :meth:`shrink` returns to ``base`` when
+    what is left fits again.
+    """
+
+    def __init__(self, base: int = RECEIVE_BUFFER_BYTES, max_size: int = 2**31 - 1) -> None:
+        self._base = bytearray(base)
+        self._buf = self._base
+        self._view = memoryview(self._buf)
+        self._start = 0
+        self._end = 0
+        self._size: int | None = None
+        self.max_size = max_size
+
+    @property
+    def base(self) -> int:
+        return len(self._base)
+
+    @property
+    def capacity(self) -> int:
+        return len(self._buf)
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet returned as a frame."""
+        return self._end - self._start
+
+    @property
+    def free(self) -> int:
+        return len(self._buf) - self._end
+
+    def writable(self) -> memoryview:
+        return self._view[self._end:]
+
+    def received(self, nbytes: int) -> None:
+        self._end += nbytes
+
+    def discard(self) -> None:
+        """Drop everything buffered (the connection is closing)."""
+        self._start = self._end = 0
+        self._size = None
+
+    def next_size(self) -> int | None:
+        """The size of the next frame once its prefix is in (checked against ``max_size``)."""
+        if self._size is None and self._end - self._start >= SIZE_PREFIX:
+            size = INT32.unpack_from(self._buf, self._start)[0]
+            if size < 0 or size > self.max_size:
+                raise FrameTooLargeError(size, self.max_size)
+            self._size = size
+        return self._size
+
+    def next_frame(self) -> memoryview | None:
+        """The next complete frame's payload, or None until more bytes arrive."""
+        size = self.next_size()
+        if size is None or self._end - self._start - SIZE_PREFIX < size:
+            return None
+        begin = self._start + SIZE_PREFIX
+        self._start = begin + size
+        self._size = None
+        if self._start == self._end:
+            self._start = self._end = 0
+        return self._view[begin:begin + size]
+
+    def room_needed(self) -> int:
+        """Capacity the next frame needs to be held whole (4 while its size is unknown)."""
+        size = self.next_size()
+        return SIZE_PREFIX + (size or 0)
+
+    def make_room(self) -> None:
+        """Move the unparsed bytes to the front when the next frame would not fit after them."""
+        if self._start and self._start + self.room_needed() > len(self._buf):
+            n = self._end - self._start
+            # bytes(): the two ranges may overlap.
+            self._buf[:n] = bytes(self._view[self._start:self._end])
+            self._start, self._end = 0, n
+
+    def grow(self, capacity: int) -> None:
+        """Hold ``capacity`` bytes (a frame larger than the buffer is coming)."""
+        n = self._end - self._start
+        buf = bytearray(capacity)
+        buf[:n] = self._view[self._start:self._end]
+        self._buf, self._view = buf, memoryview(buf)
+        self._start, self._end = 0, n
+
+    def shrink(self) -> bool:
+        """Return to the base buffer if what is buffered and the next frame fit in it."""
+        if self._buf is self._base:
+            return False
+        n = self._end - self._start
+        if n > len(self._base) or self.room_needed() > len(self._base):
+            return False
+        self._base[:n] = self._view[self._start:self._end]
+        self._buf, self._view = self._base, memoryview(self._base)
+        self._start, self._end = 0, n
+        return True
+
+
+class RequestMemoryPool:
+    """The broker-wide budget for request bytes held beyond the connections' own buffers.
+
+    ``queued.max.request.bytes`` (``capacity``; -1 = no cap). A connection
+    that cannot reserve what its next frame needs registers a callback with
+    :meth:`wait` and is not read; :meth:`release` calls the waiters in arrival
+    order while they obtain their memory (each callback reserves and returns
+    True, or returns False to stay first in line).
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self._waiters: deque[Callable[[], bool]] = deque()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def try_reserve(self, nbytes: int) -> bool:
+        """Reserve ``nbytes`` unless that passes the cap or someone is already waiting."""
+        if self._waiters:
+            return False
+        return self.reserve_for_waiter(nbytes)
+
+    def reserve_for_waiter(self, nbytes: int) -> bool:
+        """``try_reserve`` for the waiter at the head of the line."""
+        if self.capacity >= 0 and self.used + nbytes > self.capacity:
+            return False
+        self.used += nbytes
+        return True
+
+    def release(self, nbytes: int) -> None:
+        self.used -= nbytes
+        while self._waiters:
+            if not self._waiters[0]():
+                break
+            self._waiters.popleft()
+
+    def wait(self, callback: Callable[[], bool]) -> None:
+        self._waiters.append(callback)
+
+    def cancel(self, callback: Callable[[], bool]) -> None:
+        try:
+            self._waiters.remove(callback)
+        except ValueError:
+            pass
+
+
+# -- the shared services a connection uses ----------------------------------------------------
+
+
+@dataclass
+class ServerServices:
+    """What every connection of one broker shares (built once by ``BrokerServer``)."""
+
+    config: BrokerConfig
+    dispatch: Dispatch
+    raw_sasl: RawSasl
+    handshake: Handshake
+    sessions: Any  # SessionRegistry: attach/detach
+    metrics: Any  # BrokerMetrics
+    clock: Any  # Clock
+    on_session_expired: Callable[[Session], None]
+    api_name: Callable[[int], str]
+    precomputed: PrecomputedResponses
+    pool: RequestMemoryPool
+    per_ip: Counter[str]
+    live: set[Connection]
+
+
+class _Reyield:
+    """Hands a future a coroutine yielded on to the task now running that coroutine."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: Any) -> None:
+        self.future = future
+
+    def __await__(self):
+        return (yield self.future)
+
+
+async def _continue(coro: Coroutine[Any, Any, Any], waiting: Any) -> Any:
+    """Run the rest of ``coro``, which was started outside a task and yielded ``waiting``."""
+    while True:
+        try:
+            await _Reyield(waiting)
+        except BaseException as exc:  # noqa: BLE001 - cancellation is passed on to coro
+            try:
+                waiting = coro.throw(exc)
+            except StopIteration as done:
+                return done.value
+        else:
+            try:
+                waiting = coro.send(None)
+            except StopIteration as done:
+                return done.value
+
+
+# -- the protocol -----------------------------------------------------------------------------
+
+
+class Connection(asyncio.BufferedProtocol):
+    """One client connection of one listener."""
+
+    def __init__(self, services: ServerServices, listener: Listener) -> None:
+        self._svc = services
+        self._listener = listener
+        config = services.config
+        self._idle_s = config.connections_max_idle_ms / 1000.0
+        self._stalled_s = min(self._idle_s, config.request_timeout_ms / 1000.0)
+        self._rx = ReceiveBuffer(RECEIVE_BUFFER_BYTES, self._max_frame_bytes_before_login())
+        self._reserved = 0
+        self._transport: asyncio.Transport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.session: Session | None = None
+        self.closed_reason: str | None = None
+        self.host, self.port = "?", 0
+        self._refused = False
+        self._closing = False
+        self._lost = False
+        self._eof = False
+        self._tls = False
+        self._in_flight: asyncio.Future | None = None
+        self._write_paused = False
+        self._reading = True
+        self._waiting_memory = False
+        self._last_activity = 0.0
+        self._frame_started: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_when = 0.0
+
+    # -- limits ------------------------------------------------------------------
+
+    def _max_frame_bytes_before_login(self) -> int:
+        config = self._svc.config
+        return min(config.socket_request_max_bytes, config.sasl_server_max_receive_size)
+
+    def _max_frame_bytes(self) -> int:
+        """Until its first login a connection may send ``sasl.server.max.receive.size``
+        (as Kafka), after it ``socket.request.max.bytes``."""
+        if self.session is not None and self.session.authenticated_once:
+            return self._svc.config.socket_request_max_bytes
+        return self._max_frame_bytes_before_login()
+
+    # -- asyncio callbacks ---------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        svc = self._svc
+        self._transport = transport  # type: ignore[assignment]
+        self._loop = asyncio.get_running_loop()
+        peer = transport.get_extra_info("peername") or ("?", 0)
+        self.host, self.port = peer[0], peer[1]
+        limit = svc.config.max_connections_per_ip
+        if svc.per_ip[self.host] >= limit:
+            log.warning("refusing connection from %s: max.connections.per.ip=%d reached",
+                        self.host, limit)
+            svc.metrics.connections_refused.labels("max_connections_per_ip").inc()
+            self._refused = True
+            self._closing = True
+            transport.abort()
+            return
+        svc.per_ip[self.host] += 1
+        svc.live.add(self)
+        svc.metrics.connections.inc()
+        transport.set_write_buffer_limits(high=OUTPUT_HIGH_WATER, low=OUTPUT_LOW_WATER)
+        ssl_object = transport.get_extra_info("ssl_object")
+        self._tls = ssl_object is not None
+        listener = self._listener
+        self.session = Session.for_listener(
+            listener.name, listener.security_protocol, self.host, self.port,
+            ssl_principal=_cert_principal(ssl_object),
+        )
+        svc.sessions.attach(self)
+        self._last_activity = self._loop.time()
+        self._arm(self._last_activity + self._idle_s)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._rx.writable()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        rx = self._rx
+        rx.received(nbytes)
+        if self._closing:
+            rx.discard()
+            return
+        self._last_activity = self._loop.time()
+        self._process()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        if self._in_flight is not None and not self._tls:
+            return True  # half-closed: answer what is in flight, then close
+        self._close("client closed")
+        return False
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if not self._closing:
+            self._process()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._closing = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._refused:
+            return
+        svc = self._svc
+        if self._in_flight is not None and not self._in_flight.done():
+            self._in_flight.cancel()
+        self._in_flight = None
+        if self._waiting_memory:
+            svc.pool.cancel(self._memory_granted)
+            self._waiting_memory = False
+        if self._reserved:
+            reserved, self._reserved = self._reserved, 0
+            svc.pool.release(reserved)
+        if self.session is not None:
+            self.session.close()
+        svc.sessions.detach(self)
+        svc.live.discard(self)
+        svc.per_ip[self.host] -= 1
+        if svc.per_ip[self.host] <= 0:
+            del svc.per_ip[self.host]
+        svc.metrics.connections.dec()
+        if exc is not None:
+            log.debug("connection %s:%d ended: %s", self.host, self.port, exc)
+
+    # -- what the session registry calls -------------------------------------------------
+
+    def abort(self, reason: str) -> None:
+        if self.closed_reason is None:
+            self.closed_reason = reason
+        if self.session is not None:
+            self.session.close()
+        self._closing = True
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.abort()
+
+    # -- requests ------------------------------------------------------------------------
+
+    def _process(self) -> None:
+        """Answer the complete frames in the buffer, one at a time, while nothing waits."""
+        rx = self._rx
+        while self._in_flight is None and not self._closing and not self._write_paused:
+            try:
+                rx.max_size = self._max_frame_bytes()
+                payload = rx.next_frame()
+            except FrameTooLargeError as exc:
+                log.info("closing %s:%d on %s: %s", self.host, self.port,
+                         self._listener.name, exc.message)
+                self._close(exc.message)
+                return
+            if payload is None:
+                break
+            self._frame_started = None
+            try:
+                self._handle(payload)
+            except KafkaError as exc:  # ProtocolError, or a request for an API not served
+                log.info("closing %s:%d on %s: %s", self.host, self.port,
+                         self._listener.name, exc.message)
+                self._close(exc.message)
+                return
+            except Exception:
+                log.exception("unexpected error on connection %s:%d; closing it",
+                              self.host, self.port)
+                self._close("internal error")
+                return
+            finally:
+                payload.release()
+        if self._closing:
+            return
+        if self._in_flight is None and self._eof:
+            self._close("client closed")
+            return
+        if rx.buffered and self._in_flight is None and self._frame_started is None:
+            # A frame has begun: it must be complete within request.timeout.ms, however
+            # slowly its bytes trickle in.
+            self._frame_started = self._loop.time()
+            self._arm(self._frame_started + self._stalled_s)
+        self._update_reading()
+
+    def _handle(self, payload: memoryview) -> None:
+        session = self.session
+        svc = self._svc
+        if session.raw_sasl:
+            self._run(self._raw_sasl(bytes(payload)), "SaslAuthenticate", time.perf_counter(),
+                      raw=True)
+            return
+        try:
+            header, body = decode_client_request(payload)
+        except UnsupportedVersionError as exc:
+            if exc.header is not None and exc.header.api_key == API_VERSIONS:
+                # Kafka answers an unknown ApiVersions version with a v0 response
+                # listing what it supports, so the client can pick a version.
+                self._write(svc.precomputed.api_versions_unsupported(exc.header.correlation_id))
+                return
+            raise
+        api = header.api_key
+        if (
+            session.state is State.AUTHENTICATED
+            and api != SASL_HANDSHAKE
+            and session.expired(svc.clock.now_ms())
+        ):
+            log.info("closing %s: session lifetime over without re-authentication",
+                     session.client_host)
+            svc.metrics.sessions_expired.inc()
+            svc.on_session_expired(session)
+            session.close()
+            self._close("session expired")
+            return
+        if not session.allowed(api):
+            log.info("closing %s:%d: api %d not allowed in state %s",
+                     session.client_host, session.client_port, api, session.state.name)
+            session.close()
+            self._close("api not allowed")
+            return
+        started = time.perf_counter()
+        if api == API_VERSIONS:
+            self._write(svc.precomputed.api_versions(header.api_version, header.correlation_id))
+            svc.metrics.request("ApiVersions", 0, time.perf_counter() - started)
+            return
+        if api == SASL_HANDSHAKE:
+            error = svc.handshake(session, body.get("Mechanism") or "", header.api_version)
+            self._write(svc.precomputed.handshake(header.api_version, error, header.correlation_id))
+            svc.metrics.request("SaslHandshake", int(error), time.perf_counter() - started)
+            self._after_response(True)
+            return
+        ctx = RequestContext(
+            header=header,
+            principal=session.principal or ANONYMOUS,
+            listener=self._listener.name,
+            security_protocol=self._listener.security_protocol,
+            client_host=session.client_host,
+            client_port=session.client_port,
+            # Only APIs that may be forwarded keep their bytes; the login path copies nothing.
+            payload=b"" if api == SASL_AUTHENTICATE else bytes(payload),
+            session=session,
+        )
+        self._run(svc.dispatch(ctx, body), svc.api_name(api), started,
+                  inline=api == SASL_AUTHENTICATE)
+
+    async def _raw_sasl(self, payload: bytes) -> bytes | None:
+        """One raw SASL token after SaslHandshake v0: the challenge, or None to close."""
+        try:
+            return await self._svc.raw_sasl(self.session, payload)
+        except (ScramAuthenticationError, IllegalSaslState):
+            self.session.close()
+            return None
+
+    def _run(self, coro: Coroutine[Any, Any, Any], api: str, started: float, *,
+             inline: bool = True, raw: bool = False) -> None:
+        """Run a request's coroutine. ``inline``: on the spot until it has to wait, and only
+        then as a task (the login path allocates no task); otherwise as a task at once."""
+        if inline:
+            try:
+                waiting = coro.send(None)
+            except StopIteration as done:
+                self._done(done.value, api, started, raw)
+                return
+            task = self._loop.create_task(_continue(coro, waiting))
+        else:
+            task = self._loop.create_task(coro)
+        self._in_flight = task
+        self._update_reading()
+        task.add_done_callback(lambda t: self._finished(t, api, started, raw))
+
+    def _finished(self, task: asyncio.Task, api: str, started: float, raw: bool) -> None:
+        if self._in_flight is task:
+            self._in_flight = None
+        if task.cancelled() or self._lost:
+            return
+        exc = task.exception()
+        if isinstance(exc, KafkaError):
+            log.info("closing %s:%d on %s: %s", self.host, self.port, self._listener.name,
+                     exc.message)
+            self._close(exc.message)
+            return
+        if exc is not None:
+            log.error("unexpected error on connection %s:%d; closing it", self.host, self.port,
+                      exc_info=exc)
+            self._close("internal error")
+            return
+        self._done(task.result(), api, started, raw)
+        if not self._closing:
+            self._process()
+
+    def _done(self, result: Any, api: str, started: float, raw: bool) -> None:
+        if raw:
+            if result is not None:
+                self._write(INT32.pack(len(result)) + result)
+            self._after_response(result is not None)
+            return
+        response, error = result
+        self._svc.metrics.request(api, error, time.perf_counter() - started)
+        self._write(INT32.pack(len(response)) + response)
+        self._after_response(True)
+
+    def _write(self, data: bytes) -> None:
+        transport = self._transport
+        if not transport.is_closing():
+            transport.write(data)
+        self._last_activity = self._loop.time()
+
+    def _after_response(self, answered: bool) -> None:
+        """After a response: a session that ended (failed login, refused request) lets the
+        client read the answer, then the connection closes."""
+        if self.session.state is not State.CLOSED:
+            return
+        if answered:
+            self._linger()
+        else:
+            self._close("session closed")
+
+    # -- reading and memory -----------------------------------------------------------------
+
+    def _update_reading(self) -> None:
+        """Read while there is room for the next bytes and nothing says stop."""
+        if self._closing or self._transport is None:
+            return
+        rx = self._rx
+        want = not self._write_paused and not self._waiting_memory
+        if want:
+            try:
+                rx.max_size = self._max_frame_bytes()
+                needed = rx.room_needed()
+            except FrameTooLargeError:
+                needed = 0  # refused when the frame is parsed
+            if needed > rx.capacity:
+                want = self._get_memory(needed)
+            elif rx.shrink():
+                self._release_memory()
+            rx.make_room()
+            if rx.free == 0:
+                want = False  # full of frames waiting behind the request in flight
+        if want != self._reading:
+            self._reading = want
+            if want:
+                self._transport.resume_reading()
+            else:
+                self._transport.pause_reading()
+
+    def _get_memory(self, needed: int) -> bool:
+        """Grow the buffer for a frame of ``needed`` bytes, or wait in line for the pool."""
+        extra = needed - self._rx.base
+        if self._svc.pool.try_reserve(extra - self._reserved):
+            self._reserved = extra
+            self._rx.grow(needed)
+            return True
+        self._waiting_memory = True
+        self._svc.pool.wait(self._memory_granted)
+        return False
+
+    def _memory_granted(self) -> bool:
+        """Pool callback: reserve for the waiting frame; True once it has its memory."""
+        if self._closing:
+            return True
+        needed = self._rx.room_needed()
+        extra = needed - self._rx.base
+        if not self._svc.pool.reserve_for_waiter(extra - self._reserved):
+            return False
+        self._reserved = extra
+        self._rx.grow(needed)
+        self._waiting_memory = False
+        # The frame's clock starts again: it did not stall, the broker held it back.
+        self._frame_started = self._loop.time()
+        self._loop.call_soon(self._update_reading)
+        return True
+
+    def _release_memory(self) -> None:
+        if self._reserved:
+            reserved, self._reserved = self._reserved, 0
+            self._svc.pool.release(reserved)
+
+    # -- time ---------------------------------------------------------------------------------
+
+    def _arm(self, when: float) -> None:
+        if self._timer is not None:
+            if self._timer_when <= when:
+                return
+            self._timer.cancel()
+        self._timer_when = when
+        self._timer = self._loop.call_at(when, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self._closing:
+            return
+        now = self._loop.time()
+        if self._in_flight is not None or self._waiting_memory:
+            self._arm(now + self._idle_s)
+            return
+        if self._frame_started is not None and self._rx.buffered and not self._write_paused:
+            deadline = self._frame_started + self._stalled_s
+            if now >= deadline:
+                log.info("closing %s:%d on %s: request frame not complete within "
+                         "request.timeout.ms=%d", self.host, self.port, self._listener.name,
+                         self._svc.config.request_timeout_ms)
+                self._close("stalled frame")
+                return
+        else:
+            deadline = self._last_activity + self._idle_s
+            if now >= deadline:
+                log.info("closing %s:%d on %s: idle longer than connections.max.idle.ms=%d",
+                         self.host, self.port, self._listener.name,
+                         self._svc.config.connections_max_idle_ms)
+                self._close("idle")
+                return
+        self._arm(deadline)
+
+    # -- ending --------------------------------------------------------------------------------
+
+    def _close(self, reason: str) -> None:
+        """Close after the responses already written reach the client (on TLS the
+        close_notify too), as Kafka does; a peer that does not read for
+        ``CLOSE_FLUSH_S`` is cut off."""
+        if self.closed_reason is None:
+            self.closed_reason = reason
+        if self.session is not None:
+            self.session.close()
+        self._closing = True
+        self._rx.discard()
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        if not self._reading:
+            transport.resume_reading()  # see the client's close while flushing
+        transport.close()
+        self._loop.call_later(CLOSE_FLUSH_S, self._cut_off)
+
+    def _cut_off(self) -> None:
+        if not self._lost and self._transport is not None:
+            self._transport.abort()
+
+    def _linger(self) -> None:
+        """Wait up to ``CLOSE_LINGER_S`` for the client to close first, discarding what it
+        sends. kafka-python 3.0.12 drops a response that arrives in the same read as the
+        end of the connection, so closing right after a SaslAuthenticate failure would
+        hide the failure from it (Kafka itself closes such a connection after a delay)."""
+        self._closing = True
+        self._rx.discard()
+        if not self._reading and self._transport is not None:
+            self._reading = True
+            self._transport.resume_reading()
+        self._loop.call_later(CLOSE_LINGER_S, self._close, "session closed")
+
+
+def _cert_principal(ssl_object: Any) -> KafkaPrincipal | None:
+    """The client certificate's subject as Kafka's default principal (two-way TLS)."""
+    if ssl_object is None:
+        return None
+    cert = ssl_object.getpeercert()
+    if not cert:
+        return None
+    rdns = []
+    for rdn in reversed(cert.get("subject", ())):
+        for key, value in rdn:
+            short = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU",
+                     "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST"}.get(key, key)
+            rdns.append(f"{short}={value}")
+    return KafkaPrincipal("User", ",".join(rdns)) if rdns else None
