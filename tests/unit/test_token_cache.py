@@ -232,7 +232,7 @@ def test_credential_is_cached_per_mechanism(cache: TokenCache) -> None:
     cache.upsert(info("t1"))
     first, _ = cache.scram_credential("t1", SHA256)
     second, _ = cache.scram_credential("t1", SHA256)
-    assert first is second
+    assert first == second
     assert cache.derived_count() == 1
     other, _ = cache.scram_credential("t1", SHA512)
     assert len(other.stored_key) == 64
@@ -244,7 +244,7 @@ def test_renewal_keeps_derived_credential_and_returns_new_expiry(cache: TokenCac
     before, _ = cache.scram_credential("t1", SHA512)
     cache.upsert(info("t1", expiry=4000))
     after, current = cache.scram_credential("t1", SHA512)
-    assert after is before
+    assert after == before
     assert current.expiry_timestamp == 4000
     assert cache.derived_count() == 1
 
@@ -255,8 +255,8 @@ def test_replace_all_keeps_credentials_of_unchanged_and_renewed_tokens(cache: To
     c1, _ = cache.scram_credential("t1", SHA256)
     c2, _ = cache.scram_credential("t2", SHA256)
     cache.replace_all([info("t1"), info("t2", expiry=4000)])
-    assert cache.scram_credential("t1", SHA256)[0] is c1
-    assert cache.scram_credential("t2", SHA256)[0] is c2
+    assert cache.scram_credential("t1", SHA256)[0] == c1
+    assert cache.scram_credential("t2", SHA256)[0] == c2
     assert cache.derived_count() == 2
 
 
@@ -291,7 +291,7 @@ def test_concurrent_first_use_agrees_on_one_credential(cache: TokenCache) -> Non
     for t in threads:
         t.join()
     assert len(results) == 4
-    assert all(r is results[0] for r in results)
+    assert all(r == results[0] for r in results)
     assert cache.derived_count() == 1
 
 
