@@ -11,7 +11,9 @@ owner" asks for the same 100 tokens each time. Then, per size:
   ZooKeeper to the first successful SCRAM login of a preloaded token (retried every
   20 ms, as B4 does; the broker answers no token login before its cache is complete);
   the broker's own log adds ``cache_load_ms`` (listing, reads, decode and fill) and
-  ``broker_ready_s`` (process start to serving);
+  ``broker_ready_s`` (process start to serving), and ``broker_cpu_s_at_first_login``
+  is the CPU time the broker process had used by then (user + system: on a shared
+  machine, the cost of the cold start apart from the wait for a CPU);
 * ``broker_rss_mb``: the broker's resident set after that login;
 * ``cache_mb_per_100k`` without and with credentials: B7's method (a fresh process
   decodes the tokens from their JSON with the bulk decoder, fills a cache, then
@@ -101,6 +103,13 @@ def _rss_mb(pid: int) -> float:
             if line.startswith("VmRSS:"):
                 return round(int(line.split()[1]) / 1024, 1)
     return float("nan")
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) the process has used so far."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 2)
 
 
 def _zk_heap_used_mb(pid: int) -> float | None:
@@ -342,12 +351,16 @@ def _measure_size(ctx: BenchContext, zk: ManagedZooKeeper, connect: str,
             time.sleep(0.05)
             cluster = holder.get("cluster")
         pid = cluster.broker_pid(1) if cluster else None
+        figures["broker_cpu_s_at_first_login"] = _cpu_s(pid) if pid else None
         figures["broker_rss_mb"] = _rss_mb(pid) if pid else None
         admin = cluster.info["admin"]
         figures.update(asyncio.run(_describe(address, admin["username"], admin["password"],
                                              (probe.token_id, password))))
         figures["logins_per_s"] = asyncio.run(_login_rate(address, probe.token_id, password))
-        figures["sweep_s"] = _sweep(connect, tokens)
+        try:
+            figures.update(_sweep(connect, tokens))
+        except RuntimeError as exc:
+            figures["sweep_error"] = str(exc)
         if cluster is not None:
             figures.update(_from_log(cluster.broker_info(1)["log"]))
     figures["load_avg_1m_after"] = _load()
@@ -357,22 +370,51 @@ def _measure_size(ctx: BenchContext, zk: ManagedZooKeeper, connect: str,
     return figures
 
 
-def _sweep(connect: str, tokens: list[TokenInformation]) -> float:
+@contextlib.contextmanager
+def _deletions(connect: str, token_ids: list[str]) -> Any:
+    """Wall-clock deletion time of each token znode, from exists watches of a separate
+    session that are armed again after each change (a rewrite fires them too)."""
+    from zk import layout
+
+    times: dict[str, float] = {}
+    with zkraw.client(connect) as zk:
+        for token_id in token_ids:
+            path = layout.token_path(token_id)
+
+            def on_event(event: Any, token_id: str = token_id, path: str = path) -> None:
+                if event.type == "DELETED":
+                    times[token_id] = time.time()
+                else:
+                    zk.exists_async(path, watch=on_event)
+
+            if zk.exists(path, watch=on_event) is None:
+                raise RuntimeError(f"token {token_id} is not in ZooKeeper")
+        yield times
+
+
+def _sweep(connect: str, tokens: list[TokenInformation]) -> dict[str, Any]:
     """1% of the tokens (never a probe-owner token) fall due at one instant; seconds
-    from the first deletion to the last."""
+    from the first deletion to the last. The instant leaves the rewrite time
+    (``rewrite_s``) to spare, then exists watches are set on the batch's ends."""
     due = max(1, len(tokens) // 100)
     batch = sorted(tokens[-due:], key=lambda t: t.token_id)
-    when_ms = int((time.time() + 3.0 + due / 5_000) * 1000)
-    zkraw.rewrite_tokens(connect, [t.with_expiry(when_ms) for t in batch])
     ends = [batch[0].token_id, batch[-1].token_id]
-    with zkraw.deletion_times(connect, ends) as deleted:
-        deadline = time.monotonic() + 120
-        while len(deleted) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+    started = time.time()
+    when = started + 5.0 + due / 500
+    zkraw.rewrite_tokens(connect, [t.with_expiry(int(when * 1000)) for t in batch])
+    rewritten = time.time()
+    try:
+        with _deletions(connect, ends) as deleted:
+            deadline = time.monotonic() + 300
+            while len(deleted) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+    finally:
+        del tokens[-due:]  # gone from ZooKeeper: the next size starts without them
     if len(deleted) < 2:
         raise RuntimeError("the sweep did not delete the due tokens")
-    del tokens[-due:]  # gone from ZooKeeper: the next size starts without them
-    return round(deleted[ends[1]] - deleted[ends[0]], 3)
+    return {"sweep_s": round(deleted[ends[1]] - deleted[ends[0]], 3), "due": due,
+            "rewrite_s": round(rewritten - started, 2),
+            "rewrite_done_before_due": rewritten < when}
 
 
 def run(ctx: BenchContext) -> Outcome:
@@ -389,13 +431,18 @@ def run(ctx: BenchContext) -> Outcome:
             started = time.monotonic()
             zkraw.write_tokens(connect, fresh)
             tokens.extend(fresh)
-            per_size[size] = _measure_size(ctx, zk, connect, tokens, time.monotonic() - started)
+            try:
+                per_size[size] = _measure_size(ctx, zk, connect, tokens,
+                                               time.monotonic() - started)
+            except Exception as exc:  # noqa: BLE001 - reported with the sizes measured
+                per_size[size] = {"tokens": size, "error": f"{type(exc).__name__}: {exc}"}
+                break
     finally:
         zk.stop()
     return _outcome(sizes, per_size)
 
 
-RATIO_KEYS = ("cold_start_s", "broker_rss_mb", "cache_mb_per_100k",
+RATIO_KEYS = ("cold_start_s", "broker_cpu_s_at_first_login", "cache_load_ms", "broker_rss_mb", "cache_mb_per_100k",
               "cache_with_credentials_mb_per_100k", "describe_owner_ms", "describe_all_s",
               "login_during_describe_ms", "sweep_s", "logins_per_s", "zookeeper_heap_used_mb",
               "zookeeper_data_mb")
@@ -403,7 +450,7 @@ RATIO_KEYS = ("cold_start_s", "broker_rss_mb", "cache_mb_per_100k",
 
 def _outcome(sizes: tuple[int, ...], per_size: dict[int, dict[str, Any]]) -> Outcome:
     small, mid, big = sizes
-    top, ref = per_size[big], per_size[mid]
+    top, ref, low = per_size.get(big, {}), per_size.get(mid, {}), per_size.get(small, {})
     ratios = {}
     for key in RATIO_KEYS:
         a, b = top.get(key), ref.get(key)
@@ -416,30 +463,34 @@ def _outcome(sizes: tuple[int, ...], per_size: dict[int, dict[str, Any]]) -> Out
                                                   "cache_with_credentials_mb_per_100k",
                                                   "logins_per_s")]
     worst = max((ratios[k] for k in grows if ratios[k] is not None), default=None)
+    logins_kept = None
+    if top.get("logins_per_s") is not None and low.get("logins_per_s"):
+        logins_kept = top["logins_per_s"] >= low["logins_per_s"] * 0.9
     targets = [
-        Target(f"cold start <= 10 s at {big:,} ({top['cold_start_s']} s)",
-               at_most(top["cold_start_s"], 10.0)),
-        Target(f"cold start <= 1 s at {mid:,} ({ref['cold_start_s']} s)",
-               at_most(ref["cold_start_s"], 1.0)),
+        Target(f"cold start <= 10 s at {big:,} ({top.get('cold_start_s')} s)",
+               at_most(top.get("cold_start_s"), 10.0)),
+        Target(f"cold start <= 1 s at {mid:,} ({ref.get('cold_start_s')} s)",
+               at_most(ref.get("cold_start_s"), 1.0)),
         Target(f"every figure at {big:,} <= 11x {mid:,} (worst {worst}x)", at_most(worst, 11.0)),
-        Target(f"cache <= 100 MB/100k with credentials ({top['cache_with_credentials_mb_per_100k']})",
-               at_most(top["cache_with_credentials_mb_per_100k"], 100.0)),
-        Target(f"cache <= 50 MB/100k without ({top['cache_mb_per_100k']})",
-               at_most(top["cache_mb_per_100k"], 50.0)),
-        Target(f"describe one owner <= 5 ms ({top['describe_owner_ms']} ms)",
-               at_most(top["describe_owner_ms"], 5.0)),
-        Target(f"login during describe-all <= 50 ms ({top['login_during_describe_ms']} ms)",
-               at_most(top["login_during_describe_ms"], 50.0)),
-        Target(f"sweep of 1% <= 2 s ({top['sweep_s']} s)", at_most(top["sweep_s"], 2.0)),
-        Target(f"logins/s at {big:,} >= at {small:,}",
-               top["logins_per_s"] >= per_size[small]["logins_per_s"] * 0.9),
+        Target("cache <= 100 MB/100k with credentials "
+               f"({top.get('cache_with_credentials_mb_per_100k')})",
+               at_most(top.get("cache_with_credentials_mb_per_100k"), 100.0)),
+        Target(f"cache <= 50 MB/100k without ({top.get('cache_mb_per_100k')})",
+               at_most(top.get("cache_mb_per_100k"), 50.0)),
+        Target(f"describe one owner <= 5 ms ({top.get('describe_owner_ms')} ms)",
+               at_most(top.get("describe_owner_ms"), 5.0)),
+        Target(f"login during describe-all <= 50 ms ({top.get('login_during_describe_ms')} ms)",
+               at_most(top.get("login_during_describe_ms"), 50.0)),
+        Target(f"sweep of 1% <= 2 s ({top.get('sweep_s')} s)", at_most(top.get("sweep_s"), 2.0)),
+        Target(f"logins/s at {big:,} >= 0.9x at {small:,}", logins_kept),
     ]
+    errors = [f"{size:,}: {f['error']}" for size, f in per_size.items() if "error" in f]
     return Outcome(
         ID,
         TITLE,
-        measured=top["cold_start_s"],
+        measured=top.get("cold_start_s"),
         unit=f"s cold start at {big:,}",
-        reference=ref["cold_start_s"],
+        reference=ref.get("cold_start_s"),
         reference_unit="s",
         reference_label=f"cold start at {mid:,}",
         ratio=ratios["cold_start_s"],
@@ -447,5 +498,5 @@ def _outcome(sizes: tuple[int, ...], per_size: dict[int, dict[str, Any]]) -> Out
         details={"sizes": {str(k): v for k, v in per_size.items()},
                  f"ratio_{big}_to_{mid}": ratios,
                  "login_mechanism": MECHANISM.mechanism_name},
+        error="; ".join(errors) or None,
     )
-
