@@ -51,6 +51,20 @@ def test_expiry_index_due_is_strictly_past_deadline_in_order() -> None:
     assert len(index) == 3
 
 
+def test_expiry_index_put_many_agrees_with_put_whether_many_or_few() -> None:
+    rng = random.Random(7)
+    one_by_one, batched = ExpiryIndex(), ExpiryIndex()
+    for round_size in (500, 3, 200, 1):  # heapify for many, pushes for few
+        items = [(rng.randint(0, 1_000), f"t{rng.randint(0, 400)}") for _ in range(round_size)]
+        for deadline, token_id in items:
+            one_by_one.put(token_id, deadline)
+        batched.put_many(items)
+        assert len(batched) == len(one_by_one)
+        for now in (0, 250, 500, 1_001):
+            assert batched.due(now) == one_by_one.due(now)
+        assert batched.next_deadline() == one_by_one.next_deadline()
+
+
 def test_expiry_index_reput_moves_token_and_discard_forgets_it() -> None:
     index = ExpiryIndex()
     index.put("a", 100)
