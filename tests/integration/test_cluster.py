@@ -154,7 +154,7 @@ def test_down_leaves_no_process_and_is_idempotent(tmp_path: Path, zk_connect: st
     cluster = LocalCluster.up(tmp_path, brokers=2, zookeeper=zk_connect, die_with_parent=True)
     pids = _all_pids(cluster.info)
     assert len(pids) == 2 and all(_pid_running(p) for p in pids)
-    assert cluster.info["zookeeper"] == {"connect": zk_connect, "pid": None}
+    assert cluster.info["zookeeper"] == {"connect": zk_connect, "pid": None, "heap_mb": None}
     cluster.down()
     assert not any(_pid_running(p) for p in pids)
     assert _all_pids(json.loads((tmp_path / "cluster.json").read_text())) == []
