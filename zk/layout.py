@@ -6,6 +6,10 @@ registry, and the exact bytes stored there. The token JSON is Kafka's
 when it is not empty; the controller, controller epoch, broker and cluster id znodes are
 encoded as Kafka encodes them, so Kafka's tools can read what tokensvc writes.
 
+:func:`decode_tokens` is the cold-start path for many token znodes at once (one JSON
+parse per batch, shared key ids and renewer lists); it pauses Python's cyclic garbage
+collector while it runs and restores it, its only effect outside its arguments.
+
 Must not: talk to ZooKeeper (this module is pure: bytes in, values out), read the clock
 (timestamps are arguments), or ever encode an HMAC or a key. Malformed data raises
 :class:`LayoutError` with a message naming what is wrong, never the data's secrets.
