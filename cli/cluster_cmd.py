@@ -19,6 +19,7 @@ import click
 
 from tokensvc.cluster import ClusterError, LocalCluster
 from tokensvc.cluster import down as cluster_down
+from zk.server import DEFAULT_HEAP_MB, parse_heap_mb
 
 
 @click.group("cluster")
@@ -34,6 +35,13 @@ def _parse_overrides(values: tuple[str, ...]) -> dict[str, str]:
             raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--set")
         overrides[key.strip()] = value.strip()
     return overrides
+
+
+def _heap(ctx: click.Context, param: click.Parameter, value: str) -> int:
+    try:
+        return parse_heap_mb(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def _command(name: str) -> str:
@@ -120,6 +128,10 @@ def _wait_for_signal() -> None:
 @click.option("--tls", is_flag=True, help="Add SASL_SSL listeners with dev certificates.")
 @click.option("--foreground", is_flag=True,
               help="Stay attached; Ctrl-C or SIGTERM stops the whole cluster.")
+@click.option("--zookeeper-heap", "zookeeper_heap_mb", default=f"{DEFAULT_HEAP_MB}m",
+              show_default=True, callback=_heap, metavar="SIZE",
+              help="Heap of the managed ZooKeeper (2048m, 4g); about 1 GB per million tokens "
+                   "is live, see docs/operations.md. Ignored with --zookeeper.")
 def up(
     directory: str,
     brokers: int,
@@ -127,6 +139,7 @@ def up(
     overrides: tuple[str, ...],
     tls: bool,
     foreground: bool,
+    zookeeper_heap_mb: int,
 ) -> None:
     """Start ZooKeeper and BROKERS brokers; return once every broker answers."""
     parsed = _parse_overrides(overrides)
@@ -134,7 +147,7 @@ def up(
     try:
         local = LocalCluster.up(
             path, brokers=brokers, zookeeper=zookeeper, overrides=parsed, tls=tls,
-            die_with_parent=foreground,
+            die_with_parent=foreground, zookeeper_heap_mb=zookeeper_heap_mb,
         )
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from None

@@ -49,7 +49,13 @@ from tokensvc.protocol import RequestHeader, decode_response, encode_request, fr
 from zk.brokers import BrokerRegistry
 from zk.client import ZkSettings, ZooKeeperUnavailable, open_client
 from zk.credential_store import bootstrap_user
-from zk.server import ManagedZooKeeper, ZooKeeperStartError, free_port
+from zk.server import (
+    DEFAULT_HEAP_MB,
+    DEFAULT_MAX_SESSION_TIMEOUT_MS,
+    ManagedZooKeeper,
+    ZooKeeperStartError,
+    free_port,
+)
 from zk.token_store import StoreError
 
 HOST = "127.0.0.1"
@@ -310,10 +316,13 @@ class LocalCluster:
         *,
         die_with_parent: bool = False,
         timeout: float = READY_TIMEOUT_S,
+        zookeeper_heap_mb: int = DEFAULT_HEAP_MB,
     ) -> LocalCluster:
         """Start ZooKeeper (unless ``zookeeper`` is a connect string) and ``brokers`` brokers
         in ``directory``; return once all answer. ``die_with_parent`` ties every process to
-        the calling thread's life (foreground mode, tests); otherwise they outlive it."""
+        the calling thread's life (foreground mode, tests); otherwise they outlive it.
+        ``zookeeper_heap_mb`` is the managed ZooKeeper's heap; its session limits always
+        grant the brokers' ``zookeeper.session.timeout.ms``."""
         if brokers < 1:
             raise ClusterError("a cluster needs at least one broker")
         overrides = dict(overrides or {})
@@ -336,7 +345,10 @@ class LocalCluster:
         cluster: LocalCluster | None = None
         if zookeeper is None:
             zk_server = ManagedZooKeeper(
-                directory / "zookeeper", die_with_parent=die_with_parent
+                directory / "zookeeper",
+                heap_mb=zookeeper_heap_mb,
+                max_session_timeout_ms=_max_session_timeout_ms(overrides),
+                die_with_parent=die_with_parent,
             )
             try:
                 zk_server.start()
@@ -510,6 +522,13 @@ class LocalCluster:
         _write_private(self.directory / CLUSTER_FILE, json.dumps(self.info, indent=2) + "\n")
 
 
+def _max_session_timeout_ms(overrides: Mapping[str, str]) -> int:
+    """The managed ZooKeeper's maxSessionTimeout: at least what the brokers will ask for."""
+    asked = overrides.get("zookeeper.session.timeout.ms", "")
+    wanted = int(asked) if asked.strip().isdigit() else 0
+    return max(DEFAULT_MAX_SESSION_TIMEOUT_MS, wanted)
+
+
 def _free_ports(count: int, taken: set[int]) -> list[int]:
     ports: list[int] = []
     while len(ports) < count:
@@ -611,7 +630,11 @@ def _prepare(
         }
     return {
         "bootstrap_servers": ",".join(e["listeners"]["SASL_PLAINTEXT"] for e in entries),
-        "zookeeper": {"connect": zookeeper, "pid": zk_server.pid if zk_server else None},
+        "zookeeper": {
+            "connect": zookeeper,
+            "pid": zk_server.pid if zk_server else None,
+            "heap_mb": zk_server.heap_mb if zk_server else None,
+        },
         "brokers": entries,
         "audit_dir": str(audit_dir),
         "admin": {

@@ -6,6 +6,10 @@ registry, and the exact bytes stored there. The token JSON is Kafka's
 when it is not empty; the controller, controller epoch, broker and cluster id znodes are
 encoded as Kafka encodes them, so Kafka's tools can read what tokensvc writes.
 
+:func:`decode_tokens` is the cold-start path for many token znodes at once (one JSON
+parse per batch, shared key ids and renewer lists); it pauses Python's cyclic garbage
+collector while it runs and restores it, its only effect outside its arguments.
+
 Must not: talk to ZooKeeper (this module is pure: bytes in, values out), read the clock
 (timestamps are arguments), or ever encode an HMAC or a key. Malformed data raises
 :class:`LayoutError` with a message naming what is wrong, never the data's secrets.
@@ -14,8 +18,9 @@ Must not: talk to ZooKeeper (this module is pure: bytes in, values out), read th
 from __future__ import annotations
 
 import functools
+import gc
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tokensvc.core.principal import KafkaPrincipal, desanitize, sanitize
@@ -161,8 +166,13 @@ def decode_token(data: bytes | None) -> TokenInformation:
 
     Versions before 3 have no ``tokenRequester``: the owner requested the token.
     """
+    return _token_from_object(_loads_object(data, "delegation token"), None)
+
+
+def _token_from_object(obj: dict[str, Any], shared: _Shared | None) -> TokenInformation:
+    """The token an already parsed znode object describes, with every check of
+    :func:`decode_token`; ``shared`` makes equal key ids and renewer lists one object."""
     what = "delegation token"
-    obj = _loads_object(data, what)
     version = _field(obj, "version", int, what)
     if not 1 <= version <= TOKEN_VERSION:
         raise LayoutError(f"{what} znode has unsupported version {version}")
@@ -170,8 +180,8 @@ def decode_token(data: bytes | None) -> TokenInformation:
     requester = owner
     if version >= 3:
         requester = _principal(_field(obj, "tokenRequester", str, what), what)
-    renewers = _field(obj, "renewers", list, what)
-    if not all(isinstance(r, str) for r in renewers):
+    renewer_names = _field(obj, "renewers", list, what)
+    if not all(isinstance(r, str) for r in renewer_names):
         raise LayoutError(f"{what} znode field 'renewers' is not a list of strings")
     key_id = obj.get("keyId", "")
     if not isinstance(key_id, str):
@@ -179,15 +189,152 @@ def decode_token(data: bytes | None) -> TokenInformation:
     token_id = _field(obj, "tokenId", str, what)
     if not token_id:
         raise LayoutError(f"{what} znode has an empty 'tokenId'")
+    if shared is None:
+        renewers = tuple(_principal(r, what) for r in renewer_names)
+    else:
+        renewers = shared.renewers(renewer_names, what)
+        key_id = shared.key_ids.setdefault(key_id, key_id)
     return TokenInformation(
         token_id=token_id,
         owner=owner,
         token_requester=requester,
-        renewers=tuple(_principal(r, what) for r in renewers),
+        renewers=renewers,
         issue_timestamp=_field(obj, "issueTimestamp", int, what),
         expiry_timestamp=_field(obj, "expiryTimestamp", int, what),
         max_timestamp=_field(obj, "maxTimestamp", int, what),
         key_id=key_id,
+    )
+
+
+class _Shared:
+    """Values many tokens of one bulk decode have in common, kept once."""
+
+    __slots__ = ("_renewers", "key_ids")
+
+    def __init__(self) -> None:
+        self.key_ids: dict[str, str] = {}
+        self._renewers: dict[tuple[str, ...], tuple[KafkaPrincipal, ...]] = {}
+
+    def renewers(self, names: list[str], what: str) -> tuple[KafkaPrincipal, ...]:
+        key = tuple(names)
+        found = self._renewers.get(key)
+        if found is None:
+            found = self._renewers[key] = tuple(_principal(r, what) for r in names)
+        return found
+
+
+BULK_BATCH = 4096
+
+
+def decode_tokens(
+    znodes: Sequence[tuple[str, bytes | None]],
+) -> tuple[list[TokenInformation], list[tuple[str, str]]]:
+    """Decode many token znodes ``(token id, data)`` at once: the cold-start path.
+
+    Returns the tokens, in order, and ``(token id, reason)`` for each znode that does
+    not decode (the caller skips and logs those). The result is exactly what
+    :func:`decode_token` gives znode by znode, made cheaper for a million tokens:
+
+    * each batch of :data:`BULK_BATCH` znodes is parsed by one ``json.loads`` of the
+      batch joined as a JSON array, not one call per znode; the batch is taken only
+      when it parses to exactly one object per znode and every object names its own
+      znode's token id, otherwise that batch is decoded znode by znode;
+    * equal key ids and renewer lists become one shared object (principals already are);
+    * the cyclic garbage collector is paused while a batch is decoded: every object
+      made here lives on in the cache, so collecting would only walk them again and
+      again (collections grew faster than the data at a million tokens).
+    """
+    shared = _Shared()
+    tokens: list[TokenInformation] = []
+    failed: list[tuple[str, str]] = []
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        for lo in range(0, len(znodes), BULK_BATCH):
+            batch = znodes[lo : lo + BULK_BATCH]
+            decoded = _decode_batch(batch, shared)
+            if decoded is not None:
+                tokens.extend(decoded)
+                continue
+            for token_id, data in batch:
+                try:
+                    tokens.append(_token_from_object(_loads_object(data, "delegation token"), shared))
+                except LayoutError as exc:
+                    failed.append((token_id, str(exc)))
+    finally:
+        if paused:
+            gc.enable()
+    return tokens, failed
+
+
+def _decode_batch(
+    batch: Sequence[tuple[str, bytes | None]], shared: _Shared
+) -> list[TokenInformation] | None:
+    """The batch's tokens from one parse, or None when any znode needs a closer look."""
+    datas = [data for _, data in batch]
+    if not all(datas):
+        return None
+    try:
+        objects = json.loads(b"[" + b",".join(datas) + b"]")  # type: ignore[arg-type]
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if len(objects) != len(batch):
+        return None
+    out = []
+    for (token_id, _), obj in zip(batch, objects, strict=True):
+        if type(obj) is not dict or obj.get("tokenId") != token_id:
+            return None
+        token = _plain_token(obj, token_id, shared)
+        if token is None:
+            try:
+                token = _token_from_object(obj, shared)
+            except LayoutError:
+                return None
+        out.append(token)
+    return out
+
+
+def _plain_token(obj: dict[str, Any], token_id: str, shared: _Shared) -> TokenInformation | None:
+    """The token of a version-3 object whose every field has the right type, checked
+    inline (the common case, a third of the cost of :func:`_token_from_object`); None
+    for anything else, which :func:`_token_from_object` then decodes or refuses."""
+    get = obj.get
+    owner = get("owner")
+    requester = get("tokenRequester")
+    renewer_names = get("renewers")
+    issue = get("issueTimestamp")
+    expiry = get("expiryTimestamp")
+    max_ts = get("maxTimestamp")
+    key_id = get("keyId", "")
+    version = get("version")
+    if not (
+        type(version) is int
+        and version == TOKEN_VERSION
+        and type(owner) is str
+        and type(requester) is str
+        and type(renewer_names) is list
+        and type(issue) is int
+        and type(expiry) is int
+        and type(max_ts) is int
+        and type(key_id) is str
+        and token_id
+    ):
+        return None
+    what = "delegation token"
+    if renewer_names:
+        if not all(type(r) is str for r in renewer_names):
+            return None
+        renewers = shared.renewers(renewer_names, what)
+    else:
+        renewers = ()
+    try:
+        owner_p = _principal(owner, what)
+        requester_p = owner_p if requester == owner else _principal(requester, what)
+    except LayoutError:
+        return None
+    return TokenInformation(
+        token_id, owner_p, requester_p, renewers, issue, expiry, max_ts,
+        shared.key_ids.setdefault(key_id, key_id),
     )
 
 

@@ -10,6 +10,13 @@ It never downloads anything and never listens beyond 127.0.0.1. Start-up fails
 with :class:`ZooKeeperStartError` and a message a person can act on (Java
 missing, port in use, the server died, it did not answer in time) instead of
 hanging.
+
+Sizing: the heap is a setting (``heap_mb``; :data:`DEFAULT_HEAP_MB` holds a
+million delegation tokens, see docs/operations.md), the data directory stays
+bounded (ZooKeeper's autopurge keeps the newest :data:`SNAP_RETAIN_COUNT`
+snapshots and their logs, hourly), and the session limits grant any session
+timeout up to ``max_session_timeout_ms`` (ZooKeeper's own default caps sessions
+at 20 ticks, 10 s with our 500 ms tick, below the brokers' 18 s).
 """
 
 from __future__ import annotations
@@ -67,6 +74,34 @@ logger.audit.level = info
 logger.audit.additivity = false
 logger.audit.appenderRef.audit.ref = audit
 """
+
+
+# Measured (docs/operations.md): about 1 GB of live heap at 1M tokens; twice that
+# leaves room for the snapshot being written and for the collector.
+DEFAULT_HEAP_MB = 2048
+MIN_HEAP_MB = 64
+DEFAULT_MAX_SESSION_TIMEOUT_MS = 60_000
+SNAP_RETAIN_COUNT = 3
+
+
+def parse_heap_mb(text: str) -> int:
+    """A JVM heap size as megabytes: ``2048``, ``1536m``, ``2g`` (case-insensitive).
+
+    Raises ValueError with a message a person can act on for anything else, or
+    for less than :data:`MIN_HEAP_MB`.
+    """
+    value = text.strip().lower()
+    scale = 1
+    if value.endswith(("g", "gb", "gib")):
+        value, scale = value.rstrip("gib"), 1024
+    elif value.endswith(("m", "mb", "mib")):
+        value = value.rstrip("mib")
+    if not value.isdigit():
+        raise ValueError(f"{text!r} is not a heap size: use megabytes (2048, 1536m) or gigabytes (2g)")
+    heap = int(value) * scale
+    if heap < MIN_HEAP_MB:
+        raise ValueError(f"a ZooKeeper heap of {heap} MB is too small: give at least {MIN_HEAP_MB} MB")
+    return heap
 
 
 class ZooKeeperStartError(RuntimeError):
@@ -159,7 +194,8 @@ class ZooKeeperNode:
     server_id: int = 1
     peers: list[tuple[int, int, int]] = field(default_factory=list)  # (id, quorum, election)
     tick_ms: int = 500
-    heap_mb: int = 256
+    heap_mb: int = DEFAULT_HEAP_MB
+    max_session_timeout_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS
     die_with_parent: bool = True
     # ZooKeeper's own audit log of every write (session, auth id, operation, path).
     audit: bool = False
@@ -196,6 +232,10 @@ class ZooKeeperNode:
             "maxClientCnxns=0",
             # Sessions may be as short as 2 ticks; tests expire sessions quickly.
             f"minSessionTimeout={2 * self.tick_ms}",
+            f"maxSessionTimeout={max(self.max_session_timeout_ms, 2 * self.tick_ms)}",
+            # Keep the data directory bounded: hourly purge of all but the newest
+            # snapshots and the transaction logs they make obsolete.
+            f"autopurge.snapRetainCount={SNAP_RETAIN_COUNT}",
             "autopurge.purgeInterval=1",
         ]
         if self.audit:
@@ -325,6 +365,8 @@ class ManagedZooKeeper(ZooKeeperNode):
         port: int | None = None,
         *,
         tick_ms: int = 500,
+        heap_mb: int = DEFAULT_HEAP_MB,
+        max_session_timeout_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS,
         die_with_parent: bool = True,
         audit: bool = False,
     ) -> None:
@@ -332,6 +374,8 @@ class ManagedZooKeeper(ZooKeeperNode):
             data_dir=Path(data_dir),
             client_port=port or free_port(),
             tick_ms=tick_ms,
+            heap_mb=heap_mb,
+            max_session_timeout_ms=max_session_timeout_ms,
             die_with_parent=die_with_parent,
             audit=audit,
         )

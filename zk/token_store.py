@@ -77,6 +77,30 @@ _STAT = struct.Struct("!qqqqiiiqiiq")
 T = TypeVar("T")
 
 
+# ZooKeeper's Java client refuses a response over jute.maxbuffer: 1 MB by default, 4 MB
+# in Kafka's ZooKeeper client. kazoo reads any size, but Kafka brokers or tools sharing
+# this ZooKeeper could not list the tokens node past these sizes.
+LISTING_LIMITS = ((4 * 1024 * 1024, "Kafka's ZooKeeper client (4 MB)"),
+                  (1024 * 1024, "ZooKeeper's Java client default (1 MB)"))
+
+
+def listing_bytes(token_ids: Sequence[str]) -> int:
+    """The size of a getChildren response listing these ids (4-byte length + name each)."""
+    return 4 + sum(4 + len(token_id) for token_id in token_ids)
+
+
+def _warn_listing_size(token_ids: Sequence[str]) -> None:
+    size = listing_bytes(token_ids)
+    for limit, client in LISTING_LIMITS:
+        if size > limit:
+            log.warning(
+                "the listing of %s is %d bytes (%d tokens), over the jute.maxbuffer of %s: "
+                "Kafka tools sharing this ZooKeeper must raise jute.maxbuffer "
+                "(see docs/operations.md)", layout.TOKENS, size, len(token_ids), client,
+            )
+            return
+
+
 class StoreError(KafkaError):
     """ZooKeeper refused or failed an operation on the token store."""
 
@@ -417,14 +441,11 @@ class TokenStore:
         does not decode is logged (id only) and skipped rather than failing the load.
         """
         ids = self.token_ids()
-        tokens: list[TokenInformation] = []
-        for data, _stat, token_id in self._pipelined_get(
-            [layout.token_path(i) for i in ids], ids, "load tokens"
-        ):
-            try:
-                tokens.append(layout.decode_token(data))
-            except layout.LayoutError as exc:
-                log.warning("skipping token znode %s: %s", token_id, exc)
+        _warn_listing_size(ids)
+        found = self._pipelined_get([layout.token_path(i) for i in ids], ids, "load tokens")
+        tokens, failed = layout.decode_tokens([(token_id, data) for data, _stat, token_id in found])
+        for token_id, reason in failed:
+            log.warning("skipping token znode %s: %s", token_id, reason)
         return tokens
 
     def get_many_versioned(

@@ -154,7 +154,7 @@ def test_down_leaves_no_process_and_is_idempotent(tmp_path: Path, zk_connect: st
     cluster = LocalCluster.up(tmp_path, brokers=2, zookeeper=zk_connect, die_with_parent=True)
     pids = _all_pids(cluster.info)
     assert len(pids) == 2 and all(_pid_running(p) for p in pids)
-    assert cluster.info["zookeeper"] == {"connect": zk_connect, "pid": None}
+    assert cluster.info["zookeeper"] == {"connect": zk_connect, "pid": None, "heap_mb": None}
     cluster.down()
     assert not any(_pid_running(p) for p in pids)
     assert _all_pids(json.loads((tmp_path / "cluster.json").read_text())) == []
@@ -164,9 +164,14 @@ def test_down_leaves_no_process_and_is_idempotent(tmp_path: Path, zk_connect: st
 
 def test_cli_up_in_background_then_down_stops_everything(tmp_path: Path) -> None:
     runner = CliRunner()
-    result = runner.invoke(cluster_cli, ["up", "--dir", str(tmp_path), "--brokers", "1"])
+    result = runner.invoke(
+        cluster_cli, ["up", "--dir", str(tmp_path), "--brokers", "1", "--zookeeper-heap", "384m"]
+    )
     assert result.exit_code == 0, result.output
     info = json.loads((tmp_path / "cluster.json").read_text())
+    zk_args = Path(f"/proc/{info['zookeeper']['pid']}/cmdline").read_bytes().decode().split("\0")
+    assert [a for a in zk_args if a.startswith("-Xmx")] == ["-Xmx384m"]
+    assert info["zookeeper"]["heap_mb"] == 384
     assert info["bootstrap_servers"] in result.output
     assert str(tmp_path / "admin.properties") in result.output
     assert info["brokers"][0]["metrics"] in result.output
@@ -182,6 +187,15 @@ def test_cli_up_in_background_then_down_stops_everything(tmp_path: Path) -> None
     assert not any(_pid_running(p) for p in pids)
     result = runner.invoke(cluster_cli, ["down", "--dir", str(tmp_path)])
     assert result.exit_code == 0
+
+
+def test_cli_refuses_a_bad_zookeeper_heap_and_starts_nothing(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        cluster_cli, ["up", "--dir", str(tmp_path), "--zookeeper-heap", "lots"]
+    )
+    assert result.exit_code == 2
+    assert "not a heap size" in result.output
+    assert not (tmp_path / "cluster.json").exists()
 
 
 def test_cli_down_without_a_cluster_says_so(tmp_path: Path) -> None:

@@ -7,7 +7,15 @@ import socket
 import pytest
 from kazoo.client import KazooClient
 
-from zk.server import ManagedZooKeeper, ZooKeeperEnsemble, ZooKeeperStartError, find_java
+from zk.server import (
+    DEFAULT_HEAP_MB,
+    ManagedZooKeeper,
+    ZooKeeperEnsemble,
+    ZooKeeperStartError,
+    find_java,
+    four_letter_word,
+    parse_heap_mb,
+)
 
 
 def _write_and_read(connect: str) -> bytes:
@@ -83,3 +91,63 @@ def test_ensemble_of_three_keeps_serving_with_one_node_down(tmp_path):
         assert _write_and_read(survivors) == b"hello"
     finally:
         ensemble.stop()
+
+
+def _jvm_max_heap_mb(pid: int) -> int:
+    """The -Xmx the running JVM was started with, read from its command line."""
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        args = f.read().decode().split("\0")
+    heaps = [a for a in args if a.startswith("-Xmx")]
+    assert len(heaps) == 1, args
+    assert heaps[0].endswith("m"), heaps[0]
+    return int(heaps[0][4:-1])
+
+
+def test_starts_with_the_heap_and_session_limits_it_was_given(tmp_path):
+    server = ManagedZooKeeper(tmp_path / "zk", heap_mb=321, max_session_timeout_ms=45_000)
+    server.start()
+    try:
+        assert server.pid is not None
+        assert _jvm_max_heap_mb(server.pid) == 321
+        # The session limit is granted: a client asking for 18 s (the brokers' default)
+        # gets 18 s, not ZooKeeper's default cap of 20 ticks (10 s).
+        client = KazooClient(hosts=server.connect, timeout=18)
+        client.start(timeout=15)
+        try:
+            connections = four_letter_word(server.host, server.client_port, "cons")
+        finally:
+            client.stop()
+            client.close()
+        # `cons` lists each client connection with its negotiated timeout as "to=MS".
+        timeouts = {int(part[3:]) for part in connections.replace(",", " ").split() if part.startswith("to=")}
+        assert timeouts == {18_000}, connections
+    finally:
+        server.stop()
+
+
+def test_default_heap_holds_a_million_tokens_and_purge_keeps_data_bounded(tmp_path):
+    server = ManagedZooKeeper(tmp_path / "zk")
+    server.start()
+    try:
+        assert server.pid is not None
+        assert _jvm_max_heap_mb(server.pid) == DEFAULT_HEAP_MB >= 2048
+        cfg = dict(
+            line.split("=", 1) for line in (tmp_path / "zk" / "zoo.cfg").read_text().splitlines()
+        )
+        assert int(cfg["autopurge.purgeInterval"]) >= 1
+        assert int(cfg["autopurge.snapRetainCount"]) == 3
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize(
+    ("text", "mb"), [("2048", 2048), ("1536m", 1536), ("2g", 2048), ("4GiB", 4096), ("512MB", 512)]
+)
+def test_heap_sizes_parse(text, mb):
+    assert parse_heap_mb(text) == mb
+
+
+@pytest.mark.parametrize("text", ["", "lots", "2t", "-1g", "32m", "1.5g"])
+def test_bad_heap_sizes_are_clear_errors(text):
+    with pytest.raises(ValueError, match="heap"):
+        parse_heap_mb(text)

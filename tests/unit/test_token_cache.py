@@ -51,6 +51,20 @@ def test_expiry_index_due_is_strictly_past_deadline_in_order() -> None:
     assert len(index) == 3
 
 
+def test_expiry_index_put_many_agrees_with_put_whether_many_or_few() -> None:
+    rng = random.Random(7)
+    one_by_one, batched = ExpiryIndex(), ExpiryIndex()
+    for round_size in (500, 3, 200, 1):  # heapify for many, pushes for few
+        items = [(rng.randint(0, 1_000), f"t{rng.randint(0, 400)}") for _ in range(round_size)]
+        for deadline, token_id in items:
+            one_by_one.put(token_id, deadline)
+        batched.put_many(items)
+        assert len(batched) == len(one_by_one)
+        for now in (0, 250, 500, 1_001):
+            assert batched.due(now) == one_by_one.due(now)
+        assert batched.next_deadline() == one_by_one.next_deadline()
+
+
 def test_expiry_index_reput_moves_token_and_discard_forgets_it() -> None:
     index = ExpiryIndex()
     index.put("a", 100)
@@ -232,7 +246,7 @@ def test_credential_is_cached_per_mechanism(cache: TokenCache) -> None:
     cache.upsert(info("t1"))
     first, _ = cache.scram_credential("t1", SHA256)
     second, _ = cache.scram_credential("t1", SHA256)
-    assert first is second
+    assert first == second
     assert cache.derived_count() == 1
     other, _ = cache.scram_credential("t1", SHA512)
     assert len(other.stored_key) == 64
@@ -244,7 +258,7 @@ def test_renewal_keeps_derived_credential_and_returns_new_expiry(cache: TokenCac
     before, _ = cache.scram_credential("t1", SHA512)
     cache.upsert(info("t1", expiry=4000))
     after, current = cache.scram_credential("t1", SHA512)
-    assert after is before
+    assert after == before
     assert current.expiry_timestamp == 4000
     assert cache.derived_count() == 1
 
@@ -255,8 +269,8 @@ def test_replace_all_keeps_credentials_of_unchanged_and_renewed_tokens(cache: To
     c1, _ = cache.scram_credential("t1", SHA256)
     c2, _ = cache.scram_credential("t2", SHA256)
     cache.replace_all([info("t1"), info("t2", expiry=4000)])
-    assert cache.scram_credential("t1", SHA256)[0] is c1
-    assert cache.scram_credential("t2", SHA256)[0] is c2
+    assert cache.scram_credential("t1", SHA256)[0] == c1
+    assert cache.scram_credential("t2", SHA256)[0] == c2
     assert cache.derived_count() == 2
 
 
@@ -291,7 +305,7 @@ def test_concurrent_first_use_agrees_on_one_credential(cache: TokenCache) -> Non
     for t in threads:
         t.join()
     assert len(results) == 4
-    assert all(r is results[0] for r in results)
+    assert all(r == results[0] for r in results)
     assert cache.derived_count() == 1
 
 

@@ -1,11 +1,19 @@
 """The broker's in-memory token cache: indexes, expiry order, lazy SCRAM credentials.
 
-This module owns every token a broker knows, indexed three ways: by token id,
-by HMAC (how Renew/Expire requests name a token) and by deadline
-(:class:`ExpiryIndex`, so the expiry sweep finds due tokens without a scan). It
-also owns the SCRAM credentials of tokens, derived from the HMAC on a token's
-first authentication and kept until the token is removed or re-keyed; renewals
-keep them. It recomputes HMACs from the master keys; ZooKeeper never has them.
+This module owns every token a broker knows, indexed four ways: by token id,
+by HMAC (how Renew/Expire requests name a token), by deadline
+(:class:`ExpiryIndex`, so the expiry sweep finds due tokens without a scan) and
+by principal (owner, requester and renewers: what a describe filters on, so
+describing one owner costs that owner's tokens). Every change (upsert, remove,
+resync) maintains all four. It also owns the SCRAM credentials of tokens,
+derived from the HMAC on a token's first authentication and kept until the
+token is removed or re-keyed; renewals keep them. It recomputes HMACs from the
+master keys; ZooKeeper never has them.
+
+Entries are compact, for a million tokens per broker: one slotted record per
+token holding its details, its HMAC and its credentials packed as one bytes
+object per mechanism; ``DelegationToken`` and ``ScramCredential`` objects are
+built when asked for, not kept.
 
 It must not do I/O or read a clock (callers pass ``now_ms``), and it holds its
 one lock only for dictionary and heap work: PBKDF2 and listener callbacks run
@@ -15,12 +23,14 @@ and does not know where tokens come from (``zk.sync`` feeds it).
 
 from __future__ import annotations
 
+import gc
 import heapq
 import logging
 import threading
 from collections.abc import Callable, Iterable
 
 from tokensvc.core.keys import MasterKeys, UnknownKeyError
+from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import DelegationToken, TokenInformation
 from tokensvc.scram.formatter import (
     MIN_ITERATIONS,
@@ -71,6 +81,23 @@ class ExpiryIndex:
         heapq.heappush(self._heap, (deadline, token_id))
         self._maybe_compact()
 
+    def put_many(self, items: Iterable[tuple[int, str]]) -> None:
+        """``put`` for many ``(deadline, token_id)`` at once: one heapify when they are
+        many (a cold start), single pushes when they are few (a resync's changes)."""
+        heap, live = self._heap, self._live
+        fresh = []
+        for deadline, token_id in items:
+            if live.get(token_id) != deadline:
+                live[token_id] = deadline
+                fresh.append((deadline, token_id))
+        if len(fresh) * 16 > len(heap):
+            heap.extend(fresh)
+            heapq.heapify(heap)
+        else:
+            for item in fresh:
+                heapq.heappush(heap, item)
+        self._maybe_compact()
+
     def discard(self, token_id: str) -> None:
         if self._live.pop(token_id, None) is not None:
             self._maybe_compact()
@@ -114,20 +141,49 @@ class ExpiryIndex:
             heapq.heapify(self._heap)
 
 
-class _Entry:
-    """One token as the cache holds it. ``token`` is None when its key is unknown."""
+_MECHANISMS = tuple(ScramMechanism)
+_SLOT = {mechanism: i for i, mechanism in enumerate(_MECHANISMS)}
+_NO_CREDENTIALS: tuple[bytes | None, ...] = (None,) * len(_MECHANISMS)
 
-    __slots__ = ("credentials", "info", "token")
+
+def _pack(credential: ScramCredential) -> bytes:
+    """salt | stored key | server key (the salt's length goes first, one byte)."""
+    return bytes((len(credential.salt),)) + credential.salt + credential.stored_key + credential.server_key
+
+
+def _unpack(blob: bytes, iterations: int) -> ScramCredential:
+    salt_end = 1 + blob[0]
+    half = (len(blob) - salt_end) // 2
+    return ScramCredential(
+        blob[1:salt_end], blob[salt_end:salt_end + half], blob[salt_end + half:], iterations
+    )
+
+
+class _Entry:
+    """One token as the cache holds it. ``hmac`` is None when its key is unknown;
+    ``credentials`` holds one packed credential (or None) per SCRAM mechanism."""
+
+    __slots__ = ("credentials", "hmac", "info")
 
     def __init__(
-        self,
-        info: TokenInformation,
-        token: DelegationToken | None,
-        credentials: dict[ScramMechanism, ScramCredential] | None,
+        self, info: TokenInformation, hmac: bytes | None, credentials: tuple[bytes | None, ...]
     ) -> None:
         self.info = info
-        self.token = token
+        self.hmac = hmac
         self.credentials = credentials
+
+    @property
+    def token(self) -> DelegationToken | None:
+        return DelegationToken(self.info, self.hmac) if self.hmac is not None else None
+
+
+def principals_of(info: TokenInformation) -> tuple[KafkaPrincipal, ...]:
+    """Whom a describe filter matches the token by: its owner, requester and renewers,
+    each once (the common cases build no set: hashing a principal is not free)."""
+    owner, requester, renewers = info.owner, info.token_requester, info.renewers
+    if not renewers:
+        return (owner,) if requester is owner or requester == owner else (owner, requester)
+    return tuple({owner: None, requester: None, **dict.fromkeys(renewers)})
 
 
 class TokenCache:
@@ -148,6 +204,7 @@ class TokenCache:
         self._lock = threading.Lock()
         self._entries: dict[str, _Entry] = {}
         self._by_hmac: dict[bytes, str] = {}
+        self._by_principal: dict[KafkaPrincipal, set[str]] = {}
         self._expiry = ExpiryIndex()
         self._unknown_key = 0
         self._derived = 0
@@ -159,7 +216,9 @@ class TokenCache:
         """Add or update a token; returns it with its HMAC, or None if its key is unknown."""
         hmac = self._hmac_or_none(info)
         with self._lock:
-            token, changed = self._apply_upsert(info, hmac)
+            changed = self._apply_upsert(info, hmac)
+            entry = self._entries[info.token_id]
+            token = entry.token
         if changed:
             self._notify([(UPSERT, info)])
         return token
@@ -179,22 +238,41 @@ class TokenCache:
         Applies only the difference: ids absent from ``infos`` are removed,
         new or changed tokens upserted, unchanged ones (and their derived
         credentials) left alone. Listeners hear of every change.
+
+        Made for a cold start of a million tokens: the expiry heap is built once,
+        and the cyclic garbage collector is paused while entries are inserted
+        (they all live on, so collections would only walk them again and again:
+        at a million tokens that made the fill grow faster than the data).
         """
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            self._replace_all(infos)
+        finally:
+            if paused:
+                gc.enable()
+
+    def _replace_all(self, infos: Iterable[TokenInformation]) -> None:
         wanted = {info.token_id: info for info in infos}
         with self._lock:
-            current = {tid: entry.info for tid, entry in self._entries.items()}
-        changed = [info for tid, info in wanted.items() if current.get(tid) != info]
-        hmacs = {info.token_id: self._hmac_or_none(info) for info in changed}
+            entries = self._entries
+            changed = [
+                info for tid, info in wanted.items()
+                if (entry := entries.get(tid)) is None or entry.info != info
+            ]
+        hmac_or_none = self._hmac_or_none
+        keyed = [(info, hmac_or_none(info)) for info in changed]
         events: list[tuple[str, TokenInformation]] = []
+        deadlines: list[tuple[int, str]] = []
         with self._lock:
             for tid in [tid for tid in self._entries if tid not in wanted]:
                 entry = self._apply_remove(tid)
                 if entry is not None:
                     events.append((REMOVE, entry.info))
-            for info in changed:
-                _, did_change = self._apply_upsert(info, hmacs[info.token_id])
-                if did_change:
+            for info, hmac in keyed:
+                if self._apply_upsert(info, hmac, deadlines):
                     events.append((UPSERT, info))
+            self._expiry.put_many(deadlines)
         self._notify(events)
 
     def add_listener(self, listener: Listener) -> None:
@@ -221,9 +299,43 @@ class TokenCache:
             return entry.info if entry is not None else None
 
     def tokens(self) -> list[DelegationToken]:
-        """Every token that has an HMAC (i.e. whose key is known)."""
+        """Every token that has an HMAC (i.e. whose key is known).
+
+        Builds one object per token: for large caches use :meth:`token_ids` and
+        :meth:`tokens_by_ids` in slices instead.
+        """
         with self._lock:
-            return [e.token for e in self._entries.values() if e.token is not None]
+            return [e.token for e in self._entries.values() if e.hmac is not None]
+
+    def token_ids(self) -> list[str]:
+        """The ids of every token, including tokens whose key is unknown (a snapshot)."""
+        with self._lock:
+            return list(self._entries)
+
+    def ids_of(self, principals: Iterable[KafkaPrincipal]) -> set[str]:
+        """Ids of the tokens that any of ``principals`` owns, requested or may renew.
+
+        From the principal index: costs those tokens, not the cache. Principals are
+        compared without the token-authenticated flag.
+        """
+        found: set[str] = set()
+        with self._lock:
+            for principal in principals:
+                ids = self._by_principal.get(principal.without_token_flag())
+                if ids:
+                    found |= ids
+        return found
+
+    def tokens_by_ids(self, token_ids: Iterable[str]) -> list[DelegationToken]:
+        """The tokens with these ids that are still cached and have an HMAC, in order."""
+        out = []
+        with self._lock:
+            entries = self._entries
+            for token_id in token_ids:
+                entry = entries.get(token_id)
+                if entry is not None and entry.hmac is not None:
+                    out.append(DelegationToken(entry.info, entry.hmac))
+        return out
 
     def due(self, now_ms: int) -> list[TokenInformation]:
         """Tokens strictly past their expiry or max lifetime at ``now_ms``, earliest first."""
@@ -260,24 +372,28 @@ class TokenCache:
         kept, across renewals, until the token is removed. None when the token is
         unknown or its master key is. Matches ``CredentialLookup.token_credential``.
         """
+        slot = _SLOT[mechanism]
         with self._lock:
             entry = self._entries.get(token_id)
-            if entry is None or entry.token is None:
+            if entry is None or entry.hmac is None:
                 return None
-            if entry.credentials and mechanism in entry.credentials:
-                return entry.credentials[mechanism], entry.info
-            token = entry.token
+            packed = entry.credentials[slot]
+            if packed is not None:
+                return _unpack(packed, self._iterations), entry.info
+            token = DelegationToken(entry.info, entry.hmac)
         credential = derive_credential(token.hmac_b64, mechanism, self._iterations)
         with self._lock:
             entry = self._entries.get(token_id)
-            if entry is None or entry.token is None or entry.token.hmac != token.hmac:
+            if entry is None or entry.hmac != token.hmac:
                 return None
-            if entry.credentials is None:
-                entry.credentials = {}
-            if mechanism not in entry.credentials:
-                entry.credentials[mechanism] = credential
+            packed = entry.credentials[slot]
+            if packed is None:
+                packed = _pack(credential)
+                credentials = list(entry.credentials)
+                credentials[slot] = packed
+                entry.credentials = tuple(credentials)
                 self._derived += 1
-            return entry.credentials[mechanism], entry.info
+            return _unpack(packed, self._iterations), entry.info
 
     # -- internals (callers hold the lock unless noted) ---------------------------
 
@@ -289,26 +405,40 @@ class TokenCache:
             return None
 
     def _apply_upsert(
-        self, info: TokenInformation, hmac: bytes | None
-    ) -> tuple[DelegationToken | None, bool]:
-        old = self._entries.get(info.token_id)
+        self,
+        info: TokenInformation,
+        hmac: bytes | None,
+        deadlines: list[tuple[int, str]] | None = None,
+    ) -> bool:
+        """Store ``info``; False when the cache already held exactly it. The expiry
+        index is updated here, or later from ``deadlines`` when the caller batches."""
+        token_id = info.token_id
+        old = self._entries.get(token_id)
         if old is not None and old.info == info:
-            return old.token, False
-        credentials = None
+            return False
+        credentials = _NO_CREDENTIALS
         if old is not None:
-            old_hmac = old.token.hmac if old.token is not None else None
-            if old_hmac is not None and old_hmac == hmac:
+            if old.hmac is not None and old.hmac == hmac:
                 credentials = old.credentials
             self._unindex(old)
-        token = DelegationToken(info, hmac) if hmac is not None else None
-        entry = _Entry(info, token, credentials)
-        self._entries[info.token_id] = entry
-        if token is not None:
-            self._by_hmac[hmac] = info.token_id
+        self._entries[token_id] = _Entry(info, hmac, credentials)
+        if hmac is not None:
+            self._by_hmac[hmac] = token_id
         else:
             self._unknown_key += 1
-        self._expiry.put(info.token_id, deadline_of(info))
-        return token, True
+        by_principal = self._by_principal
+        for principal in principals_of(info):
+            ids = by_principal.get(principal)
+            if ids is None:
+                by_principal[principal] = {token_id}
+            else:
+                ids.add(token_id)
+        deadline = min(info.expiry_timestamp, info.max_timestamp)
+        if deadlines is None:
+            self._expiry.put(token_id, deadline)
+        else:
+            deadlines.append((deadline, token_id))
+        return True
 
     def _apply_remove(self, token_id: str) -> _Entry | None:
         entry = self._entries.pop(token_id, None)
@@ -318,12 +448,20 @@ class TokenCache:
         return entry
 
     def _unindex(self, entry: _Entry) -> None:
-        """Drop ``entry`` from the HMAC index and the unknown-key count."""
-        if entry.token is not None:
-            if self._by_hmac.get(entry.token.hmac) == entry.info.token_id:
-                del self._by_hmac[entry.token.hmac]
+        """Drop ``entry`` from the HMAC and principal indexes and the unknown-key count."""
+        token_id = entry.info.token_id
+        if entry.hmac is not None:
+            if self._by_hmac.get(entry.hmac) == token_id:
+                del self._by_hmac[entry.hmac]
         else:
             self._unknown_key -= 1
+        by_principal = self._by_principal
+        for principal in principals_of(entry.info):
+            ids = by_principal.get(principal)
+            if ids is not None:
+                ids.discard(token_id)
+                if not ids:
+                    del by_principal[principal]
 
     def _notify(self, events: list[tuple[str, TokenInformation]]) -> None:
         """Tell every listener about ``events``. Runs without the lock."""

@@ -7,7 +7,8 @@ Whether a version is *flexible* (compact lengths, tagged-field sections) is a
 property of the API, so it is passed in rather than stored here.
 
 Values are plain Python: ``int``, ``bool``, ``str``, ``bytes``, ``None``, ``list``
-and ``dict`` keyed by Kafka's JSON field names; a uuid is 16 ``bytes``.
+and ``dict`` keyed by Kafka's JSON field names; a uuid is 16 ``bytes``. An array
+may also be given as :class:`EncodedElements` (elements encoded beforehand).
 
 Rules this module enforces:
 
@@ -212,6 +213,16 @@ STRING = _String()
 BYTES = _Bytes()
 
 
+@dataclass(frozen=True)
+class EncodedElements:
+    """An array's elements already encoded (``count`` of them, in ``data``), for a
+    response too large to encode on the event loop in one piece: the writer copies the
+    bytes behind the array's length and checks nothing else."""
+
+    count: int
+    data: bytes
+
+
 class Array(WireType):
     """``[]element``: a length-prefixed list (null where the field allows it)."""
 
@@ -250,6 +261,10 @@ class Array(WireType):
             if not nullable:
                 raise EncodeError(f"None for a non-nullable {self.name}")
             _write_length(w, -1, flexible, Writer.int32)
+            return
+        if isinstance(value, EncodedElements):
+            _write_length(w, value.count, flexible, Writer.int32)
+            w.raw(value.data)
             return
         if not isinstance(value, (list, tuple)):
             raise EncodeError(f"{self.name} needs a list, got {type(value).__name__}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tokensvc.authz.acl import AclOperation, ResourceType
+from tokensvc.broker.describe import describe_tokens
 from tokensvc.broker.handlers import ApiHandler, register
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.principal import KafkaPrincipal
@@ -221,22 +222,6 @@ def _describe_error(version: int, error: Errors) -> dict:
     return {"ErrorCode": int(error), "Tokens": [], "ThrottleTimeMs": 0}
 
 
-def _describe_entry(token: DelegationToken) -> dict:
-    info: TokenInformation = token.info
-    return {
-        "PrincipalType": info.owner.principal_type,
-        "PrincipalName": info.owner.name,
-        "TokenRequesterPrincipalType": info.token_requester.principal_type,
-        "TokenRequesterPrincipalName": info.token_requester.name,
-        "IssueTimestamp": info.issue_timestamp,
-        "ExpiryTimestamp": info.expiry_timestamp,
-        "MaxTimestamp": info.max_timestamp,
-        "TokenId": info.token_id,
-        "Hmac": token.hmac,
-        "Renewers": [{"PrincipalType": r.principal_type, "PrincipalName": r.name} for r in info.renewers],
-    }
-
-
 async def handle_describe(broker: Broker, ctx: RequestContext, body: dict) -> dict:
     error = _session_check(broker, ctx)
     if error:
@@ -253,12 +238,14 @@ async def handle_describe(broker: Broker, ctx: RequestContext, body: dict) -> di
         ) or broker.authorize(ctx, AclOperation.DESCRIBE_TOKENS, ResourceType.USER, str(info.owner))
 
     try:
-        tokens = broker.manager.describe(broker.cache.tokens(), ctx.principal, owners, may_describe)
+        described = await describe_tokens(
+            broker.cache, ctx.principal, owners, may_describe, ctx.api_version
+        )
     except KafkaError as exc:
         _audit(broker, ctx, "describe", exc.error, owner=None, token_id=None, count=0)
         return _describe_error(ctx.api_version, exc.error)
-    _audit(broker, ctx, "describe", Errors.NONE, owner=None, token_id=None, count=len(tokens))
-    return {"ErrorCode": 0, "Tokens": [_describe_entry(t) for t in tokens], "ThrottleTimeMs": 0}
+    _audit(broker, ctx, "describe", Errors.NONE, owner=None, token_id=None, count=described.count)
+    return {"ErrorCode": 0, "Tokens": described.tokens, "ThrottleTimeMs": 0}
 
 
 register(38, ApiHandler("CreateDelegationToken", handle_create, create_error, write=True,

@@ -1,0 +1,155 @@
+"""DescribeDelegationToken for a million tokens: select by index, encode in slices.
+
+Owns: which tokens a describe shows and the bytes of its ``Tokens`` array. Tokens are
+selected through the cache's principal index when the request names owners (so one
+owner costs that owner's tokens, not the cache) and from a snapshot of the token ids
+otherwise; Kafka's rule then keeps a token when the requester is its owner, requester
+or renewer, or ``may_describe`` allows it (see ``TokenManager.describe``, the same
+rule over a list). The array is encoded here, in slices: after each slice that has
+held the event loop for :data:`SLICE_BUDGET_S`, :func:`describe_tokens` yields to the
+loop, so logins and other requests keep being answered while a large describe is
+built. Encoding is direct (``struct`` and byte joins, each principal encoded once per
+describe); ``tests/unit/test_broker_describe.py`` checks it against the schema codec.
+
+Must not: change the cache, authorize on its own (the handler passes
+``may_describe``), audit, or touch sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from tokensvc.core.cache import TokenCache
+from tokensvc.core.principal import KafkaPrincipal
+from tokensvc.core.token import DelegationToken, TokenInformation
+from tokensvc.protocol import flexible
+from tokensvc.protocol.api import ApiKey
+from tokensvc.protocol.schema import EncodedElements
+
+# How long one slice may hold the event loop, and how many tokens go between clock reads.
+SLICE_BUDGET_S = 0.002
+SLICE_TOKENS = 128
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_TIMES = struct.Struct(">qqq")
+
+
+@dataclass(frozen=True)
+class Described:
+    """The tokens a describe shows: how many, and the encoded ``Tokens`` elements."""
+
+    count: int
+    tokens: EncodedElements
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+class _Encoder:
+    """Encodes DescribedDelegationToken elements of one API version."""
+
+    def __init__(self, version: int) -> None:
+        self.version = version
+        self.flexible = flexible(ApiKey.DESCRIBE_DELEGATION_TOKEN, version)
+        self._principals: dict[KafkaPrincipal, bytes] = {}
+        self._renewer_lists: dict[tuple[KafkaPrincipal, ...], bytes] = {}
+
+    def _string(self, text: str) -> bytes:
+        data = text.encode("utf-8")
+        if self.flexible:
+            return _uvarint(len(data) + 1) + data
+        return _INT16.pack(len(data)) + data
+
+    def _length(self, length: int) -> bytes:
+        return _uvarint(length + 1) if self.flexible else _INT32.pack(length)
+
+    def _principal(self, principal: KafkaPrincipal) -> bytes:
+        found = self._principals.get(principal)
+        if found is None:
+            found = self._string(principal.principal_type) + self._string(principal.name)
+            self._principals[principal] = found
+        return found
+
+    def _renewers(self, renewers: tuple[KafkaPrincipal, ...]) -> bytes:
+        found = self._renewer_lists.get(renewers)
+        if found is None:
+            tags = b"\x00" if self.flexible else b""
+            found = self._length(len(renewers)) + b"".join(
+                self._principal(r) + tags for r in renewers
+            )
+            self._renewer_lists[renewers] = found
+        return found
+
+    def element(self, token: DelegationToken) -> bytes:
+        info = token.info
+        parts = [self._principal(info.owner)]
+        if self.version >= 3:
+            parts.append(self._principal(info.token_requester))
+        parts.append(_TIMES.pack(info.issue_timestamp, info.expiry_timestamp, info.max_timestamp))
+        parts.append(self._string(info.token_id))
+        parts.append(self._length(len(token.hmac)))
+        parts.append(token.hmac)
+        parts.append(self._renewers(info.renewers))
+        if self.flexible:
+            parts.append(b"\x00")
+        return b"".join(parts)
+
+
+def selected_ids(cache: TokenCache, owners: Sequence[KafkaPrincipal] | None) -> list[str]:
+    """The ids a describe looks at: the index's for named owners, else every id."""
+    if owners is None:
+        return cache.token_ids()
+    return sorted(cache.ids_of(owners))
+
+
+async def describe_tokens(
+    cache: TokenCache,
+    principal: KafkaPrincipal,
+    owners: Sequence[KafkaPrincipal] | None,
+    may_describe: Callable[[TokenInformation], bool],
+    version: int,
+    *,
+    budget_s: float = SLICE_BUDGET_S,
+) -> Described:
+    """The tokens ``principal`` may see, filtered by ``owners`` (None: every owner,
+    empty: none), encoded for DescribeDelegationToken ``version``.
+
+    Runs on the event loop and yields to it whenever a slice has taken ``budget_s``.
+    A token removed while the describe runs is left out; one renewed shows either
+    state. Tokens whose master key is unknown have no HMAC and are never shown.
+    """
+    if owners is not None and not owners:
+        return Described(0, EncodedElements(0, b""))
+    me = principal.without_token_flag()
+    ids = selected_ids(cache, owners)
+    await asyncio.sleep(0)
+    encoder = _Encoder(version)
+    slices: list[bytes] = []
+    elements: list[bytes] = []
+    count = 0
+    started = time.perf_counter()
+    for lo in range(0, len(ids), SLICE_TOKENS):
+        for token in cache.tokens_by_ids(ids[lo : lo + SLICE_TOKENS]):
+            info = token.info
+            if info.owner_or_renewer(me) or may_describe(info):
+                elements.append(encoder.element(token))
+        if time.perf_counter() - started >= budget_s:
+            count += len(elements)
+            slices.append(b"".join(elements))
+            elements = []
+            await asyncio.sleep(0)
+            started = time.perf_counter()
+    count += len(elements)
+    slices.append(b"".join(elements))
+    return Described(count, EncodedElements(count, b"".join(slices)))
