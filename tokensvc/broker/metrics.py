@@ -72,6 +72,12 @@ class BrokerMetrics:
             "tokensvc_scram_logins", "SCRAM logins by mechanism, result and kind (user or token)",
             ["mechanism", "result", "kind"], registry=r,
         )
+        self.implicit_logins = Counter(
+            "tokensvc_scram_implicit_token_logins",
+            "Token logins without tokenauth=true (the user name was a token id), by result",
+            ["mechanism", "result"],
+            registry=r,
+        )
         self.token_requests = Counter(
             "tokensvc_token_requests", "Token API outcomes", ["action", "error"], registry=r
         )
@@ -130,6 +136,9 @@ class BrokerMetrics:
 
     def login(self, mechanism: str | None, result: str, kind: str) -> None:
         self.logins.labels(mechanism or "", result, kind).inc()
+
+    def implicit_login(self, mechanism: str | None, result: str) -> None:
+        self.implicit_logins.labels(mechanism or "", result).inc()
 
     def reauthentication(self, mechanism: str | None, result: str) -> None:
         self.reauthentications.labels(mechanism or "", result).inc()

@@ -72,6 +72,9 @@ KNOWN_KEYS = frozenset(
         "delegation.token.max.lifetime.ms",
         "delegation.token.expiry.time.ms",
         "delegation.token.expiry.check.interval.ms",
+        "delegation.token.implicit.login.enable",
+        "delegation.token.session.alter.access.enable",
+        "sasl.scram.accept.repeated.client.nonce",
         "audit.log.dir",
         "audit.queue.size",
         "audit.file.max.bytes",
@@ -143,6 +146,9 @@ class BrokerConfig:
     delegation_token_max_lifetime_ms: int = 604_800_000
     delegation_token_expiry_time_ms: int = 86_400_000
     delegation_token_expiry_check_interval_ms: int = 3_600_000
+    delegation_token_implicit_login_enable: bool = True
+    delegation_token_session_alter_access_enable: bool = False
+    sasl_scram_accept_repeated_client_nonce: bool = False
     audit_log_dir: str | None = None
     audit_queue_size: int = 10_000
     audit_file_max_bytes: int = 67_108_864
@@ -424,6 +430,15 @@ def _build(p: _Props, env: Mapping[str, str]) -> BrokerConfig:
         delegation_token_expiry_time_ms=expiry_time,
         delegation_token_expiry_check_interval_ms=p.integer(
             "delegation.token.expiry.check.interval.ms", 3_600_000, minimum=1
+        ),
+        delegation_token_implicit_login_enable=p.boolean(
+            "delegation.token.implicit.login.enable", True
+        ),
+        delegation_token_session_alter_access_enable=p.boolean(
+            "delegation.token.session.alter.access.enable", False
+        ),
+        sasl_scram_accept_repeated_client_nonce=p.boolean(
+            "sasl.scram.accept.repeated.client.nonce", False
         ),
         audit_log_dir=p.text("audit.log.dir"),
         audit_queue_size=p.integer("audit.queue.size", 10_000, minimum=1, maximum=INT32_MAX),
