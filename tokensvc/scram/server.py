@@ -311,9 +311,7 @@ class ScramServer:
             return user.salt, user.iterations
         if kind is _Kind.TOKEN:
             assert token is not None
-            self.token_info = token.info
-            if token.info.expired_at(self._clock.now_ms()):
-                self._deferred_failure = FailureReason.EXPIRED_TOKEN
+            self.token_info = token.info  # expiry is checked at client-final
             return token.salt, token.iterations
         self._deferred_failure = (
             FailureReason.UNKNOWN_TOKEN if self.token_requested else FailureReason.UNKNOWN_USER
