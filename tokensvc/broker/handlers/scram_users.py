@@ -125,14 +125,20 @@ def token_id_collision(name: str, token_known: bool) -> str | None:
 
 
 def precheck_alter(broker: Broker, ctx: RequestContext, body: dict) -> dict | None:
+    """The refusal of the whole request (audited here, on whichever broker refuses), or None."""
+    refused = None
     if not token_session_may_alter_access(
         ctx.principal.token_authenticated,
         broker.config.delegation_token_session_alter_access_enable,
     ):
-        return _all_failed(body, Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, TOKEN_SESSION_REFUSED)
-    if not broker.authorize(ctx, AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER):
-        return _all_failed(body, Errors.CLUSTER_AUTHORIZATION_FAILED)
-    return None
+        refused = _all_failed(body, Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED,
+                              TOKEN_SESSION_REFUSED)
+    elif not broker.authorize(ctx, AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER):
+        refused = _all_failed(body, Errors.CLUSTER_AUTHORIZATION_FAILED)
+    if refused is not None:
+        for result in refused["Results"]:
+            _audit(broker, ctx, "upsert", result["User"], None, None, Errors(result["ErrorCode"]))
+    return refused
 
 
 def _all_failed(body: dict, error: Errors, message: str | None = None) -> dict:
@@ -147,8 +153,6 @@ def _all_failed(body: dict, error: Errors, message: str | None = None) -> dict:
 async def handle_alter(broker: Broker, ctx: RequestContext, body: dict) -> dict:
     refused = precheck_alter(broker, ctx, body)
     if refused is not None:
-        for result in refused["Results"]:
-            _audit(broker, ctx, "upsert", result["User"], None, None, Errors(result["ErrorCode"]))
         return refused
     deletions = body.get("Deletions") or []
     upsertions = body.get("Upsertions") or []
