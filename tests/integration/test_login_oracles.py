@@ -48,8 +48,11 @@ from tokensvc.scram.messages import ServerFirstMessage
 
 SASL_HANDSHAKE, SASL_AUTHENTICATE, CREATE_ACLS, DELETE_ACLS = 17, 36, 30, 31
 CREATE_TOKEN, ALTER_SCRAM = 38, 51
+# Names of one length (a token id's, 22): the classes must differ by what they are only.
+KNOWN_USER = "known-user-22-char-nam"
+UNKNOWN_USER = "unknown-user-22-char-n"
 PASSWORDS = {"admin": "admin-secret", "broker": "broker-secret", "alice": "alice-secret",
-             "bob": "bob-secret"}
+             "bob": "bob-secret", KNOWN_USER: "known-secret"}
 BOUND_S = 20.0
 NOT_ALLOWED = int(Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED)
 
@@ -211,9 +214,10 @@ def test_known_unknown_user_live_and_unknown_token_are_not_separable_at_server_f
     broker = cluster["forwarder"]
     token = create_token(cluster["controller"], "alice")
     wait_known_everywhere([broker], token["TokenId"])
+    assert len(KNOWN_USER) == len(UNKNOWN_USER) == len(token["TokenId"])
     classes = {
-        "known user": "bob",
-        "unknown user": "carol-does-not-exist",
+        "known user": KNOWN_USER,
+        "unknown user": UNKNOWN_USER,
         "live token": token["TokenId"],
         "unknown token": base64.urlsafe_b64encode(secrets.token_bytes(16)).rstrip(b"=").decode(),
     }
