@@ -11,6 +11,8 @@
   audited), on the controller and through a forwarding broker; the setting
   ``delegation.token.session.alter.access.enable`` restores Kafka's behaviour.
 * No user may be named like a live token id (UNACCEPTABLE_CREDENTIAL, clear message).
+* Old librdkafka's repeated client nonce: refused by default with its own audit reason and
+  a log line naming the host and the setting; accepted with the setting on.
 * No secret in the audit log, even misplaced: a password typed as a user name is audited
   only as a keyed fingerprint, the same on every broker, and the audit findings (the
   reference rules the Spark job is held to) still group its repeats.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import random
 import secrets
 import socket
@@ -43,7 +46,7 @@ from tokensvc.audit.rules import ReferenceAudit, RuleSettings
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import RequestHeader, decode_response, encode_request, frame
-from tokensvc.scram.formatter import ScramMechanism
+from tokensvc.scram.formatter import ScramMechanism, client_proof
 from tokensvc.scram.messages import ServerFirstMessage
 
 SASL_HANDSHAKE, SASL_AUTHENTICATE, CREATE_ACLS, DELETE_ACLS = 17, 36, 30, 31
@@ -357,3 +360,59 @@ def test_a_known_user_failing_is_audited_by_name(cluster: dict) -> None:
                    for e in audit_events(cluster["audit"], cluster["forwarder"].broker.broker_id))
 
     retry(audited, BOUND_S, errors=(AssertionError,), interval=0.05)
+
+
+# -- old librdkafka: the repeated client nonce, through a real broker ---------------------------
+
+
+def librdkafka_login(address: tuple[str, int], user: str, password: str) -> dict:
+    """A SCRAM-SHA-256 login as librdkafka < 2.6.1 sends it (client-final nonce = client nonce
+    + the whole server-first nonce, the proof over that text); the last SaslAuthenticate answer."""
+    mechanism = ScramMechanism.SCRAM_SHA_256
+    conn = RawConnection(address)
+    try:
+        assert conn.call(SASL_HANDSHAKE, 1, {"Mechanism": mechanism.mechanism_name})["ErrorCode"] == 0
+        cnonce = secrets.token_urlsafe(18)
+        bare = f"n={user},r={cnonce}"
+        first = conn.call(SASL_AUTHENTICATE, 2, {"AuthBytes": f"n,,{bare}".encode()})
+        server_first = bytes(first["AuthBytes"]).decode()
+        parsed = ServerFirstMessage.parse(server_first)
+        without_proof = f"c=biws,r={cnonce}{parsed.nonce}"
+        salted = mechanism.salted_password(password, parsed.salt, parsed.iterations)
+        proof = client_proof(mechanism, salted, f"{bare},{server_first},{without_proof}".encode())
+        final = f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+        return conn.call(SASL_AUTHENTICATE, 2, {"AuthBytes": final})
+    finally:
+        conn.close()
+
+
+def test_old_librdkafka_nonce_is_refused_audited_and_logged_by_default(
+    cluster: dict, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="tokensvc.broker.sasl")
+    broker = cluster["forwarder"]
+    answer = librdkafka_login(broker.address(), "bob", PASSWORDS["bob"])
+    assert answer["ErrorCode"] == int(Errors.SASL_AUTHENTICATION_FAILED)
+
+    def audited() -> None:
+        assert any(e["type"] == "authentication" and e["username"] == "bob"
+                   and e["reason"] == "repeated_client_nonce"
+                   for e in audit_events(cluster["audit"], broker.broker.broker_id))
+
+    retry(audited, BOUND_S, errors=(AssertionError,), interval=0.05)
+    notices = [r.getMessage() for r in caplog.records if "repeats the client nonce" in r.getMessage()]
+    assert notices and "127.0.0.1" in notices[0]
+    assert "sasl.scram.accept.repeated.client.nonce" in notices[0]
+
+
+def test_old_librdkafka_nonce_logs_in_when_the_setting_is_on(zookeeper) -> None:
+    connect = f"{zookeeper.connect}/repeated-nonce-{time.monotonic_ns()}"
+    for user, password in PASSWORDS.items():
+        bootstrap_user(connect, user, password)
+    broker = InProcessBroker(BrokerConfig.from_properties(broker_properties(
+        1, connect, sasl_scram_accept_repeated_client_nonce="true"))).start()
+    try:
+        answer = librdkafka_login(broker.address(), "bob", PASSWORDS["bob"])
+        assert answer["ErrorCode"] == 0 and bytes(answer["AuthBytes"]).startswith(b"v=")
+    finally:
+        broker.stop()
