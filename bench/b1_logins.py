@@ -376,8 +376,14 @@ class _Lookup:
     def user_credential(self, username: str, mechanism: ScramMechanism) -> None:
         return None
 
+    def token_salt(self, token_id, mechanism):
+        return self._cache.scram_salt(token_id, mechanism)
+
     def token_credential(self, token_id: str, mechanism: ScramMechanism):
         return self._cache.scram_credential(token_id, mechanism)
+
+    def derived_count(self) -> int:
+        return self._cache.derived_count()
 
 
 def in_process_rate(

@@ -11,6 +11,11 @@ marks the login as a token login. :func:`install` registers :class:`TokenAwareSc
 with the extension; with any other password it hands the exchange to the mechanism that
 was registered before, so ordinary user logins behave exactly as without it.
 
+tokensvc brokers with ``delegation.token.implicit.login.enable=true`` (the default) also
+accept a token login without the extension, so plain kafka-python settings (token id and
+HMAC as user name and password) work there too (docs/clients.md); this plug-in is for
+brokers that need the extension (Apache Kafka, or implicit login turned off).
+
 Use :func:`token_login_config` to get the keyword arguments (it installs the mechanism)::
 
     KafkaAdminClient(bootstrap_servers=..., security_protocol="SASL_PLAINTEXT",

@@ -6,11 +6,12 @@ listeners, dev certificates) is shared by the module. confluent-kafka
 both listeners, read metadata and the cluster description, and manage SCRAM
 users (KIP-554) whose logins are then tried with the *other* client.
 
-Delegation tokens: librdkafka cannot log in with one (its SCRAM client-first
-message is always ``n,,n=<user>,r=<nonce>``: no extensions, so no
-``tokenauth=true``; ``sasl.oauthbearer.extensions`` exists only for
-OAUTHBEARER). Token logins across the cluster therefore use the project's own
-wire client and kafka-python with :mod:`tokensvc.kafka_python_token`.
+Delegation tokens: librdkafka's SCRAM client-first message is always
+``n,,n=<user>,r=<nonce>`` (no extensions, so no ``tokenauth=true``); it logs in
+with a token through implicit token login (the token id as user name). The other
+token logins across the cluster use the project's own wire client and
+kafka-python with :mod:`tokensvc.kafka_python_token`; every client's token login
+is in test_client_matrix.py.
 """
 
 from __future__ import annotations
@@ -82,9 +83,10 @@ def confluent_admin(
     username: str,
     password: str,
     errors: list[ConfluentError] | None = None,
+    bootstrap: str | None = None,
 ) -> AdminClient:
     conf: dict[str, Any] = {
-        "bootstrap.servers": ",".join(_addresses(cluster, listener)),
+        "bootstrap.servers": bootstrap or ",".join(_addresses(cluster, listener)),
         "security.protocol": listener,
         "sasl.mechanism": mechanism,
         "sasl.username": username,
@@ -410,17 +412,17 @@ def test_kafka_python_logs_in_with_a_token_on_every_broker(cluster: LocalCluster
             client.close()
 
 
-def test_librdkafka_cannot_log_in_with_a_token_because_it_sends_no_scram_extensions(
-    cluster: LocalCluster,
+@pytest.mark.parametrize("listener", LISTENERS)
+def test_librdkafka_logs_in_with_a_token_on_every_broker_without_an_extension(
+    cluster: LocalCluster, listener: str
 ) -> None:
     token = _create_token(cluster, 1)
     _logs_in_everywhere_within(cluster, token, "SCRAM-SHA-256")
     hmac = base64.b64encode(token["Hmac"]).decode()
-    # Without tokenauth=true the token id is looked up as a user name, which does not exist.
-    refused = confluent_login_refused(
-        cluster, "SASL_PLAINTEXT", "SCRAM-SHA-256", token["TokenId"], hmac
-    )
-    assert refused
+    for address in _addresses(cluster, listener):
+        admin = confluent_admin(cluster, listener, "SCRAM-SHA-256", token["TokenId"], hmac,
+                                bootstrap=address)
+        assert set(admin.list_topics(timeout=15).brokers) == set(BROKER_IDS)
 
 
 def test_expired_token_is_refused_on_every_broker(cluster: LocalCluster) -> None:

@@ -29,9 +29,9 @@ def test_authentication_event_has_exactly_the_schema_fields() -> None:
     )
     assert event == {
         "type": "authentication", "outcome": "failure", "mechanism": "SCRAM-SHA-256",
-        "kind": "token", "username": "tok1", "token_id": "tok1", "principal": None,
-        "client_host": "10.0.0.1", "client_port": 5555, "listener": "SASL_PLAINTEXT",
-        "reason": "expired_token",
+        "kind": "token", "implicit": False, "username": "tok1", "token_id": "tok1",
+        "principal": None, "client_host": "10.0.0.1", "client_port": 5555,
+        "listener": "SASL_PLAINTEXT", "reason": "expired_token",
     }
 
 

@@ -152,8 +152,14 @@ class _NoCredentials:
     def user_credential(self, username, mechanism):
         return None
 
+    def token_salt(self, token_id, mechanism):
+        return None
+
     def token_credential(self, token_id, mechanism):
         return None
+
+    def derived_count(self):
+        return 0
 
 
 @pytest.mark.parametrize("size", [8193, 1_000_000])

@@ -49,8 +49,14 @@ class _Lookup:
     def user_credential(self, username, mechanism):
         return self._users.get((username, mechanism))
 
+    def token_salt(self, token_id, mechanism):
+        return self._cache.scram_salt(token_id, mechanism)
+
     def token_credential(self, token_id, mechanism):
         return self._cache.scram_credential(token_id, mechanism)
+
+    def derived_count(self) -> int:
+        return self._cache.derived_count()
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ from tokensvc.scram import (
     ScramMechanism,
     ScramServer,
     ScramServerState,
+    TokenSalt,
     derive_credential,
 )
 from tokensvc.scram.formatter import client_proof, credential_from_salted_password
@@ -74,10 +75,17 @@ class Lookup:
     def user_credential(self, username: str, mechanism: ScramMechanism) -> ScramCredential | None:
         return self.users.get((username, mechanism))
 
+    def token_salt(self, token_id: str, mechanism: ScramMechanism) -> TokenSalt | None:
+        found = self.tokens.get((token_id, mechanism))
+        return None if found is None else TokenSalt(found[0].salt, found[0].iterations, found[1])
+
     def token_credential(
         self, token_id: str, mechanism: ScramMechanism
     ) -> tuple[ScramCredential, TokenInformation] | None:
         return self.tokens.get((token_id, mechanism))
+
+    def derived_count(self) -> int:
+        return 0
 
 
 def exchange(client: ScramClient, server: ScramServer) -> None:

@@ -15,6 +15,8 @@ loudly in tests is better than a log the report job cannot read.
 from __future__ import annotations
 
 import functools
+import hashlib
+import hmac
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -55,6 +57,7 @@ def authentication_event(
     outcome: str,
     mechanism: str | None = None,
     kind: str = "user",
+    implicit: bool = False,
     username: str | None = None,
     token_id: str | None = None,
     principal: str | None = None,
@@ -64,7 +67,10 @@ def authentication_event(
     reason: str | None = None,
 ) -> dict[str, Any]:
     """A SASL login attempt. For token logins ``username`` is the token id and
-    ``principal`` the token's owner; ``principal`` is null on failure."""
+    ``principal`` the token's owner; ``principal`` is null on failure.
+    ``implicit`` marks a token login without ``tokenauth=true`` (the user name
+    was a token id). A name that is neither a user nor a token is written as
+    its :func:`name_fingerprint`, never verbatim."""
     _outcome(outcome, None)
     _one_of("kind", kind, LOGIN_KINDS)
     return {
@@ -72,6 +78,7 @@ def authentication_event(
         "outcome": outcome,
         "mechanism": mechanism,
         "kind": kind,
+        "implicit": bool(implicit),
         "username": username,
         "token_id": token_id,
         "principal": principal,
@@ -301,6 +308,24 @@ def stamp(body: Mapping[str, Any], *, ts: int, broker_id: int, event_id: str) ->
     }
     event.update(body)
     return event
+
+
+# --- names that may be secrets -------------------------------------------------
+
+FINGERPRINT_PREFIX = "fp:"
+_FINGERPRINT_HEX_CHARS = 16
+
+
+def name_fingerprint(key: bytes, name: str) -> str:
+    """``fp:`` and 16 hex characters of HMAC-SHA256(key, name).
+
+    What the audit log shows instead of a login name that matches no user and
+    no token (it may be a password typed in the wrong field). The same name
+    gives the same fingerprint under the same key, so repeats and bursts still
+    correlate; without the key a guess cannot be checked against it.
+    """
+    digest = hmac.new(key, name.encode("utf-8"), hashlib.sha256).hexdigest()
+    return FINGERPRINT_PREFIX + digest[:_FINGERPRINT_HEX_CHARS]
 
 
 # --- the secret guard ---------------------------------------------------------

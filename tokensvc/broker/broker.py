@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import secrets
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -34,6 +35,7 @@ from tokensvc.authz.acl import (
 from tokensvc.authz.authorizer import ALL_OPERATIONS_BITFIELD, AclAuthorizer
 from tokensvc.broker.context import RequestContext
 from tokensvc.broker.handlers import HANDLERS, sasl
+from tokensvc.broker.handlers.sasl import HostNoticeLimiter
 from tokensvc.broker.metrics import BrokerMetrics
 from tokensvc.broker.server import BrokerServer
 from tokensvc.broker.session import Session
@@ -42,10 +44,11 @@ from tokensvc.core.cache import TokenCache
 from tokensvc.core.clock import Clock, SystemClock
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import AUTHORIZER_NOT_READY, Errors, KafkaError
+from tokensvc.core.keys import AUDIT_FINGERPRINT_LABEL, SCRAM_SALT_LABEL, derived_secret
 from tokensvc.core.manager import TokenManager
 from tokensvc.core.token import TokenInformation
 from tokensvc.protocol import encode_response
-from tokensvc.scram.formatter import ScramCredential, ScramMechanism
+from tokensvc.scram.formatter import ScramCredential, ScramMechanism, TokenSalt
 from zk.acl_store import AclStore, AclSync
 from zk.brokers import BrokerRegistry
 from zk.client import ZkSettings, open_client
@@ -71,24 +74,39 @@ class _Credentials:
     def user_credential(self, username: str, mechanism: ScramMechanism) -> ScramCredential | None:
         return self._users.user_credential(username, mechanism)
 
+    def token_salt(self, token_id: str, mechanism: ScramMechanism) -> TokenSalt | None:
+        found = self._tokens.scram_salt(token_id, mechanism)
+        return found if self._enabled else None
+
     def token_credential(self, token_id: str, mechanism: ScramMechanism):
         if not self._enabled:
             return None
         return self._tokens.scram_credential(token_id, mechanism)
 
+    def derived_count(self) -> int:
+        return self._tokens.derived_count()
+
 
 def _fake_salt_secret(config: BrokerConfig) -> bytes:
-    """A secret every broker of the cluster shares, for the fake salts of unknown users.
+    """A secret every broker of the cluster shares, for the salts of tokens and unknown names.
 
-    Brokers must agree, or comparing salts for one unknown name across two
-    brokers would tell unknown names from real ones. It is a keyed hash of a
-    fixed label under the master key (or, with tokens disabled, of the shared
-    ZooKeeper connect string); it never leaves the broker.
+    Brokers must agree, or comparing salts for one name across two brokers
+    would tell unknown names from real ones. It is the secret the token cache
+    derives token salts with (:func:`~tokensvc.core.keys.derived_secret` of the
+    master key), so a token and an unknown name get salts alike; or, with tokens disabled, a hash of the shared ZooKeeper
+    connect string; it never leaves the broker.
     """
-    label = "tokensvc-scram-fake-salt-v1"
-    if config.master_keys.enabled:
-        return config.master_keys.hmac(label, config.master_keys.current_id)
-    return hashlib.sha256(f"{label}|{config.zookeeper_connect}".encode()).digest()
+    secret = derived_secret(config.master_keys, SCRAM_SALT_LABEL)
+    if secret is not None:
+        return secret
+    return hashlib.sha256(f"{SCRAM_SALT_LABEL}|{config.zookeeper_connect}".encode()).digest()
+
+
+def _audit_fingerprint_key(config: BrokerConfig) -> bytes:
+    """The key of the audit fingerprints of unknown names: derived from the master key,
+    so every broker agrees; a per-process random key when tokens are disabled (there
+    is then no shared secret, and a guessable key would let a log reader test guesses)."""
+    return derived_secret(config.master_keys, AUDIT_FINGERPRINT_LABEL) or secrets.token_bytes(32)
 
 
 class Broker:
@@ -103,8 +121,11 @@ class Broker:
             max_lifetime_ms=config.delegation_token_max_lifetime_ms,
             renew_period_ms=config.delegation_token_expiry_time_ms,
             clock=self.clock,
+            id_taken=lambda token_id: bool(self.users.credentials(token_id)),
         )
         self.fake_salt_secret = _fake_salt_secret(config)
+        self.audit_fingerprint_key = _audit_fingerprint_key(config)
+        self.repeated_nonce_notices = HostNoticeLimiter()
         self.users = UserCredentialCache()
         self.credentials = _Credentials(self.users, self.cache, config.master_keys.enabled)
         self.authorizer: AclAuthorizer | None = None

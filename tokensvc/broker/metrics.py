@@ -133,6 +133,12 @@ class BrokerMetrics:
         r = self.registry = CollectorRegistry()
         self._loop_counts = LoopCounts()
         r.register(self._loop_counts)
+        self.implicit_logins = Counter(
+            "tokensvc_scram_implicit_token_logins",
+            "Token logins without tokenauth=true (the user name was a token id), by result",
+            ["mechanism", "result"],
+            registry=r,
+        )
         self.token_requests = Counter(
             "tokensvc_token_requests", "Token API outcomes", ["action", "error"], registry=r
         )
@@ -179,6 +185,9 @@ class BrokerMetrics:
 
     def login(self, mechanism: str | None, result: str, kind: str) -> None:
         self._loop_counts.login(mechanism or "", result, kind)
+
+    def implicit_login(self, mechanism: str | None, result: str) -> None:
+        self.implicit_logins.labels(mechanism or "", result).inc()
 
     def reauthentication(self, mechanism: str | None, result: str) -> None:
         self.reauthentications.labels(mechanism or "", result).inc()

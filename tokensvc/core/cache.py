@@ -29,14 +29,16 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
-from tokensvc.core.keys import MasterKeys, UnknownKeyError
+from tokensvc.core.keys import SCRAM_SALT_LABEL, MasterKeys, UnknownKeyError, derived_secret
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import DelegationToken, TokenInformation
 from tokensvc.scram.formatter import (
     MIN_ITERATIONS,
     ScramCredential,
     ScramMechanism,
+    TokenSalt,
     derive_credential,
+    derived_salt,
 )
 
 log = logging.getLogger("tokensvc.core.cache")
@@ -201,6 +203,8 @@ class TokenCache:
     def __init__(self, keys: MasterKeys, *, scram_iterations: int = MIN_ITERATIONS) -> None:
         self._keys = keys
         self._iterations = scram_iterations
+        # Token salts are derived, not random: the same on every broker (docs/security.md).
+        self._salt_secret = derived_secret(keys, SCRAM_SALT_LABEL)
         self._lock = threading.Lock()
         self._entries: dict[str, _Entry] = {}
         self._by_hmac: dict[bytes, str] = {}
@@ -363,14 +367,27 @@ class TokenCache:
 
     # -- SCRAM -------------------------------------------------------------------
 
+    def scram_salt(self, token_id: str, mechanism: ScramMechanism) -> TokenSalt | None:
+        """The salt and iterations the token's credential has (or will have once
+        derived) and its details, without deriving anything. The salt is computed
+        whether or not the token exists, so both cost the same. None when the token
+        is unknown or its master key is. Matches ``CredentialLookup.token_salt``."""
+        salt = derived_salt(self._salt_secret or b"", mechanism, token_id)
+        with self._lock:
+            entry = self._entries.get(token_id)
+            if entry is None or entry.hmac is None or self._salt_secret is None:
+                return None
+            return TokenSalt(salt, self._iterations, entry.info)
+
     def scram_credential(
         self, token_id: str, mechanism: ScramMechanism
     ) -> tuple[ScramCredential, TokenInformation] | None:
         """The token's SCRAM credential for ``mechanism`` and its current details.
 
-        Derived from the HMAC (password = base64 of the HMAC) on first use and
-        kept, across renewals, until the token is removed. None when the token is
-        unknown or its master key is. Matches ``CredentialLookup.token_credential``.
+        Derived from the HMAC (password = base64 of the HMAC) on first use, with
+        the salt :func:`~tokensvc.scram.formatter.derived_salt` gives under the
+        master key's SCRAM salt secret, and kept, across renewals, until the
+        token is removed. None when the token is unknown or its master key is. Matches ``CredentialLookup.token_credential``.
         """
         slot = _SLOT[mechanism]
         with self._lock:
@@ -381,7 +398,8 @@ class TokenCache:
             if packed is not None:
                 return _unpack(packed, self._iterations), entry.info
             token = DelegationToken(entry.info, entry.hmac)
-        credential = derive_credential(token.hmac_b64, mechanism, self._iterations)
+        salt = derived_salt(self._salt_secret, mechanism, token_id) if self._salt_secret else None
+        credential = derive_credential(token.hmac_b64, mechanism, self._iterations, salt)
         with self._lock:
             entry = self._entries.get(token_id)
             if entry is None or entry.hmac != token.hmac:

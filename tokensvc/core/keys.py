@@ -22,6 +22,10 @@ from tokensvc.core.errors import Errors, KafkaError
 
 _KEY_ID_MESSAGE = b"tokensvc key id v1"
 _KEY_ID_HEX_CHARS = 16
+# Labels of the secrets derived from the current master key. None can be a token
+# id (those are 22 characters of URL-safe base64), so no derived secret is a token HMAC.
+SCRAM_SALT_LABEL = "tokensvc-scram-fake-salt-v1"
+AUDIT_FINGERPRINT_LABEL = "tokensvc-audit-name-fingerprint-v1"
 
 
 def token_hmac(master_key: str, token_id: str) -> bytes:
@@ -33,6 +37,19 @@ def key_id(master_key: str) -> str:
     """A stable 16-hex-character name for ``master_key`` that reveals nothing about it."""
     digest = hmac.new(master_key.encode("utf-8"), _KEY_ID_MESSAGE, hashlib.sha256).hexdigest()
     return digest[:_KEY_ID_HEX_CHARS]
+
+
+def derived_secret(keys: MasterKeys, label: str) -> bytes | None:
+    """A 32-byte secret every broker holding the same current key derives alike.
+
+    HMAC-SHA512 of ``label`` under the current master key, truncated; None when
+    tokens are disabled (no current key). Used for the SCRAM salts of tokens and
+    unknown names (:data:`SCRAM_SALT_LABEL`) and the audit fingerprints of unknown
+    names (:data:`AUDIT_FINGERPRINT_LABEL`); it reveals nothing about the key.
+    """
+    if not keys.enabled:
+        return None
+    return keys.hmac(label, keys.current_id)[:32]
 
 
 def _keyed_mac(master_key: str) -> Any:

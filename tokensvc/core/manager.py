@@ -25,6 +25,9 @@ from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import DelegationToken, TokenInformation
 
 TOKEN_ID_BYTES = 16
+# Fresh ids drawn before giving up when each one is taken (never seen with random
+# ids: 16 random bytes do not equal a user name; the bound keeps a bad predicate finite).
+MAX_TOKEN_ID_DRAWS = 16
 
 
 def random_token_id() -> str:
@@ -38,7 +41,9 @@ class TokenManager:
 
     ``max_lifetime_ms`` is the server's ``delegation.token.max.lifetime.ms`` and
     ``renew_period_ms`` its ``delegation.token.expiry.time.ms`` (the default
-    renew period).
+    renew period). ``id_taken(token_id)`` says whether a name is already used
+    (the broker: a SCRAM user of that name exists); a new token never gets such
+    an id, so an implicit token login never meets a user of the same name.
     """
 
     def __init__(
@@ -49,6 +54,7 @@ class TokenManager:
         renew_period_ms: int,
         clock: Clock,
         new_token_id: Callable[[], str] = random_token_id,
+        id_taken: Callable[[str], bool] = lambda _token_id: False,
     ) -> None:
         if max_lifetime_ms <= 0:
             raise ValueError("max_lifetime_ms must be > 0")
@@ -59,6 +65,7 @@ class TokenManager:
         self._renew_period_ms = renew_period_ms
         self._clock = clock
         self._new_token_id = new_token_id
+        self._id_taken = id_taken
 
     @property
     def enabled(self) -> bool:
@@ -98,7 +105,7 @@ class TokenManager:
         issue = self._clock.now_ms()
         max_timestamp = issue + lifetime
         info = TokenInformation(
-            token_id=self._new_token_id(),
+            token_id=self._fresh_token_id(),
             owner=owner.without_token_flag(),
             token_requester=requester.without_token_flag(),
             renewers=tuple(r.without_token_flag() for r in renewers),
@@ -166,6 +173,17 @@ class TokenManager:
             if info.owner_or_renewer(principal) or may_describe(info):
                 shown.append(token)
         return shown
+
+    def _fresh_token_id(self) -> str:
+        """A new token id that ``id_taken`` does not claim."""
+        for _ in range(MAX_TOKEN_ID_DRAWS):
+            token_id = self._new_token_id()
+            if not self._id_taken(token_id):
+                return token_id
+        raise KafkaError(
+            Errors.UNKNOWN_SERVER_ERROR,
+            f"no free token id after {MAX_TOKEN_ID_DRAWS} draws: each one equals a user name",
+        )
 
     def _check_enabled(self) -> None:
         if not self._keys.enabled:

@@ -11,7 +11,9 @@ from tokensvc.scram.formatter import (
     MIN_ITERATIONS,
     ScramCredential,
     ScramMechanism,
+    TokenSalt,
     derive_credential,
+    derived_salt,
 )
 from tokensvc.scram.messages import FailureReason, ScramAuthenticationError
 from tokensvc.scram.server import CredentialLookup, ScramServer, ScramServerState
@@ -28,5 +30,7 @@ __all__ = [
     "ScramMechanism",
     "ScramServer",
     "ScramServerState",
+    "TokenSalt",
     "derive_credential",
+    "derived_salt",
 ]

@@ -17,9 +17,14 @@ import hmac
 import os
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from tokensvc.core.token import TokenInformation
 
 MIN_ITERATIONS = 4096
 MAX_ITERATIONS = 16384
+DERIVED_SALT_BYTES = 32
 
 
 class ScramMechanism(Enum):
@@ -84,6 +89,14 @@ class ScramCredential:
             raise ValueError("malformed SCRAM credential") from exc
 
 
+class TokenSalt(NamedTuple):
+    """What a server-first message needs of a token, had without running PBKDF2."""
+
+    salt: bytes
+    iterations: int
+    info: TokenInformation
+
+
 def derive_credential(
     password: str,
     mechanism: ScramMechanism,
@@ -94,6 +107,18 @@ def derive_credential(
     salt = salt if salt is not None else os.urandom(32)
     salted = mechanism.salted_password(password, salt, iterations)
     return credential_from_salted_password(mechanism, salted, salt, iterations)
+
+
+def derived_salt(secret: bytes, mechanism: ScramMechanism, name: str) -> bytes:
+    """The salt of a SCRAM name whose credential the broker derives itself.
+
+    A keyed hash of the mechanism and the name: the same on every broker that
+    holds ``secret`` and across restarts, unpredictable without it. Token
+    credentials and the fake credentials of unknown names both use it, so a
+    server-first message cannot tell a live token id from an unknown name.
+    """
+    data = f"salt\x00{mechanism.mechanism_name}\x00{name}".encode()
+    return mechanism.hmac(secret, data)[:DERIVED_SALT_BYTES]
 
 
 def credential_from_salted_password(

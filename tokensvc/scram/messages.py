@@ -42,6 +42,9 @@ class FailureReason(StrEnum):
     EXPIRED_TOKEN = "expired_token"
     BAD_PROOF = "bad_proof"
     NONCE_MISMATCH = "nonce_mismatch"
+    # client-final's nonce was the client nonce followed by the whole server-first
+    # nonce (librdkafka < 2.6.1), refused: sasl.scram.accept.repeated.client.nonce=false.
+    REPEATED_CLIENT_NONCE = "repeated_client_nonce"
     AUTHZID_MISMATCH = "authzid_mismatch"
     ITERATIONS = "iterations"
     MALFORMED = "malformed"

@@ -2,15 +2,30 @@
 
 Owns one SCRAM exchange on the server side: bytes in, bytes out, an explicit
 :class:`ScramServerState` and one transition table (``_NEXT_STATE``). It picks
-user or token credentials through a :class:`CredentialLookup` (Kafka's
-``tokenauth=true`` extension selects tokens), checks token expiry against an
-injected :class:`~tokensvc.core.clock.Clock`, and decides who the client is.
+user or token credentials through a :class:`CredentialLookup`, checks token
+expiry against an injected :class:`~tokensvc.core.clock.Clock`, and decides who
+the client is.
 
-Anti-enumeration: an unknown user or token is not refused at client-first. The
-exchange continues with a fake credential whose salt is an HMAC of the name
-under a process-wide secret (stable, so it looks like a stored salt), and fails
-at client-final exactly as a wrong password does. The real reason is kept in
-``failure_reason`` for audit.
+Which credential: Kafka's ``tokenauth=true`` extension selects tokens. Without
+it the name is a user; with ``implicit_token_login`` a name that is no user but
+a token id known to the lookup logs in as that token, exactly as with the
+extension (principal = owner, token-authenticated). A user always wins.
+
+Anti-enumeration, at client-first: every name takes the same path (the user
+lookup, the token lookup and the fake salt are all computed, whatever the
+name), no PBKDF2 runs, and a token and an unknown name get a salt from the same
+keyed derivation (:func:`~tokensvc.scram.formatter.derived_salt`), so the
+server-first message tells nothing. An unknown name fails at client-final
+exactly as a wrong password does; the real reason is kept in
+``failure_reason`` for audit. At client-final, a token's credential may be
+derived (PBKDF2, once per token and mechanism); so that this first derivation
+is no signal, every failure that reached the proof check and derived nothing
+spends one derivation of the same cost (``_spend_one_derivation``).
+
+Old librdkafka (< 2.6.1) repeats the client nonce in client-final (client
+nonce + the whole server-first nonce). With ``accept_repeated_client_nonce``
+exactly that form is accepted, the proof being checked over the message as
+sent; otherwise it fails with its own reason, ``repeated_client_nonce``.
 
 It must not touch sockets, threads or the wall clock, know about ZooKeeper, or
 log anything: no password, key or proof ever leaves this object.
@@ -32,6 +47,9 @@ from tokensvc.scram.formatter import (
     MIN_ITERATIONS,
     ScramCredential,
     ScramMechanism,
+    TokenSalt,
+    derive_credential,
+    derived_salt,
     server_signature,
     verify_client_proof,
 )
@@ -44,6 +62,7 @@ from tokensvc.scram.messages import (
     ServerFinalMessage,
     ServerFirstMessage,
     auth_message,
+    b64_encode,
 )
 
 DEFAULT_MAX_MESSAGE_BYTES = 8192
@@ -54,15 +73,24 @@ _PROCESS_FAKE_SALT_SECRET = secrets.token_bytes(32)
 
 
 class CredentialLookup(Protocol):
-    """Where the server finds credentials; implemented by the broker."""
+    """Where the server finds credentials; implemented by the broker.
+
+    ``token_salt`` must answer without deriving anything, with the salt and
+    iterations the credential ``token_credential`` returns will have.
+    ``derived_count`` counts the PBKDF2 derivations ``token_credential`` ran.
+    """
 
     def user_credential(
         self, username: str, mechanism: ScramMechanism
     ) -> ScramCredential | None: ...
 
+    def token_salt(self, token_id: str, mechanism: ScramMechanism) -> TokenSalt | None: ...
+
     def token_credential(
         self, token_id: str, mechanism: ScramMechanism
     ) -> tuple[ScramCredential, TokenInformation] | None: ...
+
+    def derived_count(self) -> int: ...
 
 
 class ScramServerState(Enum):
@@ -79,6 +107,14 @@ _NEXT_STATE = {
 }
 
 
+class _Kind(Enum):
+    """What the client-first name turned out to be."""
+
+    USER = "user"
+    TOKEN = "token"
+    UNKNOWN = "unknown"
+
+
 def default_server_nonce() -> str:
     """32 URL-safe characters from the OS CSPRNG (never contains ',')."""
     return secrets.token_urlsafe(24)
@@ -87,10 +123,13 @@ def default_server_nonce() -> str:
 class ScramServer:
     """One server-side SCRAM exchange: call :meth:`evaluate` once per client message.
 
-    After client-first: ``username``, ``extensions``, ``token_requested``. After
-    success (``complete``): ``principal`` and, for a token, ``token_id``,
-    ``token_info`` and ``token_authenticated``. After a failure:
-    ``failure_reason`` (the real reason class, for audit only).
+    After client-first: ``username``, ``extensions``, ``token_requested``,
+    ``implicit`` (a token login without the extension) and ``name_known`` (the
+    name is a user or a token id the lookup knows; False means it may be
+    anything a client typed, a password included). After success
+    (``complete``): ``principal`` and, for a token, ``token_id``, ``token_info``
+    and ``token_authenticated``. After a failure: ``failure_reason`` (the real
+    reason class, for audit only).
     """
 
     def __init__(
@@ -103,6 +142,8 @@ class ScramServer:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         min_iterations: int = MIN_ITERATIONS,
         fake_salt_secret: bytes | None = None,
+        implicit_token_login: bool = False,
+        accept_repeated_client_nonce: bool = False,
     ) -> None:
         self.mechanism = mechanism
         self._lookup = lookup
@@ -111,17 +152,23 @@ class ScramServer:
         self._max_message_bytes = max_message_bytes
         self._min_iterations = min_iterations
         self._fake_salt_secret = fake_salt_secret or _PROCESS_FAKE_SALT_SECRET
+        self._implicit_token_login = implicit_token_login
+        self._accept_repeated_client_nonce = accept_repeated_client_nonce
         self.state = ScramServerState.RECEIVE_CLIENT_FIRST
         self.failure_reason: str | None = None
         self.username: str | None = None
         self.token_requested = False
+        self.implicit = False
+        self.name_known = False
+        self.repeated_client_nonce = False
         self.extensions: dict[str, str] = {}
         self.token_info: TokenInformation | None = None
         self.principal: KafkaPrincipal | None = None
         self.token_id: str | None = None
+        self._kind = _Kind.UNKNOWN
         self._client_first: ClientFirstMessage | None = None
         self._server_first: ServerFirstMessage | None = None
-        self._credential: ScramCredential | None = None
+        self._user_credential: ScramCredential | None = None
         self._deferred_failure: FailureReason | None = None
 
     @property
@@ -131,6 +178,11 @@ class ScramServer:
     @property
     def token_authenticated(self) -> bool:
         return self.complete and self.token_id is not None
+
+    @property
+    def token_login(self) -> bool:
+        """True when this exchange runs against a token (extension or implicit)."""
+        return self.token_requested or self.implicit
 
     def evaluate(self, client_message: bytes) -> bytes:
         """Take the next client message, return the server's answer.
@@ -167,36 +219,39 @@ class ScramServer:
         self.token_requested = first.token_authentication
         if first.authzid is not None and first.authzid != first.username:
             raise ScramAuthenticationError(FailureReason.AUTHZID_MISMATCH)
-        credential = self._find_credential(first.username)
-        if not self._min_iterations <= credential.iterations <= MAX_ITERATIONS:
+        salt, iterations = self._choose(first.username)
+        if not self._min_iterations <= iterations <= MAX_ITERATIONS:
             raise ScramAuthenticationError(FailureReason.ITERATIONS)
         server_nonce = self._nonce_factory()
         if not PRINTABLE.fullmatch(server_nonce):
             raise ValueError("server nonce must be printable ASCII without ','")
         self._client_first = first
-        self._credential = credential
-        self._server_first = ServerFirstMessage(
-            first.nonce + server_nonce, credential.salt, credential.iterations
-        )
+        self._server_first = ServerFirstMessage(first.nonce + server_nonce, salt, iterations)
         return self._server_first.to_text()
 
     def _receive_client_final(self, text: str) -> str:
-        first, server_first, credential = self._client_first, self._server_first, self._credential
-        assert first is not None and server_first is not None and credential is not None
+        first, server_first = self._client_first, self._server_first
+        assert first is not None and server_first is not None
         final = ClientFinalMessage.parse(text)
         if final.channel_binding != first.gs2_header.encode("utf-8"):
             raise ScramAuthenticationError(FailureReason.CHANNEL_BINDING)
-        if not hmac.compare_digest(final.nonce.encode("ascii"), server_first.nonce.encode("ascii")):
-            raise ScramAuthenticationError(FailureReason.NONCE_MISMATCH)
+        self._check_nonce(first, server_first, final)
         auth = auth_message(first, server_first, final)
-        proof_ok = verify_client_proof(self.mechanism, credential.stored_key, auth, final.proof)
-        if self._deferred_failure is not None:
-            raise ScramAuthenticationError(self._deferred_failure)
-        if not proof_ok:
-            raise ScramAuthenticationError(FailureReason.BAD_PROOF)
-        if self.token_info is not None:
-            if self.token_info.expired_at(self._clock.now_ms()):
+        derived_before = self._lookup.derived_count()
+        try:
+            credential = self._final_credential(first.username)
+            proof_ok = verify_client_proof(self.mechanism, credential.stored_key, auth, final.proof)
+            if self._deferred_failure is not None:
+                raise ScramAuthenticationError(self._deferred_failure)
+            if not proof_ok:
+                raise ScramAuthenticationError(FailureReason.BAD_PROOF)
+            if self.token_info is not None and self.token_info.expired_at(self._clock.now_ms()):
                 raise ScramAuthenticationError(FailureReason.EXPIRED_TOKEN)
+        except ScramAuthenticationError:
+            if self._lookup.derived_count() == derived_before:
+                self._spend_one_derivation(first.username)
+            raise
+        if self.token_info is not None:
             owner = self.token_info.owner
             self.principal = KafkaPrincipal(owner.principal_type, owner.name, True)
             self.token_id = self.token_info.token_id
@@ -210,27 +265,72 @@ class ScramServer:
         ScramServerState.RECEIVE_CLIENT_FINAL: _receive_client_final,
     }
 
+    # -- nonce -------------------------------------------------------------------
+
+    def _check_nonce(
+        self, first: ClientFirstMessage, server_first: ServerFirstMessage, final: ClientFinalMessage
+    ) -> None:
+        """RFC 5802: client-final repeats the server-first nonce. librdkafka < 2.6.1
+        sends its client nonce before it; accepted only when configured."""
+        sent = final.nonce.encode("ascii")
+        if hmac.compare_digest(sent, server_first.nonce.encode("ascii")):
+            return
+        repeated = (first.nonce + server_first.nonce).encode("ascii")
+        if not hmac.compare_digest(sent, repeated):
+            raise ScramAuthenticationError(FailureReason.NONCE_MISMATCH)
+        self.repeated_client_nonce = True
+        if not self._accept_repeated_client_nonce:
+            raise ScramAuthenticationError(FailureReason.REPEATED_CLIENT_NONCE)
+
     # -- credentials ----------------------------------------------------------
 
-    def _find_credential(self, name: str) -> ScramCredential:
-        """The credential to run the exchange with; a fake one (and a deferred
-        failure) when the user or token is unknown or the token has expired."""
-        if self.token_requested:
-            found = self._lookup.token_credential(name, self.mechanism)
-            if found is None:
-                return self._defer(FailureReason.UNKNOWN_TOKEN, name)
-            credential, info = found
-            self.token_info = info
-            if info.expired_at(self._clock.now_ms()):
-                self._deferred_failure = FailureReason.EXPIRED_TOKEN
-            return credential
-        credential = self._lookup.user_credential(name, self.mechanism)
-        if credential is None:
-            return self._defer(FailureReason.UNKNOWN_USER, name)
-        return credential
+    def _choose(self, name: str) -> tuple[bytes, int]:
+        """Decide what ``name`` is and return the salt and iterations to announce.
 
-    def _defer(self, reason: FailureReason, name: str) -> ScramCredential:
-        self._deferred_failure = reason
+        Every name costs the same here: both lookups and the fake salt are always
+        computed. A token and an unknown name announce a derived salt.
+        """
+        user = self._lookup.user_credential(name, self.mechanism)
+        token = self._lookup.token_salt(name, self.mechanism)
+        fake_salt = derived_salt(self._fake_salt_secret, self.mechanism, name)
+        fake_iterations = max(self._min_iterations, MIN_ITERATIONS)
+        if self.token_requested:
+            kind = _Kind.TOKEN if token is not None else _Kind.UNKNOWN
+        elif user is not None:
+            kind = _Kind.USER
+        elif token is not None and self._implicit_token_login:
+            kind = _Kind.TOKEN
+            self.implicit = True
+        else:
+            kind = _Kind.UNKNOWN
+        self._kind = kind
+        self.name_known = user is not None or token is not None
+        if kind is _Kind.USER:
+            assert user is not None
+            self._user_credential = user
+            return user.salt, user.iterations
+        if kind is _Kind.TOKEN:
+            assert token is not None
+            self.token_info = token.info  # expiry is checked at client-final
+            return token.salt, token.iterations
+        self._deferred_failure = (
+            FailureReason.UNKNOWN_TOKEN if self.token_requested else FailureReason.UNKNOWN_USER
+        )
+        return fake_salt, fake_iterations
+
+    def _final_credential(self, name: str) -> ScramCredential:
+        """The credential the proof is checked against; a fake one (and a deferred
+        failure) when the name is unknown or the token went away since client-first."""
+        if self._kind is _Kind.USER:
+            assert self._user_credential is not None
+            return self._user_credential
+        if self._kind is _Kind.TOKEN:
+            found = self._lookup.token_credential(name, self.mechanism)
+            if found is not None:
+                credential, self.token_info = found
+                return credential
+            self.token_info = None
+            self._deferred_failure = FailureReason.UNKNOWN_TOKEN
         return self._fake_credential(name)
 
     def _fake_credential(self, name: str) -> ScramCredential:
@@ -240,8 +340,26 @@ class ScramServer:
 
         size = len(self.mechanism.hash(b""))
         return ScramCredential(
-            salt=derive("salt", 32),
+            salt=derived_salt(self._fake_salt_secret, self.mechanism, name),
             stored_key=derive("stored_key", size),
             server_key=derive("server_key", size),
             iterations=max(self._min_iterations, MIN_ITERATIONS),
+        )
+
+    def _spend_one_derivation(self, name: str) -> None:
+        """Run one PBKDF2 derivation like a token's first (same cost, result unused).
+
+        A failed exchange that derived nothing pays this, so a token's first
+        login on a broker cannot be told from any other failure by its duration.
+        The password has the length of a token's (base64 of 64 bytes).
+        """
+        fake_password = b64_encode(
+            self.mechanism.hmac(self._fake_salt_secret, f"password\x00{name}".encode())
+            + bytes(64 - len(self.mechanism.hash(b"")))
+        )
+        derive_credential(
+            fake_password,
+            self.mechanism,
+            max(self._min_iterations, MIN_ITERATIONS),
+            derived_salt(self._fake_salt_secret, self.mechanism, name),
         )

@@ -56,6 +56,7 @@ from tokensvc.authz.wire import (
     filter_from_wire,
 )
 from tokensvc.broker.handlers import ApiHandler, register
+from tokensvc.broker.handlers.scram_users import token_session_may_alter_access
 from tokensvc.core.errors import AUTHORIZER_NOT_READY, Errors, KafkaError, describe
 
 if TYPE_CHECKING:
@@ -73,7 +74,17 @@ _NO_AUTHORIZER = "no authorizer is configured on the broker (authorizer.class.na
 
 
 def _refusal(broker: Broker, ctx: RequestContext, operation: AclOperation) -> KafkaError | None:
-    """Why this request may not run at all, or None when it may."""
+    """Why this request may not run at all, or None when it may. A token session may
+    not change ACLs (lasting access from a short-lived token) unless configured."""
+    if operation is AclOperation.ALTER and not token_session_may_alter_access(
+        ctx.principal.token_authenticated,
+        broker.config.delegation_token_session_alter_access_enable,
+    ):
+        return KafkaError(
+            Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED,
+            "a session authenticated with a delegation token may not change ACLs "
+            "(delegation.token.session.alter.access.enable=false)",
+        )
     if broker.authorizer is None:
         return KafkaError(Errors.SECURITY_DISABLED, _NO_AUTHORIZER)
     try:

@@ -16,23 +16,69 @@ refusals are audited as failed authentications; a successful one as a
 ``session`` event ``reauthenticated``. After every successful login the
 session is bound to its token in the :class:`SessionRegistry`, which then
 applies the token's renewals, expiries and removal to it.
+
+Implicit token logins (``delegation.token.implicit.login.enable``: a user name
+that is a live token id) are audited as ``kind=token`` with ``implicit=true``
+and counted apart. A name that is neither a user nor a token is audited as a
+keyed fingerprint, never verbatim: it may be a password typed in the wrong
+field. A login refused for librdkafka's repeated client nonce is logged once
+per client host per ten minutes (:class:`HostNoticeLimiter`), naming the
+host and ``sasl.scram.accept.repeated.client.nonce``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
+from tokensvc.audit.events import name_fingerprint
 from tokensvc.broker.handlers import ApiHandler, register, simple_error
 from tokensvc.broker.session import IllegalSaslState
 from tokensvc.core.errors import Errors
 from tokensvc.scram.formatter import ScramMechanism
+from tokensvc.scram.messages import FailureReason
 from tokensvc.scram.server import ScramAuthenticationError, ScramServer
 
 if TYPE_CHECKING:
     from tokensvc.broker.broker import Broker
     from tokensvc.broker.context import RequestContext
     from tokensvc.broker.session import Session
+
+
+log = logging.getLogger("tokensvc.broker.sasl")
+
+REPEATED_NONCE_NOTICE_INTERVAL_MS = 600_000
+REPEATED_NONCE_SETTING = "sasl.scram.accept.repeated.client.nonce"
+
+
+class HostNoticeLimiter:
+    """Allows one notice per client host per ``interval_ms`` (pure: the caller passes now).
+
+    Holds at most ``max_hosts`` hosts: the oldest notice is forgotten first, so a
+    flood of hosts costs bounded memory and at worst an early repeat.
+    """
+
+    def __init__(
+        self, interval_ms: int = REPEATED_NONCE_NOTICE_INTERVAL_MS, max_hosts: int = 4096
+    ) -> None:
+        if interval_ms < 0 or max_hosts < 1:
+            raise ValueError("interval_ms >= 0 and max_hosts >= 1")
+        self._interval_ms = interval_ms
+        self._max_hosts = max_hosts
+        self._last: OrderedDict[str, int] = OrderedDict()
+
+    def allow(self, host: str, now_ms: int) -> bool:
+        """True (and remember ``now_ms``) when ``host`` had no notice in the interval."""
+        last = self._last.get(host)
+        if last is not None and now_ms - last < self._interval_ms:
+            return False
+        self._last.pop(host, None)
+        self._last[host] = now_ms
+        while len(self._last) > self._max_hosts:
+            self._last.popitem(last=False)
+        return True
 
 
 class ReauthenticationRefused(IllegalSaslState):
@@ -69,6 +115,8 @@ def begin_handshake(broker: Broker, session: Session | None, mechanism: str, ver
         broker.clock,
         max_message_bytes=broker.config.sasl_max_message_bytes,
         fake_salt_secret=broker.fake_salt_secret,
+        implicit_token_login=broker.config.delegation_token_implicit_login_enable,
+        accept_repeated_client_nonce=broker.config.sasl_scram_accept_repeated_client_nonce,
     )
     return Errors.NONE
 
@@ -93,21 +141,29 @@ async def evaluate(broker: Broker, session: Session, auth_bytes: bytes) -> tuple
     except ScramAuthenticationError as exc:
         session.close()
         broker.metrics.login(session.mechanism, "failure", _kind(server))
+        if server.implicit:
+            broker.metrics.implicit_login(session.mechanism, "failure")
         if session.authenticated_once:
             broker.metrics.reauthentication(session.mechanism, "failure")
+        reason = server.failure_reason or exc.reason
+        name = audited_name(server, broker.audit_fingerprint_key)
         broker.audit.emit(
             "authentication",
             outcome="failure",
             mechanism=session.mechanism,
             kind=_kind(server),
-            username=server.username,
-            token_id=server.username if server.token_requested else None,
+            implicit=server.implicit,
+            username=name,
+            token_id=name if server.token_login else None,
             principal=None,
             client_host=session.client_host,
             client_port=session.client_port,
             listener=session.listener,
-            reason=getattr(server, "failure_reason", None) or exc.reason,
+            reason=reason,
         )
+        if reason == FailureReason.REPEATED_CLIENT_NONCE:
+            note_repeated_nonce(broker.repeated_nonce_notices, session.client_host,
+                                broker.clock.now_ms())
         delay = broker.config.connection_failed_authentication_delay_ms
         if delay > 0:
             await asyncio.sleep(delay / 1000.0)
@@ -134,6 +190,8 @@ async def evaluate(broker: Broker, session: Session, auth_bytes: bytes) -> tuple
             f"{server.principal}"
         ) from None
     broker.metrics.login(session.mechanism, "success", _kind(server))
+    if server.implicit:
+        broker.metrics.implicit_login(session.mechanism, "success")
     if reauth:
         broker.metrics.reauthentication(session.mechanism, "success")
     broker.audit.emit(
@@ -152,6 +210,7 @@ async def evaluate(broker: Broker, session: Session, auth_bytes: bytes) -> tuple
                 "outcome": "success",
                 "mechanism": session.mechanism,
                 "kind": _kind(server),
+                "implicit": server.implicit,
                 "username": server.username,
                 "token_id": server.token_id,
                 "principal": str(server.principal),
@@ -171,7 +230,29 @@ async def evaluate(broker: Broker, session: Session, auth_bytes: bytes) -> tuple
 
 
 def _kind(server: ScramServer) -> str:
-    return "token" if server.token_requested else "user"
+    return "token" if server.token_login else "user"
+
+
+def audited_name(server: ScramServer, fingerprint_key: bytes) -> str | None:
+    """The client-first name as the audit log may show it: verbatim when it is a user
+    or a token id, else its keyed fingerprint (it may be a misplaced password)."""
+    if server.username is None or server.name_known:
+        return server.username
+    return name_fingerprint(fingerprint_key, server.username)
+
+
+def note_repeated_nonce(limiter: HostNoticeLimiter, client_host: str, now_ms: int) -> bool:
+    """Log (rate-limited per host) that a login was refused for librdkafka's repeated
+    client nonce, naming the host and the setting. True when it logged."""
+    if not limiter.allow(client_host, now_ms):
+        return False
+    log.warning(
+        "SCRAM login from %s refused: its client-final nonce repeats the client nonce, "
+        "as librdkafka before 2.6.1 sends it. Upgrade the client, or set %s=true to "
+        "accept exactly that form (logged once per host per %d minutes)",
+        client_host, REPEATED_NONCE_SETTING, REPEATED_NONCE_NOTICE_INTERVAL_MS // 60_000,
+    )
+    return True
 
 
 def _refuse_reauth(
@@ -190,6 +271,7 @@ def _refuse_reauth(
         outcome="failure",
         mechanism=mechanism,
         kind=kind,
+        implicit=server.implicit if server is not None else False,
         username=server.username if server is not None else None,
         token_id=server.token_id if server is not None else session.token_id,
         principal=str(session.principal),

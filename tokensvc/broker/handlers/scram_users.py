@@ -4,6 +4,14 @@ Describe needs DESCRIBE on the cluster, alter needs ALTER. An upsertion carries
 the salted password (never the password); the broker derives the stored and
 server keys and writes Kafka's credential string to ZooKeeper. Alter is a
 write: only the controller applies it.
+
+Two refusals Kafka does not make (docs/security.md lists them): a
+token-authenticated session may not alter credentials at all
+(DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, unless
+``delegation.token.session.alter.access.enable``), so a stolen token cannot
+buy lasting access; and no user may be named like a token the broker knows
+(UNACCEPTABLE_CREDENTIAL), since such a name logs in as that token when
+implicit token login is on.
 """
 
 from __future__ import annotations
@@ -95,23 +103,56 @@ def _alter_result(name: str, error: Errors, message: str | None = None) -> dict:
     return {"User": name, "ErrorCode": int(error), "ErrorMessage": message}
 
 
+TOKEN_SESSION_REFUSED = (
+    "a session authenticated with a delegation token may not alter SCRAM credentials "
+    "(delegation.token.session.alter.access.enable=false)"
+)
+
+
+def token_session_may_alter_access(token_authenticated: bool, allowed_by_config: bool) -> bool:
+    """Whether a session may change credentials or ACLs: not with a token, unless configured."""
+    return allowed_by_config or not token_authenticated
+
+
+def token_id_collision(name: str, token_known: bool) -> str | None:
+    """Why a user may not be named ``name`` (it is a token id the broker knows), or None."""
+    if not token_known:
+        return None
+    return (
+        f"user name {name!r} equals the id of a delegation token; a SCRAM login with it "
+        "would be a login with that token. Choose another name"
+    )
+
+
 def precheck_alter(broker: Broker, ctx: RequestContext, body: dict) -> dict | None:
-    if not broker.authorize(ctx, AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER):
-        return _all_failed(body, Errors.CLUSTER_AUTHORIZATION_FAILED)
-    return None
+    """The refusal of the whole request (audited here, on whichever broker refuses), or None."""
+    refused = None
+    if not token_session_may_alter_access(
+        ctx.principal.token_authenticated,
+        broker.config.delegation_token_session_alter_access_enable,
+    ):
+        refused = _all_failed(body, Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED,
+                              TOKEN_SESSION_REFUSED)
+    elif not broker.authorize(ctx, AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER):
+        refused = _all_failed(body, Errors.CLUSTER_AUTHORIZATION_FAILED)
+    if refused is not None:
+        for result in refused["Results"]:
+            _audit(broker, ctx, "upsert", result["User"], None, None, Errors(result["ErrorCode"]))
+    return refused
 
 
-def _all_failed(body: dict, error: Errors) -> dict:
+def _all_failed(body: dict, error: Errors, message: str | None = None) -> dict:
     names = [d.get("Name") or "" for d in body.get("Deletions") or []]
     names += [u.get("Name") or "" for u in body.get("Upsertions") or []]
-    return {"ThrottleTimeMs": 0, "Results": [_alter_result(n, error) for n in dict.fromkeys(names)]}
+    return {
+        "ThrottleTimeMs": 0,
+        "Results": [_alter_result(n, error, message) for n in dict.fromkeys(names)],
+    }
 
 
 async def handle_alter(broker: Broker, ctx: RequestContext, body: dict) -> dict:
     refused = precheck_alter(broker, ctx, body)
     if refused is not None:
-        for result in refused["Results"]:
-            _audit(broker, ctx, "upsert", result["User"], None, None, Errors.CLUSTER_AUTHORIZATION_FAILED)
         return refused
     deletions = body.get("Deletions") or []
     upsertions = body.get("Upsertions") or []
@@ -166,6 +207,11 @@ async def handle_alter(broker: Broker, ctx: RequestContext, body: dict) -> dict:
             continue
         if not salt or not salted:
             results[name] = _alter_result(name, Errors.UNACCEPTABLE_CREDENTIAL, "empty salt or password")
+            continue
+        collision = token_id_collision(name, broker.cache.info(name) is not None)
+        if collision is not None:
+            results[name] = _alter_result(name, Errors.UNACCEPTABLE_CREDENTIAL, collision)
+            _audit(broker, ctx, "upsert", name, mech, iterations, Errors.UNACCEPTABLE_CREDENTIAL)
             continue
         client_key = mech.hmac(salted, b"Client Key")
         credential = ScramCredential(
