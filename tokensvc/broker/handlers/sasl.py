@@ -23,15 +23,15 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from tokensvc.broker.handlers import ApiHandler, register, simple_error
+from tokensvc.broker.handlers.base import ApiHandler
 from tokensvc.broker.session import IllegalSaslState
 from tokensvc.core.errors import Errors
 from tokensvc.scram.formatter import ScramMechanism
 from tokensvc.scram.server import ScramAuthenticationError, ScramServer
 
 if TYPE_CHECKING:
-    from tokensvc.broker.broker import Broker
     from tokensvc.broker.context import RequestContext
+    from tokensvc.broker.services import Services
     from tokensvc.broker.session import Session
 
 
@@ -46,9 +46,9 @@ def failure_message(mechanism: str | None) -> str:
     )
 
 
-async def handle_handshake(broker: Broker, ctx: RequestContext, body: dict) -> dict:
+async def handle_handshake(services: Services, ctx: RequestContext, body: dict) -> dict:
     session = ctx.session
-    enabled = list(broker.config.sasl_enabled_mechanisms)
+    enabled = list(services.config.sasl_enabled_mechanisms)
     mechanism = body.get("Mechanism") or ""
     if session is None or not session.security_protocol.startswith("SASL_"):
         return {"ErrorCode": int(Errors.ILLEGAL_SASL_STATE), "Mechanisms": enabled}
@@ -56,7 +56,7 @@ async def handle_handshake(broker: Broker, ctx: RequestContext, body: dict) -> d
         session.close()
         return {"ErrorCode": int(Errors.UNSUPPORTED_SASL_MECHANISM), "Mechanisms": enabled}
     if not session.reauth_mechanism_allowed(mechanism):
-        _refuse_reauth(broker, session, mechanism, "mechanism_changed")
+        _refuse_reauth(services, session, mechanism, "mechanism_changed")
         return {"ErrorCode": int(Errors.UNSUPPORTED_SASL_MECHANISM), "Mechanisms": enabled}
     try:
         session.on_handshake(ctx.api_version)
@@ -65,15 +65,15 @@ async def handle_handshake(broker: Broker, ctx: RequestContext, body: dict) -> d
     session.mechanism = mechanism
     session.sasl = ScramServer(
         ScramMechanism.from_name(mechanism),
-        broker.credentials,
-        broker.clock,
-        max_message_bytes=broker.config.sasl_max_message_bytes,
-        fake_salt_secret=broker.fake_salt_secret,
+        services.auth.credentials,
+        services.clock,
+        max_message_bytes=services.config.sasl_max_message_bytes,
+        fake_salt_secret=services.auth.fake_salt_secret,
     )
     return {"ErrorCode": 0, "Mechanisms": enabled}
 
 
-async def evaluate(broker: Broker, session: Session, auth_bytes: bytes) -> tuple[bytes, int]:
+async def evaluate(services: Services, session: Session, auth_bytes: bytes) -> tuple[bytes, int]:
     """Run one SCRAM step. Returns (challenge, session lifetime ms).
 
     Raises ScramAuthenticationError (after the configured delay), ReauthenticationRefused
@@ -87,10 +87,10 @@ async def evaluate(broker: Broker, session: Session, auth_bytes: bytes) -> tuple
         challenge = server.evaluate(auth_bytes)
     except ScramAuthenticationError as exc:
         session.close()
-        broker.metrics.login(session.mechanism, "failure", _kind(server))
+        services.metrics.login(session.mechanism, "failure", _kind(server))
         if session.authenticated_once:
-            broker.metrics.reauthentication(session.mechanism, "failure")
-        broker.audit.emit(
+            services.metrics.reauthentication(session.mechanism, "failure")
+        services.audit.emit(
             "authentication",
             outcome="failure",
             mechanism=session.mechanism,
@@ -103,15 +103,15 @@ async def evaluate(broker: Broker, session: Session, auth_bytes: bytes) -> tuple
             listener=session.listener,
             reason=getattr(server, "failure_reason", None) or exc.reason,
         )
-        delay = broker.config.connection_failed_authentication_delay_ms
+        delay = services.config.connection_failed_authentication_delay_ms
         if delay > 0:
             await asyncio.sleep(delay / 1000.0)
         raise
     if not server.complete:
         session.on_sasl_continue()
         return challenge, 0
-    lifetime = broker.session_lifetime_ms(server)
-    now = broker.clock.now_ms()
+    lifetime = services.auth.session_lifetime_ms(server)
+    now = services.clock.now_ms()
     reauth = session.authenticated_once
     previous = session.principal
     try:
@@ -123,15 +123,15 @@ async def evaluate(broker: Broker, session: Session, auth_bytes: bytes) -> tuple
             now,
         )
     except IllegalSaslState:
-        _refuse_reauth(broker, session, session.mechanism, "principal_changed", server)
+        _refuse_reauth(services, session, session.mechanism, "principal_changed", server)
         raise ReauthenticationRefused(
             f"Cannot change principals during re-authentication from {previous}: "
             f"{server.principal}"
         ) from None
-    broker.metrics.login(session.mechanism, "success", _kind(server))
+    services.metrics.login(session.mechanism, "success", _kind(server))
     if reauth:
-        broker.metrics.reauthentication(session.mechanism, "success")
-    broker.audit.emit(
+        services.metrics.reauthentication(session.mechanism, "success")
+    services.audit.emit(
         "session" if reauth else "authentication",
         **(
             {
@@ -157,11 +157,11 @@ async def evaluate(broker: Broker, session: Session, auth_bytes: bytes) -> tuple
             }
         ),
     )
-    broker.sessions.bind(session)
+    services.auth.sessions.bind(session)
     if server.token_id is not None:
         # Read the cache after binding: a removal racing with this login is then
         # seen either here or by the registry (see SessionRegistry.follow).
-        broker.sessions.follow(session, broker.cache.info(server.token_id))
+        services.auth.sessions.follow(session, services.tokens.info(server.token_id))
     return challenge, lifetime
 
 
@@ -170,7 +170,7 @@ def _kind(server: ScramServer) -> str:
 
 
 def _refuse_reauth(
-    broker: Broker,
+    services: Services,
     session: Session,
     mechanism: str | None,
     reason: str,
@@ -178,9 +178,9 @@ def _refuse_reauth(
 ) -> None:
     """A re-authentication that changes mechanism or principal: audit, count, close."""
     kind = _kind(server) if server is not None else ("token" if session.token_id else "user")
-    broker.metrics.login(mechanism, "failure", kind)
-    broker.metrics.reauthentication(mechanism, "failure")
-    broker.audit.emit(
+    services.metrics.login(mechanism, "failure", kind)
+    services.metrics.reauthentication(mechanism, "failure")
+    services.audit.emit(
         "authentication",
         outcome="failure",
         mechanism=mechanism,
@@ -196,11 +196,11 @@ def _refuse_reauth(
     session.close()
 
 
-async def handle_authenticate(broker: Broker, ctx: RequestContext, body: dict) -> dict:
+async def handle_authenticate(services: Services, ctx: RequestContext, body: dict) -> dict:
     session = ctx.session
     assert session is not None
     try:
-        challenge, lifetime = await evaluate(broker, session, body.get("AuthBytes") or b"")
+        challenge, lifetime = await evaluate(services, session, body.get("AuthBytes") or b"")
     except ScramAuthenticationError:
         return {
             "ErrorCode": int(Errors.SASL_AUTHENTICATION_FAILED),
@@ -238,7 +238,7 @@ def _authenticate_error(version: int, error: Errors) -> dict:
     return {"ErrorCode": int(error), "ErrorMessage": None, "AuthBytes": b"", "SessionLifetimeMs": 0}
 
 
-register(17, ApiHandler("SaslHandshake", handle_handshake, _handshake_error))
-register(36, ApiHandler("SaslAuthenticate", handle_authenticate, _authenticate_error))
+SASL_HANDSHAKE = ApiHandler("SaslHandshake", handle_handshake, _handshake_error)
+SASL_AUTHENTICATE = ApiHandler("SaslAuthenticate", handle_authenticate, _authenticate_error)
 
-__all__ = ["evaluate", "failure_message", "simple_error"]
+__all__ = ["evaluate", "failure_message"]
