@@ -181,6 +181,19 @@ class CredentialStore:
             return {}
         return credentials_from_config(decode_user_config(data))
 
+    def get_many(self, users: Sequence[str]) -> dict[str, Credentials]:
+        """Each user's SCRAM credentials (empty when none), read with pipelined requests."""
+        pending = [(user, self._client.get_async(user_path(user))) for user in users]
+        found: dict[str, Credentials] = {}
+        for user, async_result in pending:
+            try:
+                data, _ = self._call(async_result.get)
+            except NoNodeError:
+                found[user] = {}
+                continue
+            found[user] = credentials_from_config(decode_user_config(data))
+        return found
+
     def users(self) -> list[str]:
         """Users holding at least one SCRAM credential, sorted."""
         return sorted(self.load_all())
@@ -475,6 +488,7 @@ class CredentialSync(ChangeNotifications):
         self._cache.replace_all(self._store.load_all())
 
     def _apply_users(self, _root: NotificationRoot, notes: list[tuple[int, bytes]]) -> None:
-        users = dict.fromkeys(u for _, data in notes if (u := decode_change_user(data)) is not None)
-        for user in users:
-            self._cache.set_user(user, self._store.get(user))
+        users = list(dict.fromkeys(
+            u for _, data in notes if (u := decode_change_user(data)) is not None))
+        for user, credentials in self._store.get_many(users).items():
+            self._cache.set_user(user, credentials)
