@@ -16,6 +16,7 @@ import asyncio
 import base64
 import time
 import uuid
+from typing import Self
 
 import pytest
 
@@ -229,7 +230,7 @@ class LoseOneAnswer:
             raise StoreUnavailable("injected: connection lost after the commit")
         return result
 
-    def __enter__(self) -> LoseOneAnswer:
+    def __enter__(self) -> Self:
         setattr(self.target, self.name, self)
         return self
 

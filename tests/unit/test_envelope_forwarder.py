@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from types import SimpleNamespace
+from typing import ClassVar
 
 from tokensvc.broker.context import RequestContext
 from tokensvc.broker.forwarding import EnvelopeForwarder
@@ -23,8 +24,8 @@ ANSWER = encode_response(HEADER, {"ErrorCode": 0, "ExpiryTimestampMs": 123, "Thr
 class FakeChannel:
     """Answers from a script: each item is an exception to raise or an envelope body."""
 
-    sent: list[dict] = []
-    script: list = []
+    sent: ClassVar[list[dict]] = []
+    script: ClassVar[list] = []
 
     def __init__(self, host, port, **kwargs) -> None:
         self.closed = False
@@ -133,7 +134,7 @@ def test_retries_keep_the_request_key_and_only_the_first_is_marked_first():
 def test_not_controller_is_retried_until_the_request_timeout():
     refused = {"ResponseData": None, "ErrorCode": int(Errors.NOT_CONTROLLER)}
     h = Harness([refused] * 100, timeout_ms=1_000)
-    answer, error = h.forward()
+    _, error = h.forward()
     assert error == Errors.REQUEST_TIMED_OUT
     assert 2 <= len(FakeChannel.sent) <= 8
     assert h.audit[-1]["outcome"] == "failure"
