@@ -32,7 +32,7 @@ Reconnect policy:
   worker schedules a full resync, retried with a backoff up to 1 s until it succeeds.
 
 Purging (only where ``is_purger()`` is true: the controller). Every
-``purge_interval_s``, or as soon as a listing holds more than ``max_pending``
+``purge_interval_s``, or as soon as a listing holds more than 1.5 x ``max_pending``
 notifications, the purger deletes notifications older than ``retention_ms`` (znode
 ctime) and the oldest beyond ``max_pending``. Before deleting it writes the highest
 sequence it deletes into the root znode's data (``{"purged_through": N}``): a follower
@@ -394,8 +394,9 @@ class ChangeNotifications:
             self._apply(root, notes)
             self.applied_changes += len(notes)
             self._advance(root.name, fresh[-1][0])
+        # Purge in batches (above 1.5x the bound), not one znode per listing.
         if self._is_purger() and (
-            len(listed) > self._max_pending
+            len(listed) > self._max_pending + self._max_pending // 2
             or time.monotonic() - self._last_purge >= self._purge_interval_s
         ):
             self.purge(self._now_ms())
