@@ -74,6 +74,7 @@ MAX_PENDING = 1_000
 PURGE_INTERVAL_S = 60.0
 _MAX_BACKOFF_S = 1.0
 _WINDOW = 2_000
+_STAT_WINDOW = 64
 
 # (root name, sequence number): what the controller reports and followers wait for.
 Version = tuple[str, int]
@@ -394,12 +395,28 @@ class ChangeNotifications:
             self._apply(root, notes)
             self.applied_changes += len(notes)
             self._advance(root.name, fresh[-1][0])
-        # Purge in batches (above 1.5x the bound), not one znode per listing.
-        if self._is_purger() and (
-            len(listed) > self._max_pending + self._max_pending // 2
-            or time.monotonic() - self._last_purge >= self._purge_interval_s
-        ):
-            self.purge(self._now_ms())
+        # Purge in batches (above 1.5x the bound), not one znode per listing; the age
+        # rule (stats) only on the periodic purge.
+        if self._is_purger():
+            if time.monotonic() - self._last_purge >= self._purge_interval_s:
+                self.purge(self._now_ms())
+            elif len(listed) > self._max_pending + self._max_pending // 2:
+                self.purged += self._purge_root(root, self._now_ms(), by_age=False)
+
+    def _older_than(self, root: NotificationRoot, children: list[str], cutoff_ms: int) -> list[str]:
+        """The leading children created before ``cutoff_ms`` (ctimes grow with the
+        sequence, so the first young one ends the scan), stat-ed in small windows."""
+        old: list[str] = []
+        for lo in range(0, len(children), _STAT_WINDOW):
+            window = children[lo:lo + _STAT_WINDOW]
+            stats = [self._client.exists_async(f"{root.path}/{c}") for c in window]
+            for child, async_stat in zip(window, stats):
+                stat = async_stat.get()
+                if stat is not None and stat.ctime >= cutoff_ms:
+                    return old
+                if stat is not None:
+                    old.append(child)
+        return old
 
     def _read(
         self, root: NotificationRoot, names: list[tuple[int, str]]
@@ -428,21 +445,16 @@ class ChangeNotifications:
         self.purged += total
         return total
 
-    def _purge_root(self, root: NotificationRoot, now_ms: int) -> int:
+    def _purge_root(self, root: NotificationRoot, now_ms: int, *, by_age: bool = True) -> int:
         children = self._client.get_children(root.path)
         listed = sorted((s, c) for c in children if (s := root.sequence(c)) is not None)
         if not listed:
             return 0
         excess = max(0, len(listed) - self._max_pending)
         doomed = [c for _, c in listed[:excess]]
-        cutoff = now_ms - self._retention_ms
-        rest = listed[excess:]
-        stats = [(s, c, self._client.exists_async(f"{root.path}/{c}")) for s, c in rest]
-        for _sequence, child, async_stat in stats:
-            stat = async_stat.get()
-            if stat is None or stat.ctime >= cutoff:
-                break  # ctimes grow with the sequence: the rest are younger
-            doomed.append(child)
+        if by_age:
+            doomed += self._older_than(root, [c for _, c in listed[excess:]],
+                                       now_ms - self._retention_ms)
         if not doomed:
             return 0
         through = root.sequence(doomed[-1])
