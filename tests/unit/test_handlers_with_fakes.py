@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 from tokensvc.broker.context import RequestContext
 from tokensvc.broker.handlers import HANDLERS
-from tokensvc.broker.handlers.envelope import sender_refusal
+from tokensvc.broker.handlers.envelope import handle_envelope, sender_refusal
 from tokensvc.broker.handlers.tokens import handle_create, handle_expire, handle_renew
 from tokensvc.core.cache import TokenCache
 from tokensvc.core.clock import FakeClock
@@ -132,3 +132,15 @@ def test_the_table_routes_every_write_with_a_replay():
     writes = {key: h for key, h in HANDLERS.items() if h.write}
     assert set(writes) == {30, 31, 38, 39, 40, 51}
     assert all(h.replay is not None and h.precheck is not None for h in writes.values())
+
+
+def test_a_refused_envelope_is_cluster_authorization_failed_and_audited():
+    s = _services(FakeClock(), cluster_action=True)
+    s.cluster = SimpleNamespace(is_controller=True)
+    s.ledger = SimpleNamespace(apply=None)  # must not be reached
+    admin_token = KafkaPrincipal("User", "admin", token_authenticated=True)
+    answer = asyncio.run(handle_envelope(s, _ctx(58, admin_token, "BROKER"), {}))
+    assert answer == {"ResponseData": None, "ErrorCode": int(Errors.CLUSTER_AUTHORIZATION_FAILED)}
+    (event,) = s.audit.events
+    assert (event["type"], event["api"], event["outcome"]) == ("forward", "Envelope", "failure")
+    assert event["error_code"] == Errors.CLUSTER_AUTHORIZATION_FAILED
