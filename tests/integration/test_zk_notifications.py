@@ -118,8 +118,8 @@ def test_catch_up_after_a_suspension_and_full_resync_after_a_session_loss(things
     # Lost, then connected (a new session): everything is reloaded.
     follower.recipe._on_state(KazooState.LOST)
     follower.recipe._on_state(KazooState.CONNECTED)
-    assert eventually(lambda: follower.loads == loads + 1, timeout=10)
-    assert follower.recipe.resync_count == 2
+    assert eventually(lambda: follower.recipe.resync_count == 2, timeout=10)
+    assert follower.loads == loads + 1
 
 
 def test_purge_deletes_by_count_and_a_follower_behind_the_mark_resyncs(things, open_zk):
