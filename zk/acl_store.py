@@ -76,7 +76,6 @@ EXTENDED_CHANGES = "/kafka-acl-extended-changes"
 CHANGE_PREFIX = "acl_changes_"
 ACL_VERSION = 1
 CHANGE_VERSION = 1
-NOTIFICATION_RETENTION_MS = 15 * 60 * 1000
 MAX_UPDATE_RETRIES = 10
 _PIPELINE_WINDOW = 5_000
 
@@ -532,29 +531,6 @@ class AclStore:
         return sorted(
             (seq, name) for name in names if (seq := change_sequence(name)) is not None
         )
-
-    def read_change(self, pattern_type: PatternType, name: str) -> ResourcePattern | None:
-        """The resource a notification names; None when it was purged meanwhile."""
-        path = f"{change_root(pattern_type)}/{name}"
-        try:
-            data, _stat = _kazoo(f"read {path}", lambda: self._client.get(path))
-        except NoNodeError:
-            return None
-        return decode_change(data, pattern_type)
-
-    def purge_notifications(
-        self, now_ms: int, older_than_ms: int = NOTIFICATION_RETENTION_MS
-    ) -> int:
-        """Delete notifications whose znode ctime is before ``now_ms - older_than_ms``.
-        Returns how many this call deleted."""
-        cutoff = now_ms - older_than_ms
-        paths = [
-            f"{change_root(pt)}/{name}" for pt in PATTERN_TYPES for _, name in self.notifications(pt)
-        ]
-        stats = self._pipelined(paths, self._client.exists_async, "stat ACL changes")
-        old = [p for p, stat in zip(paths, stats) if stat is not None and stat.ctime < cutoff]
-        done = self._pipelined(old, self._client.delete_async, "purge ACL changes")
-        return sum(1 for d in done if d is not None)
 
 
 # --- sync --------------------------------------------------------------------------------

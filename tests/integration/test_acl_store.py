@@ -211,9 +211,10 @@ def test_purge_deletes_only_old_notifications(clients):
     client = clients()
     store = AclStore(client)
     store.add([acl(), acl(name="p", ptype=PRE)])
+    purger = AclSync(client, store, RecordingAuthorizer())
     now = int(time.time() * 1000)
-    assert store.purge_notifications(now) == 0
-    assert store.purge_notifications(now + 16 * 60 * 1000) == 2
+    assert purger.purge(now) == 0
+    assert purger.purge(now + 16 * 60 * 1000) == 2
     assert client.get_children("/kafka-acl-changes") == []
     assert client.get_children("/kafka-acl-extended-changes") == []
 
