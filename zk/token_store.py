@@ -67,7 +67,6 @@ log = logging.getLogger(__name__)
 # (path, version) checked in the same transaction as a write.
 Guard = tuple[str, int]
 
-NOTIFICATION_RETENTION_MS = 15 * 60 * 1000
 _PIPELINE_WINDOW = 5_000
 _MULTI_READ_BATCH = 1_000
 
