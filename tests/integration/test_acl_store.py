@@ -310,7 +310,8 @@ def test_session_expiry_triggers_a_full_reload(clients, syncs):
     time.sleep(0.2)
     assert not authorizer.authorize(ALICE, "h", Op.READ, T, "silent")
     expire_session(reader, attempts=1, wait_s=10)
-    assert wait_for(lambda: sync.resync_count == 2)
+    # At least one full reload (a follow-up that failed during the outage may add one).
+    assert wait_for(lambda: sync.resync_count >= 2)
     assert authorizer.ready
     assert authorizer.authorize(ALICE, "h", Op.READ, T, "silent")
     # And notifications flow again on the new session.
