@@ -311,7 +311,7 @@ def test_session_expiry_triggers_a_full_reload(clients, syncs):
     assert not authorizer.authorize(ALICE, "h", Op.READ, T, "silent")
     expire_session(reader, attempts=1, wait_s=10)
     # At least one full reload (a follow-up that failed during the outage may add one).
-    assert wait_for(lambda: sync.resync_count >= 2)
+    assert wait_for(lambda: sync.resync_count >= 2, timeout=30.0)
     assert authorizer.ready
     assert authorizer.authorize(ALICE, "h", Op.READ, T, "silent")
     # And notifications flow again on the new session.
