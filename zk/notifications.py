@@ -241,13 +241,14 @@ class ChangeNotifications:
             fut.add_done_callback(one_done)
         return result
 
-    def latest(self) -> list[Version]:
+    def latest(self, timeout_s: float = 10.0) -> list[Version]:
         """The newest version of every root in ZooKeeper now, after a ``sync`` so the
-        answer is at least as new as any write committed before this call (blocking)."""
+        answer is at least as new as any write committed before this call (blocking; each
+        call bounded by ``timeout_s``: kazoo's timeout error past it)."""
         versions = []
         for root in self.roots.values():
-            self._client.sync(root.path)
-            children = self._client.get_children(root.path)
+            self._client.sync_async(root.path).get(timeout=timeout_s)
+            children = self._client.get_children_async(root.path).get(timeout=timeout_s)
             sequences = [s for s in map(root.sequence, children) if s is not None]
             versions.append((root.name, max(sequences, default=-1)))
         return versions

@@ -70,10 +70,12 @@ class RequestKeyExistsError(StoreError):
 
 
 class RequestRecords:
-    """Reads, writes alone and purges request records."""
+    """Reads, writes alone and purges request records. Every call on the request path is
+    bounded by ``request_timeout_s`` (StoreUnavailable past it), as the stores' are."""
 
-    def __init__(self, client: KazooClient) -> None:
+    def __init__(self, client: KazooClient, *, request_timeout_s: float = 10.0) -> None:
         self._client = client
+        self._timeout_s = request_timeout_s
 
     @staticmethod
     def op(key: str, api: int, outcome: Any) -> RecordOp:
@@ -86,7 +88,8 @@ class RequestRecords:
     def get(self, key: str) -> Record | None:
         path = request_key_path(key)
         try:
-            data, _ = zk_call("read request record", lambda: self._client.get(path))
+            data, _ = zk_call("read request record",
+                              lambda: self._client.get_async(path).get(timeout=self._timeout_s))
         except StoreError as exc:
             if isinstance(exc.__cause__, NoNodeError):
                 return None
@@ -100,7 +103,8 @@ class RequestRecords:
     def put(self, op: RecordOp) -> None:
         """Record a request that changed nothing; RequestKeyExistsError if recorded."""
         try:
-            zk_call("record request", lambda: self._client.create(op.path, op.data))
+            zk_call("record request", lambda: self._client.create_async(op.path, op.data).get(
+                timeout=self._timeout_s))
         except StoreError as exc:
             if isinstance(exc.__cause__, NodeExistsError):
                 raise RequestKeyExistsError("request key already recorded") from None

@@ -21,6 +21,7 @@ import asyncio
 import hashlib
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tokensvc.audit.writer import AuditLog
@@ -62,6 +63,8 @@ from zk.sync import TokenSync
 from zk.token_store import TokenStore
 
 log = logging.getLogger("tokensvc.broker")
+
+ZK_WORKER_THREADS = 64
 
 class _Credentials:
     """The SCRAM server's CredentialLookup: users from ZooKeeper, tokens from the cache."""
@@ -173,6 +176,7 @@ class Broker:
         self.ledger: WriteLedger | None = None
         self.cluster_id = config.cluster_id or ""
         self._zk = None
+        self._executor: ThreadPoolExecutor | None = None
         self._started = False
 
     @property
@@ -185,6 +189,12 @@ class Broker:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        # ZooKeeper calls run in worker threads; while ZooKeeper is slow or without quorum
+        # each may hold one for its whole timeout, so the pool is sized for that, not for
+        # the CPU count (asyncio's default).
+        self._executor = ThreadPoolExecutor(max_workers=ZK_WORKER_THREADS,
+                                            thread_name_prefix="zk-call")
+        loop.set_default_executor(self._executor)
         self.sessions = SessionRegistry(
             loop,
             reauth_ms=self.config.connections_max_reauth_ms,
@@ -318,6 +328,8 @@ class Broker:
             await asyncio.to_thread(self._close_zk)
         self.metrics.close()
         self.audit.close()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
 
     def _close_zk(self) -> None:
         self._zk.stop()
