@@ -26,6 +26,7 @@ BENCHMARKS = (
     # B3 before B2: B2 leaves tens of thousands of change notifications behind (until
     # the 15-minute purge), and every broker lists them all on each change it follows.
     "bench.b3_propagation",
+    "bench.b8_all_brokers",
     "bench.b2_forwarded_creates",
     "bench.b4_cold_start",
     "bench.b5_expiry_sweep",

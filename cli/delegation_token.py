@@ -18,7 +18,16 @@ import click
 from click.core import ParameterSource
 
 from cli.common import command_config, run_as_click_command, validate_bootstrap
-from tokensvc.admin import AdminClient, TokenDescription
+from tokensvc.admin import (
+    AdminClient,
+    AdminError,
+    Propagation,
+    TokenDescription,
+    expiry_visible,
+    token_logs_in,
+    token_refused,
+)
+from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal
 
 _ACTIONS = ("create", "renew", "expire", "describe")
@@ -30,6 +39,7 @@ _OPTION_ACTIONS = {
     "hmac": ("--hmac", ("renew", "expire")),
     "renew_time_period": ("--renew-time-period", ("renew",)),
     "expiry_time_period": ("--expiry-time-period", ("expire",)),
+    "wait_all_brokers": ("--wait-all-brokers", ("create", "renew", "expire")),
 }
 _COLUMNS = ("TOKENID", "HMAC", "OWNER", "REQUESTER", "RENEWERS", "ISSUEDATE", "EXPIRYDATE",
             "MAXDATE")
@@ -132,6 +142,10 @@ def _check_usage(ctx: click.Context, chosen: list[str], params: dict) -> str:
               help="Renew for this long; -1: the server's default.")
 @click.option("--expiry-time-period", type=int, default=-1, show_default=True, metavar="MS",
               help="Expire after this long; negative: now.")
+@click.option("--wait-all-brokers", is_flag=True,
+              help="create/renew/expire: return only when every live broker serves the change "
+                   "(the token logs in, the new expiry is visible, or the token is refused); "
+                   "prints how long that took, fails naming a broker that lags past --timeout.")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="text for people, json for scripts.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
@@ -147,6 +161,7 @@ def _run(action: str, params: dict) -> None:
     config = command_config(params["command_config"])
     timeout = params["timeout"] or config.request_timeout_ms / 1000
     as_json = params["output"] == "json"
+    wait = bool(params["wait_all_brokers"])
     with AdminClient(params["bootstrap_server"], config, timeout_s=timeout) as admin:
         if action == "create":
             owners = params["owner_principals"]
@@ -155,11 +170,13 @@ def _run(action: str, params: dict) -> None:
                 owner=owners[0] if owners else None,
                 max_lifetime_ms=params["max_life_time_period"],
             )
+            served = admin.wait_all_brokers(token_logs_in(token)) if wait else None
             if as_json:
-                click.echo(json.dumps(token.to_json(), indent=2))
+                click.echo(json.dumps({**token.to_json(), **_served_json(served)}, indent=2))
             else:
                 click.echo(f"Created delegation token with tokenId : {token.token_id}\n")
                 click.echo(token_table([token]))
+                _echo_served(served)
         elif action == "describe":
             owners = params["owner_principals"]
             tokens = admin.describe_tokens(owners=list(owners) if owners else None)
@@ -169,18 +186,50 @@ def _run(action: str, params: dict) -> None:
                 click.echo(f"Total number of tokens : {len(tokens)}\n")
                 click.echo(token_table(tokens))
         else:
+            # Which token this is must be known before an expire removes it.
+            token = _token_of(admin, params["hmac"]) if wait else None
             if action == "renew":
                 expiry = admin.renew_token(params["hmac"], params["renew_time_period"])
             else:
                 expiry = admin.expire_token(params["hmac"], params["expiry_time_period"])
+            served = None
+            if token is not None:
+                removed = action == "expire" and params["expiry_time_period"] < 0
+                check = token_refused(token) if removed else expiry_visible(token.token_id, expiry)
+                served = admin.wait_all_brokers(check)
             if as_json:
                 click.echo(json.dumps(
                     {"operation": action, "expiry_timestamp_ms": expiry,
-                     "expiry_date": format_date(expiry)},
+                     "expiry_date": format_date(expiry), **_served_json(served)},
                     indent=2,
                 ))
             else:
                 click.echo(f"Completed {action} operation. New expiry date : {format_date(expiry)}")
+                _echo_served(served)
+
+
+def _token_of(admin: AdminClient, hmac: bytes) -> TokenDescription:
+    token = admin.find_token(hmac)
+    if token is None:
+        raise AdminError(Errors.DELEGATION_TOKEN_NOT_FOUND,
+                         "--wait-all-brokers: no token you may describe has this HMAC")
+    return token
+
+
+def _served_json(served: Propagation | None) -> dict:
+    if served is None:
+        return {}
+    return {
+        "all_brokers_ms": round(served.seconds * 1000, 1),
+        "brokers": [{"id": b.broker_id, "address": b.address, "ms": round(b.seconds * 1000, 1)}
+                    for b in served.brokers],
+    }
+
+
+def _echo_served(served: Propagation | None) -> None:
+    if served is not None:
+        click.echo(f"Served by all {len(served.brokers)} brokers after "
+                   f"{served.seconds * 1000:.1f} ms")
 
 
 def main() -> None:

@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
-import queue
 import random
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -47,8 +45,6 @@ from kazoo.exceptions import (
     SessionExpiredError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import KazooState
-from kazoo.recipe.watchers import ChildrenWatch
 
 from tokensvc.authz.acl import (
     PATTERN_TYPES,
@@ -68,6 +64,8 @@ from tokensvc.authz.acl import (
 from tokensvc.authz.authorizer import AclAuthorizer
 from tokensvc.core.clock import Clock, SystemClock
 from tokensvc.core.errors import Errors, KafkaError
+from zk.notifications import ChangeNotifications, NotificationRoot, Version
+from zk.requests import RecordOp, RequestKeyExistsError
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +76,6 @@ EXTENDED_CHANGES = "/kafka-acl-extended-changes"
 CHANGE_PREFIX = "acl_changes_"
 ACL_VERSION = 1
 CHANGE_VERSION = 1
-NOTIFICATION_RETENTION_MS = 15 * 60 * 1000
 MAX_UPDATE_RETRIES = 10
 _PIPELINE_WINDOW = 5_000
 
@@ -271,13 +268,19 @@ class AclStore:
     # --- writes ------------------------------------------------------------------------
 
     def add(
-        self, bindings: Sequence[AclBinding], *, guard: Guard | None = None
-    ) -> list[AclCreateResult]:
-        """Create ACLs; one result per binding, in order (NONE also when it existed).
+        self,
+        bindings: Sequence[AclBinding],
+        *,
+        guard: Guard | None = None,
+        record: Callable[[list[AclCreateResult]], RecordOp] | None = None,
+    ) -> tuple[list[AclCreateResult], list[Version]]:
+        """Create ACLs; one result per binding, in order (NONE also when it existed), and
+        the notification versions committed.
 
-        Invalid bindings get INVALID_REQUEST; the others are grouped by resource and each
-        resource is updated once. A failed resource update fails its bindings only.
-        Raises KafkaError(NOT_CONTROLLER) when ``guard`` no longer holds.
+        Invalid bindings get INVALID_REQUEST; the others are written in ONE transaction
+        (one znode and one notification per resource changed, and the request record when
+        given). Raises KafkaError(NOT_CONTROLLER) when ``guard`` no longer holds and
+        RequestKeyExistsError when the record already exists (nothing written).
         """
         self.ensure_paths()
         results: list[AclCreateResult | None] = [None] * len(bindings)
@@ -293,27 +296,29 @@ class AclStore:
                 results[i] = AclCreateResult(binding, Errors.INVALID_REQUEST, problem)
             else:
                 by_pattern.setdefault(binding.pattern, []).append(i)
-        for pattern, indexes in by_pattern.items():
-            entries = frozenset(bindings[i].entry for i in indexes)
-            error, message = Errors.NONE, None
-            try:
-                self._update(pattern, lambda current, add=entries: current | add, guard)
-            except KafkaError as exc:
-                if exc.error is Errors.NOT_CONTROLLER:
-                    raise
-                error, message = exc.error, exc.message
+        for indexes in by_pattern.values():
             for i in indexes:
-                results[i] = AclCreateResult(bindings[i], error, message)
-        return [r for r in results if r is not None]
+                results[i] = AclCreateResult(bindings[i], Errors.NONE, None)
+        final = [r for r in results if r is not None]
+        changes = {
+            pattern: (lambda current, add=frozenset(bindings[i].entry for i in idx): current | add)
+            for pattern, idx in by_pattern.items()
+        }
+        _, versions = self._apply(changes, guard, record(final) if record else None)
+        return final, versions
 
     def remove(
-        self, filters: Sequence[AclBindingFilter], *, guard: Guard | None = None
-    ) -> list[AclDeleteResult]:
-        """Delete every ACL matching each filter; one result per filter, in order, with the
-        bindings it removed. A binding matching several filters is reported under each.
-        Raises KafkaError(NOT_CONTROLLER) when ``guard`` no longer holds."""
+        self,
+        filters: Sequence[AclBindingFilter],
+        *,
+        guard: Guard | None = None,
+        record: Callable[[list[AclDeleteResult]], RecordOp] | None = None,
+    ) -> tuple[list[AclDeleteResult], list[Version]]:
+        """Delete every ACL matching each filter, in ONE transaction (with the request
+        record when given); one result per filter, in order, with the bindings it
+        removed, and the notification versions committed. A binding matching several
+        filters is reported under each. Raises as :meth:`add` does."""
         self.ensure_paths()
-        deleted: list[list[AclBinding]] = [[] for _ in filters]
         errors: list[tuple[Errors, str | None]] = [(Errors.NONE, None)] * len(filters)
         valid = []
         for i, acl_filter in enumerate(filters):
@@ -321,27 +326,33 @@ class AclStore:
                 errors[i] = (Errors.INVALID_REQUEST, "ACL filter contains UNKNOWN elements")
             else:
                 valid.append(i)
-        for pattern, indexes in self._candidates(filters, valid).items():
-            def keep(current: frozenset, idx: list[int] = indexes) -> frozenset:
+        candidates = self._candidates(filters, valid)
+
+        def keep_for(idx: list[int]) -> Callable[[frozenset], frozenset]:
+            def keep(current: frozenset) -> frozenset:
                 return frozenset(
                     e for e in current if not any(filters[i].entry_filter.matches(e) for i in idx)
                 )
 
-            try:
-                old, new = self._update(pattern, keep, guard)
-            except KafkaError as exc:
-                if exc.error is Errors.NOT_CONTROLLER:
-                    raise
-                for i in indexes:
-                    errors[i] = (exc.error, exc.message)
-                continue
-            for entry in old - new:
-                for i in indexes:
-                    if filters[i].entry_filter.matches(entry):
-                        deleted[i].append(AclBinding(pattern, entry))
-        return [
-            AclDeleteResult(f, tuple(deleted[i]), *errors[i]) for i, f in enumerate(filters)
-        ]
+            return keep
+
+        changes = {pattern: keep_for(idx) for pattern, idx in candidates.items()}
+
+        def results_of(effects: dict[ResourcePattern, tuple[frozenset, frozenset]]) -> list:
+            deleted: list[list[AclBinding]] = [[] for _ in filters]
+            for pattern, (old, new) in effects.items():
+                for entry in old - new:
+                    for i in candidates[pattern]:
+                        if filters[i].entry_filter.matches(entry):
+                            deleted[i].append(AclBinding(pattern, entry))
+            return [
+                AclDeleteResult(f, tuple(deleted[i]), *errors[i]) for i, f in enumerate(filters)
+            ]
+
+        effects, versions = self._apply(
+            changes, guard, None, record=(lambda e: record(results_of(e))) if record else None
+        )
+        return results_of(effects), versions
 
     def _candidates(
         self, filters: Sequence[AclBindingFilter], indexes: list[int]
@@ -370,67 +381,79 @@ class AclStore:
                             found.setdefault(pattern, []).append(i)
         return found
 
-    def _update(
+    def _apply(
         self,
-        pattern: ResourcePattern,
-        change: Callable[[frozenset[AccessControlEntry]], frozenset[AccessControlEntry]],
+        changes: dict[ResourcePattern, Callable[[frozenset], frozenset]],
         guard: Guard | None,
-    ) -> tuple[frozenset[AccessControlEntry], frozenset[AccessControlEntry]]:
-        """Compare-and-set one resource: read, apply ``change``, write with its
-        notification in one transaction; retry (with jittered backoff, as Kafka does)
-        when another writer won. Returns
-        (old, new); no write and no notification when nothing changed."""
-        try:
-            path = resource_path(pattern)
-        except ValueError:
-            return frozenset(), frozenset()  # cannot exist in ZooKeeper
+        record_op: RecordOp | None,
+        *,
+        record: Callable[[dict], RecordOp] | None = None,
+    ) -> tuple[dict[ResourcePattern, tuple[frozenset, frozenset]], list[Version]]:
+        """Compare-and-set every resource of ``changes`` in one transaction: read them,
+        apply each change, write the changed ones at the versions read, with one
+        notification each and the request record; retry (with jittered backoff, as Kafka
+        does) when another writer won. Returns ``{pattern: (old, new)}`` and the
+        notification versions; no transaction when nothing changed and nothing is
+        recorded."""
+        paths = {p: resource_path(p) for p in changes}
         for attempt in range(MAX_UPDATE_RETRIES):
-            current, version = self._read_versioned(path)
-            new = change(current)
-            if new == current:
-                return current, new
+            reads = {p: self._read_versioned(path) for p, path in paths.items()}
+            effects = {p: (reads[p][0], frozenset(changes[p](reads[p][0]))) for p in changes}
+            changed = [p for p, (old, new) in effects.items() if old != new]
+            op = record(effects) if record is not None else record_op
+            if not changed and op is None:
+                return effects, []
             tx = self._client.transaction()
             if guard is not None:
                 tx.check(guard[0], guard[1])
-            if version is None:
-                tx.create(path, encode_acls(new))
-            elif new:
-                tx.set_data(path, encode_acls(new), version)
-            else:
-                tx.delete(path, version)
-            tx.create(
-                f"{change_root(pattern.pattern_type)}/{CHANGE_PREFIX}",
-                encode_change(pattern),
-                sequence=True,
-            )
+            for p in changed:
+                new, version = effects[p][1], reads[p][1]
+                if version is None:
+                    tx.create(paths[p], encode_acls(new))
+                elif new:
+                    tx.set_data(paths[p], encode_acls(new), version)
+                else:
+                    tx.delete(paths[p], version)
+            if op is not None:
+                tx.create(op.path, op.data)
+            for p in changed:
+                tx.create(
+                    f"{change_root(p.pattern_type)}/{CHANGE_PREFIX}", encode_change(p), sequence=True
+                )
             try:
-                self._commit(tx, path, guard)
+                results = self._commit(tx, guard, len(changed), op is not None)
             except _Retry:
-                # Jittered, growing backoff so contending writers stop colliding.
                 time.sleep(random.uniform(0, min(0.2, 0.005 * 2**attempt)))
                 continue
-            return current, new
+            created = results[len(results) - len(changed):] if changed else []
+            versions = [
+                (ACL_ROOTS[p.pattern_type].name, int(path[-10:])) for p, path in zip(changed, created)
+            ]
+            return effects, versions
         raise KafkaError(
             Errors.UNKNOWN_SERVER_ERROR,
-            f"update of {pattern} lost {MAX_UPDATE_RETRIES} races with other writers",
+            f"ACL update lost {MAX_UPDATE_RETRIES} races with other writers",
         )
 
-    def _commit(self, tx: Any, path: str, guard: Guard | None) -> None:
-        results = _kazoo(f"update {path}", tx.commit)
+    def _commit(self, tx: Any, guard: Guard | None, writes: int, recorded: bool) -> list:
+        results = _kazoo("update ACLs", tx.commit)
         failures = [r for r in results if isinstance(r, Exception)]
         if not failures:
-            return
+            return results
         if guard is not None and not isinstance(results[0], RolledBackError):
             raise KafkaError(
                 Errors.NOT_CONTROLLER,
                 f"guard {guard[0]} version {guard[1]} no longer holds; another broker is "
                 "the controller",
             )
+        offset = (1 if guard is not None else 0) + writes
+        if recorded and isinstance(results[offset], NodeExistsError):
+            raise RequestKeyExistsError("request key already recorded")
         cause = next(r for r in failures if not isinstance(r, RolledBackError))
         if isinstance(cause, (BadVersionError, NodeExistsError, NoNodeError)):
             raise _Retry()
         raise KafkaError(
-            Errors.UNKNOWN_SERVER_ERROR, f"update {path}: ZooKeeper error {cause.__class__.__name__}"
+            Errors.UNKNOWN_SERVER_ERROR, f"update ACLs: ZooKeeper error {cause.__class__.__name__}"
         )
 
     # --- reads -------------------------------------------------------------------------
@@ -509,59 +532,32 @@ class AclStore:
             (seq, name) for name in names if (seq := change_sequence(name)) is not None
         )
 
-    def read_change(self, pattern_type: PatternType, name: str) -> ResourcePattern | None:
-        """The resource a notification names; None when it was purged meanwhile."""
-        path = f"{change_root(pattern_type)}/{name}"
-        try:
-            data, _stat = _kazoo(f"read {path}", lambda: self._client.get(path))
-        except NoNodeError:
-            return None
-        return decode_change(data, pattern_type)
-
-    def purge_notifications(
-        self, now_ms: int, older_than_ms: int = NOTIFICATION_RETENTION_MS
-    ) -> int:
-        """Delete notifications whose znode ctime is before ``now_ms - older_than_ms``.
-        Returns how many this call deleted."""
-        cutoff = now_ms - older_than_ms
-        paths = [
-            f"{change_root(pt)}/{name}" for pt in PATTERN_TYPES for _, name in self.notifications(pt)
-        ]
-        stats = self._pipelined(paths, self._client.exists_async, "stat ACL changes")
-        old = [p for p, stat in zip(paths, stats) if stat is not None and stat.ctime < cutoff]
-        done = self._pipelined(old, self._client.delete_async, "purge ACL changes")
-        return sum(1 for d in done if d is not None)
-
 
 # --- sync --------------------------------------------------------------------------------
 
 
-class AclSync:
+ACL_ROOTS = {
+    PatternType.LITERAL: NotificationRoot("acls", LITERAL_CHANGES, CHANGE_PREFIX),
+    PatternType.PREFIXED: NotificationRoot("acls-extended", EXTENDED_CHANGES, CHANGE_PREFIX),
+}
+_PATTERN_OF_ROOT = {root.name: pt for pt, root in ACL_ROOTS.items()}
+
+
+class AclSync(ChangeNotifications):
     """Keeps an :class:`AclAuthorizer` equal to the ACLs in ZooKeeper.
 
-    Lifecycle: :meth:`start` (blocking) notes the newest notification of each change
-    root, loads every ACL, hands them to ``authorizer.load_resources`` and calls
-    ``authorizer.mark_ready()``; then it watches both change roots. :meth:`close` stops.
+    The follow/resync/purge cycle and its reconnect policy are
+    :class:`zk.notifications.ChangeNotifications`' (version names ``"acls"`` and
+    ``"acls-extended"``). Loading reads every ACL, hands them to
+    ``authorizer.load_resources`` and, the first time, calls ``authorizer.mark_ready()``.
+    A notification re-reads the resource it names and calls ``apply_resource``, in
+    sequence order: re-reading makes it idempotent, so a later ALLOW after a DENY (or
+    the reverse) always ends in ZooKeeper's current state. A notification or resource
+    whose bytes do not decode is logged and skipped (the authorizer keeps that
+    resource's ACLs). While the connection is suspended the authorizer keeps answering
+    from what it has (it stays ready, as Kafka's ZooKeeper authorizer does).
 
-    Changes: each watch event queues the children of a change root; one worker thread
-    applies the notifications newer than the last applied one, IN SEQUENCE ORDER, by
-    re-reading the named resource and calling ``authorizer.apply_resource``. Re-reading
-    makes a notification idempotent, so a later ALLOW after a DENY (or the reverse)
-    always ends in ZooKeeper's current state. A notification or resource whose bytes
-    do not decode is logged and skipped (the authorizer keeps that resource's ACLs).
-    Every ``purge_interval_ms`` the worker also deletes notifications older than 15
-    minutes (as every Kafka broker does).
-
-    Connection loss: while the connection is SUSPENDED the authorizer keeps answering
-    from the ACLs it has (it stays ready, as Kafka's ZooKeeper authorizer does). On
-    reconnection within the session, the pending notifications are re-read. When the
-    session was LOST (expired), kazoo opens a new one, watches are re-registered, and
-    the worker does a FULL reload: notifications may have been purged while we were
-    away, so replaying them could miss changes. A ZooKeeper failure inside the worker
-    is logged and the work retried once connected.
-
-    Stats: ``resync_count`` (full loads, including the one ``start()`` runs),
-    ``applied_changes`` (notifications applied one by one), ``last_applied``.
+    Stats: those of the recipe, and ``last_applied`` per pattern type.
     """
 
     def __init__(
@@ -571,131 +567,54 @@ class AclSync:
         authorizer: AclAuthorizer,
         *,
         clock: Clock | None = None,
-        purge_interval_ms: int = 60_000,
-        retry_delay_s: float = 0.5,
+        is_purger: Callable[[], bool] | None = None,
+        max_pending: int | None = None,
     ) -> None:
-        self._client = client
         self._store = store
         self._authorizer = authorizer
-        self._clock = clock or SystemClock()
-        self._purge_interval_ms = purge_interval_ms
-        self._retry_delay_s = retry_delay_s
-        self._tasks: queue.Queue[tuple[str, PatternType | None, list[str] | None]] = queue.Queue()
-        self._last: dict[PatternType, int] = {pt: -1 for pt in PATTERN_TYPES}
-        self._closed = threading.Event()
-        self._session_lost = False
-        self._suspended = False
-        self._worker: threading.Thread | None = None
-        self._last_purge_ms = 0
-        self.resync_count = 0
-        self.applied_changes = 0
-
-    # --- lifecycle ---------------------------------------------------------------------
+        clock = clock or SystemClock()
+        extra = {"max_pending": max_pending} if max_pending is not None else {}
+        super().__init__(
+            client,
+            "acl-sync",
+            list(ACL_ROOTS.values()),
+            load=self._load_acls,
+            apply=self._apply_acls,
+            is_purger=is_purger,
+            now_ms=clock.now_ms,
+            recoverable=(KafkaError, AclDataError),
+            **extra,
+        )
 
     def start(self) -> None:
         """Load every ACL, mark the authorizer ready, then follow changes."""
         self._store.ensure_paths()
-        self._full_load()
+        super().start()
         self._authorizer.mark_ready()
-        self._client.add_listener(self._on_state)
-        self._worker = threading.Thread(target=self._run, name="acl-sync", daemon=True)
-        self._worker.start()
-        for pt in PATTERN_TYPES:
-            ChildrenWatch(
-                self._client, change_root(pt), lambda children, pt=pt: self._on_children(pt, children)
-            )
-
-    def close(self) -> None:
-        """Stop following changes; the authorizer keeps the ACLs it has."""
-        if self._closed.is_set():
-            return
-        self._closed.set()
-        self._client.remove_listener(self._on_state)
-        self._tasks.put(("stop", None, None))
-        if self._worker is not None:
-            self._worker.join(timeout=10)
 
     @property
     def last_applied(self) -> dict[PatternType, int]:
         """The sequence number of the last notification handled, per change root."""
-        return dict(self._last)
+        applied = self.applied
+        return {pt: applied[root.name] for pt, root in ACL_ROOTS.items()}
 
-    # --- callbacks (kazoo threads: never block) ----------------------------------------
-
-    def _on_children(self, pattern_type: PatternType, children: list[str]) -> bool | None:
-        if self._closed.is_set():
-            return False  # tells ChildrenWatch to stop
-        self._tasks.put(("changes", pattern_type, list(children)))
-        return None
-
-    def _on_state(self, state: str) -> None:
-        if state == KazooState.LOST:
-            self._session_lost = True
-        elif state == KazooState.SUSPENDED:
-            self._suspended = True
-        elif state == KazooState.CONNECTED:
-            if self._session_lost:
-                self._session_lost = self._suspended = False
-                self._tasks.put(("resync", None, None))
-            elif self._suspended:
-                self._suspended = False
-                for pt in PATTERN_TYPES:
-                    self._tasks.put(("changes", pt, None))
-
-    # --- worker ------------------------------------------------------------------------
-
-    def _run(self) -> None:
-        while True:
-            kind, pattern_type, children = self._tasks.get()
-            if kind == "stop" or self._closed.is_set():
-                return
-            try:
-                if kind == "resync":
-                    self._full_load()
-                    log.info("ACLs reloaded after a ZooKeeper session loss")
-                else:
-                    self._apply_changes(pattern_type, children)
-                self._maybe_purge()
-            except (KafkaError, KazooException, AclDataError) as exc:
-                # ZooKeeper unreachable (or, for a resync, a znode that does not decode).
-                log.warning("ACL sync %s failed, will retry: %s", kind, exc)
-                if self._closed.wait(self._retry_delay_s):
-                    return
-                if self._client.connected:
-                    retry = ("resync", None, None) if kind == "resync" else (kind, pattern_type, None)
-                    self._tasks.put(retry)
-
-    def _full_load(self) -> None:
-        # Note the newest notifications BEFORE reading: anything newer is applied after.
-        newest = {pt: max((s for s, _ in self._store.notifications(pt)), default=-1)
-                  for pt in PATTERN_TYPES}
+    def _load_acls(self) -> None:
         self._authorizer.load_resources(self._store.load_all())
-        self._last.update(newest)
-        self.resync_count += 1
 
-    def _apply_changes(self, pattern_type: PatternType, children: list[str] | None) -> None:
-        if children is None:
-            pending = self._store.notifications(pattern_type)
-        else:
-            pending = sorted(
-                (seq, name) for name in children if (seq := change_sequence(name)) is not None
-            )
-        for seq, name in pending:
-            if seq <= self._last[pattern_type]:
-                continue
+    def _apply_acls(self, root: NotificationRoot, notes: list[tuple[int, bytes]]) -> None:
+        pattern_type = _PATTERN_OF_ROOT[root.name]
+        patterns: dict[ResourcePattern, None] = {}
+        for sequence, data in notes:
             try:
-                pattern = self._store.read_change(pattern_type, name)
-                if pattern is not None:
-                    self._authorizer.apply_resource(pattern, self._store.load_resource(pattern))
-                    self.applied_changes += 1
+                patterns[decode_change(data, pattern_type)] = None
+            except AclDataError as exc:
+                log.error("skipping ACL change %s: %s", root.child(sequence), exc)
+        for pattern in patterns:
+            try:
+                entries = self._store.load_resource(pattern)
             except AclDataError as exc:
                 # Retrying cannot fix bad bytes: keep what the authorizer has for that
-                # resource and move on (the next change to it, or a resync, repairs it).
-                log.error("skipping ACL change %s: %s", name, exc)
-            self._last[pattern_type] = seq
-
-    def _maybe_purge(self) -> None:
-        now = self._clock.now_ms()
-        if now - self._last_purge_ms >= self._purge_interval_ms:
-            self._last_purge_ms = now
-            self._store.purge_notifications(now)
+                # resource (the next change to it, or a resync, repairs it).
+                log.error("skipping ACL resource %s: %s", pattern, exc)
+                continue
+            self._authorizer.apply_resource(pattern, entries)

@@ -33,25 +33,18 @@ from __future__ import annotations
 
 import json
 import logging
-import queue
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
-    ConnectionLoss,
     KazooException,
     NodeExistsError,
     NoNodeError,
-    OperationTimeoutError,
-    SessionExpiredError,
 )
-from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import KazooState
-from kazoo.recipe.watchers import ChildrenWatch
 
 from tokensvc.core.principal import desanitize, sanitize
 from tokensvc.scram.formatter import (
@@ -62,7 +55,12 @@ from tokensvc.scram.formatter import (
     derive_credential,
 )
 from zk.client import ZkSettings, open_client
-from zk.token_store import Guard, NotControllerError, StoreError, StoreUnavailable
+from zk.errors import UNAVAILABLE, NotControllerError, StoreError, StoreUnavailable
+from zk.notifications import ChangeNotifications, NotificationRoot
+from zk.requests import RecordOp, RequestKeyExistsError
+
+# (path, version) checked in the same transaction as a write: the controller's guard.
+Guard = tuple[str, int]
 
 log = logging.getLogger("tokensvc.zk.credentials")
 
@@ -79,12 +77,15 @@ _WRITE_ATTEMPTS = 10
 Credentials = dict[ScramMechanism, ScramCredential]
 
 
-_UNAVAILABLE = (
-    ConnectionLoss,
-    SessionExpiredError,
-    OperationTimeoutError,
-    KazooTimeoutError,
-)
+@dataclass(frozen=True)
+class CredentialChange:
+    """Set (``credential``) or delete (None) one user's credential for one mechanism."""
+
+    user: str
+    mechanism: ScramMechanism
+    credential: ScramCredential | None
+
+
 
 
 def user_path(user: str) -> str:
@@ -180,6 +181,19 @@ class CredentialStore:
             return {}
         return credentials_from_config(decode_user_config(data))
 
+    def get_many(self, users: Sequence[str]) -> dict[str, Credentials]:
+        """Each user's SCRAM credentials (empty when none), read with pipelined requests."""
+        pending = [(user, self._client.get_async(user_path(user))) for user in users]
+        found: dict[str, Credentials] = {}
+        for user, async_result in pending:
+            try:
+                data, _ = self._call(async_result.get)
+            except NoNodeError:
+                found[user] = {}
+                continue
+            found[user] = credentials_from_config(decode_user_config(data))
+        return found
+
     def users(self) -> list[str]:
         """Users holding at least one SCRAM credential, sorted."""
         return sorted(self.load_all())
@@ -228,83 +242,93 @@ class CredentialStore:
         credential: ScramCredential,
         *,
         guard: Guard | None = None,
-    ) -> None:
-        """Set the user's credential for ``mechanism`` (creating the znode if needed)."""
+    ) -> int:
+        """Set the user's credential for ``mechanism`` (creating the znode if needed);
+        returns the notification's sequence number."""
         if not user:
             raise ValueError("user name must not be empty")
-
-        def change(config: dict[str, str]) -> bool:
-            config[mechanism.mechanism_name] = credential.to_kafka_string()
-            return True
-
-        self._modify(user, change, guard)
+        return self.alter([CredentialChange(user, mechanism, credential)], guard=guard)[1][0]
 
     def delete(self, user: str, mechanism: ScramMechanism, *, guard: Guard | None = None) -> bool:
         """Remove the user's credential for ``mechanism``; False (and no write) if it had none.
         Other config keys stay; a znode left with no keys stays too, with an empty config."""
+        return self.alter([CredentialChange(user, mechanism, None)], guard=guard)[0][user]
 
-        def change(config: dict[str, str]) -> bool:
-            return config.pop(mechanism.mechanism_name, None) is not None
+    def alter(
+        self,
+        changes: Sequence[CredentialChange],
+        *,
+        guard: Guard | None = None,
+        record: Callable[[dict[str, bool]], RecordOp] | None = None,
+    ) -> tuple[dict[str, bool], list[int]]:
+        """Apply every change (one per user) in ONE transaction with one notification per
+        changed user and, when given, the request record built from the effects.
 
-        return self._modify(user, change, guard)
-
-    def purge_notifications(self, now_ms: int, older_than_ms: int = CHANGE_EXPIRATION_MS) -> int:
-        """Delete config change notifications created more than ``older_than_ms`` before
-        ``now_ms`` (Kafka purges them after 15 minutes). Returns how many were deleted."""
-        try:
-            children = self._call(self._client.get_children, CHANGES_PATH)
-        except NoNodeError:
-            return 0
-        names = [c for c in children if sequence_of(c) is not None]
-        stats = [(c, self._client.exists_async(f"{CHANGES_PATH}/{c}")) for c in names]
-        removed = 0
-        for child, async_stat in stats:
-            stat = self._call(async_stat.get)
-            if stat is None or stat.ctime > now_ms - older_than_ms:
-                continue
-            try:
-                self._call(self._client.delete, f"{CHANGES_PATH}/{child}")
-                removed += 1
-            except NoNodeError:
-                continue
-        return removed
-
-    def _modify(
-        self, user: str, change: Callable[[dict[str, str]], bool], guard: Guard | None
-    ) -> bool:
-        path = user_path(user)
+        Returns ``({user: changed}, [notification sequence numbers])``; a deletion of a
+        credential the user does not have is ``False`` and writes nothing. Every znode is
+        written at the version read; a concurrent change re-reads and retries.
+        NotControllerError when the guard fails, RequestKeyExistsError when the record
+        already exists (nothing written).
+        """
+        users = [c.user for c in changes]
+        if len(set(users)) != len(users):
+            raise ValueError("a user may appear once per alter")
         self.ensure_paths()
         for _ in range(_WRITE_ATTEMPTS):
-            try:
-                data, stat = self._call(self._client.get, path)
-                version: int | None = stat.version
-            except NoNodeError:
-                data, version = None, None
-            config = decode_user_config(data)
-            if not change(config):
-                return False
+            pending = [(c, self._client.get_async(user_path(c.user))) for c in changes]
+            effects: dict[str, bool] = {}
+            writes: list[tuple[str, bytes, int | None]] = []
+            for change, async_result in pending:
+                try:
+                    data, stat = self._call(async_result.get)
+                    version: int | None = stat.version
+                except NoNodeError:
+                    data, version = None, None
+                config = decode_user_config(data)
+                name = change.mechanism.mechanism_name
+                if change.credential is None:
+                    changed = config.pop(name, None) is not None
+                else:
+                    config[name] = change.credential.to_kafka_string()
+                    changed = True
+                effects[change.user] = changed
+                if changed:
+                    writes.append((change.user, encode_user_config(config), version))
             txn = self._client.transaction()
             if guard is not None:
                 txn.check(guard[0], guard[1])
-            if version is None:
-                txn.create(path, encode_user_config(config))
-            else:
-                txn.set_data(path, encode_user_config(config), version=version)
-            txn.create(f"{CHANGES_PATH}/{CHANGE_PREFIX}", encode_change(user), sequence=True)
+            for user, data, version in writes:
+                if version is None:
+                    txn.create(user_path(user), data)
+                else:
+                    txn.set_data(user_path(user), data, version=version)
+            record_op = record(effects) if record is not None else None
+            if record_op is not None:
+                txn.create(record_op.path, record_op.data)
+            for user, _, _ in writes:
+                txn.create(f"{CHANGES_PATH}/{CHANGE_PREFIX}", encode_change(user), sequence=True)
+            if not writes and record_op is None:
+                return effects, []
             results = self._call(txn.commit)
-            failure = _transaction_failure(results, guarded=guard is not None)
+            failure = _transaction_failure(
+                results, guarded=guard is not None, writes=len(writes),
+                recorded=record_op is not None,
+            )
             if failure is None:
-                return True
+                created = results[len(results) - len(writes):]
+                return effects, [int(path[-10:]) for path in created]
             if failure == "guard":
-                raise NotControllerError(f"guard {guard[0]} changed: not allowed to write {path}")
-            # "race": someone changed the user's znode between our read and write: re-read.
-        raise StoreError(f"{path} kept changing under {_WRITE_ATTEMPTS} attempts to write it")
+                raise NotControllerError(f"guard {guard[0]} changed: not allowed to write credentials")
+            if failure == "recorded":
+                raise RequestKeyExistsError("request key already recorded")
+            # "race": someone changed a user's znode between our read and write: re-read.
+        raise StoreError(f"credentials kept changing under {_WRITE_ATTEMPTS} attempts to write them")
 
     @staticmethod
     def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except _UNAVAILABLE as exc:
+        except UNAVAILABLE as exc:
             raise StoreUnavailable(f"ZooKeeper unavailable: {type(exc).__name__}") from exc
         except (NoNodeError, NodeExistsError, BadVersionError):
             raise
@@ -312,19 +336,24 @@ class CredentialStore:
             raise StoreError(f"ZooKeeper request failed: {type(exc).__name__}") from exc
 
 
-def _transaction_failure(results: list[Any], *, guarded: bool) -> str | None:
-    """None if every op succeeded; "guard" if the guard check failed; "race" if the user
-    znode was changed or created concurrently. Any other failure raises."""
+def _transaction_failure(
+    results: list[Any], *, guarded: bool, writes: int, recorded: bool
+) -> str | None:
+    """None if every op succeeded; "guard" if the guard check failed; "recorded" if the
+    request record existed; "race" if a user znode was changed or created concurrently.
+    Any other failure raises."""
     errors = [r for r in results if isinstance(r, Exception)]
     if not errors:
         return None
-    first = results[0]
-    if guarded and isinstance(first, (BadVersionError, NoNodeError)):
+    offset = 1 if guarded else 0
+    if guarded and isinstance(results[0], (BadVersionError, NoNodeError)):
         return "guard"
-    data_op = results[1] if guarded else results[0]
-    if isinstance(data_op, (BadVersionError, NodeExistsError, NoNodeError)):
+    if recorded and isinstance(results[offset + writes], NodeExistsError):
+        return "recorded"
+    data_ops = results[offset:offset + writes]
+    if any(isinstance(r, (BadVersionError, NodeExistsError, NoNodeError)) for r in data_ops):
         return "race"
-    if any(isinstance(e, _UNAVAILABLE) for e in errors):
+    if any(isinstance(e, UNAVAILABLE) for e in errors):
         raise StoreUnavailable("ZooKeeper unavailable during a credential write")
     raise StoreError(f"credential transaction failed: {[type(e).__name__ for e in errors]}")
 
@@ -401,29 +430,18 @@ class UserCredentialCache:
             return len(self._users)
 
 
-_RESYNC = "resync"
-_CHANGES = "changes"
-_STOP = "stop"
+CREDENTIALS_ROOT = NotificationRoot("credentials", CHANGES_PATH, CHANGE_PREFIX)
 
 
-class CredentialSync:
+class CredentialSync(ChangeNotifications):
     """Keeps a :class:`UserCredentialCache` equal to ``/config/users``.
 
-    Lifecycle: ``start()`` loads everything (blocking, so a broker authenticates only once
-    the cache is full), then follows ``/config/changes`` with a kazoo ``ChildrenWatch``;
-    ``close()`` stops following. All ZooKeeper reads happen on one worker thread fed by a
-    queue, so kazoo's event thread never blocks.
-
-    Notifications are applied in sequence order, each at most once (those at or below the
-    last applied sequence are skipped); applying one re-reads the named user's znode, so
-    applying it twice or out of date is harmless.
-
-    Connection loss: on ``SUSPENDED`` or ``LOST`` nothing is dropped from the cache (brokers
-    keep authenticating from what they know). On the next ``CONNECTED`` a full resync runs:
-    all users are re-read and the cache replaced, because notifications may have been
-    purged meanwhile and after a session expiry watches are gone (kazoo's ChildrenWatch
-    re-arms itself on reconnect). A read that fails on the worker schedules the same resync,
-    retried every ``retry_interval`` seconds while the client is connected.
+    The follow/resync/purge cycle and its reconnect policy are
+    :class:`zk.notifications.ChangeNotifications`' (version name ``"credentials"``);
+    this class says what loading means (every user re-read) and what a notification
+    means (re-read the named user's znode, so applying it twice or late is harmless;
+    notifications about other entities -- topics, clients -- are skipped). The
+    controller purges ``/config/changes`` like every other change root.
     """
 
     def __init__(
@@ -433,115 +451,44 @@ class CredentialSync:
         cache: UserCredentialCache,
         *,
         on_resync: Callable[[], None] | None = None,
-        retry_interval: float = 0.5,
+        is_purger: Callable[[], bool] | None = None,
+        now_ms: Callable[[], int] | None = None,
+        max_pending: int | None = None,
     ) -> None:
-        self._client = client
         self._store = store
         self._cache = cache
-        self._on_resync = on_resync
-        self._retry_interval = retry_interval
-        self._queue: queue.Queue[tuple[str, Any]] = queue.Queue()
-        self._worker: threading.Thread | None = None
-        self._closed = False
-        self._needs_resync = False
-        self._seen_disconnect = False
-        self._last_sequence = -1
-        self.resync_count = 0
-        self.last_resync_ms = 0.0
-        self.applied_changes = 0
+        self._on_credential_resync = on_resync
+        extra = {"max_pending": max_pending} if max_pending is not None else {}
+        super().__init__(
+            client,
+            "credential-sync",
+            [CREDENTIALS_ROOT],
+            load=self._load_users,
+            apply=self._apply_users,
+            is_purger=is_purger,
+            now_ms=now_ms,
+            on_resync=self._resynced,
+            recoverable=(StoreError,),
+            **extra,
+        )
 
     @property
     def last_sequence(self) -> int:
-        return self._last_sequence
+        return self.applied[CREDENTIALS_ROOT.name]
 
     def start(self) -> None:
         self._store.ensure_paths()
-        self._resync()
-        self._client.add_listener(self._on_state)
-        self._worker = threading.Thread(
-            target=self._run, name="credential-sync", daemon=True
-        )
-        self._worker.start()
-        ChildrenWatch(self._client, CHANGES_PATH, self._on_children)
+        super().start()
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._client.remove_listener(self._on_state)
-        self._queue.put((_STOP, None))
-        if self._worker is not None:
-            self._worker.join(10)
+    def _resynced(self, _duration_ms: int) -> None:
+        if self._on_credential_resync is not None:
+            self._on_credential_resync()
 
-    def wait_caught_up(self, timeout: float) -> bool:
-        """True once every notification present in ZooKeeper now has been applied."""
-        deadline = time.monotonic() + timeout
-        target = max(self._store.change_sequences(), default=-1)
-        while time.monotonic() < deadline:
-            if self._last_sequence >= target and not self._needs_resync:
-                return True
-            time.sleep(0.01)
-        return False
-
-    # -- kazoo callbacks (never block) -------------------------------------------
-
-    def _on_state(self, state: KazooState) -> None:
-        if state in (KazooState.SUSPENDED, KazooState.LOST):
-            self._seen_disconnect = True
-        elif state == KazooState.CONNECTED and self._seen_disconnect:
-            self._seen_disconnect = False
-            self._queue.put((_RESYNC, None))
-
-    def _on_children(self, children: list[str]) -> bool:
-        if self._closed:
-            return False
-        self._queue.put((_CHANGES, children))
-        return True
-
-    # -- worker --------------------------------------------------------------------
-
-    def _run(self) -> None:
-        while True:
-            try:
-                kind, payload = self._queue.get(timeout=self._retry_interval)
-            except queue.Empty:
-                if self._needs_resync and self._client.connected:
-                    self._guarded(self._resync)
-                continue
-            if kind == _STOP:
-                return
-            if kind == _RESYNC or self._needs_resync:
-                self._guarded(self._resync)
-            else:
-                self._guarded(self._apply, payload)
-
-    def _guarded(self, fn: Callable[..., None], *args: Any) -> None:
-        try:
-            fn(*args)
-        except (StoreError, KazooException) as exc:
-            log.warning("credential sync will resync: %s", exc)
-            self._needs_resync = True
-
-    def _apply(self, children: list[str]) -> None:
-        sequences = sorted(s for s in map(sequence_of, children) if s is not None)
-        for sequence in sequences:
-            if sequence <= self._last_sequence:
-                continue
-            user = self._store.change_user(sequence)
-            if user is not None:
-                self._cache.set_user(user, self._store.get(user))
-                self.applied_changes += 1
-            self._last_sequence = sequence
-
-    def _resync(self) -> None:
-        started = time.monotonic()
-        # Notifications at or below this mark are covered by the load that follows; one
-        # written during the load is applied again afterwards, which is harmless.
-        mark = max(self._store.change_sequences(), default=-1)
+    def _load_users(self) -> None:
         self._cache.replace_all(self._store.load_all())
-        self._last_sequence = mark
-        self._needs_resync = False
-        self.resync_count += 1
-        self.last_resync_ms = (time.monotonic() - started) * 1000.0
-        if self._on_resync is not None:
-            self._on_resync()
+
+    def _apply_users(self, _root: NotificationRoot, notes: list[tuple[int, bytes]]) -> None:
+        users = list(dict.fromkeys(
+            u for _, data in notes if (u := decode_change_user(data)) is not None))
+        for user, credentials in self._store.get_many(users).items():
+            self._cache.set_user(user, credentials)

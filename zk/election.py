@@ -49,8 +49,8 @@ from kazoo.exceptions import (
 
 from tokensvc.core.clock import Clock, SystemClock
 from zk import layout
-from zk.sync import SerialWorker
 from zk.token_store import Guard, StoreError, delete_own_ephemeral, zk_call
+from zk.worker import SerialWorker
 
 log = logging.getLogger(__name__)
 

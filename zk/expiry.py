@@ -3,7 +3,8 @@
 Owns: :class:`ExpirySweeper`, a thread that every ``interval_ms`` -- and only while this
 broker is the controller -- asks the cache for due tokens (``cache.due(now)``, an index
 ordered by deadline, no scan), deletes each from ZooKeeper under the controller guard,
-and purges change notifications older than 15 minutes.
+and then runs the ``purge(now_ms)`` it was given (the broker passes the purge of every
+change-notification root and of old request records).
 
 Each due token is re-read from ZooKeeper before it is deleted (due tokens are read in
 batches of ``SWEEP_BATCH`` with multi-reads, and a batch's deletes are pipelined, so a
@@ -63,7 +64,8 @@ class ExpirySweeper:
 
     ``on_removed(info, reason)`` is called (on the sweeping thread) for each token this
     sweeper deleted. Stats: ``sweeps`` (sweeps run as controller), ``removed``,
-    ``last_duration_ms``, ``purged_notifications``.
+    ``last_duration_ms``, ``purged_notifications`` (what ``purge(now_ms)`` -- the controller's
+purge of old notifications and request records -- returned).
     """
 
     def __init__(
@@ -75,6 +77,7 @@ class ExpirySweeper:
         *,
         interval_ms: int,
         on_removed: RemovedListener | None = None,
+        purge: Callable[[int], int] | None = None,
     ) -> None:
         if interval_ms <= 0:
             raise ValueError("interval_ms must be positive")
@@ -84,6 +87,7 @@ class ExpirySweeper:
         self._clock = clock
         self._interval_s = interval_ms / 1000.0
         self._on_removed = on_removed
+        self._purge = purge
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._sweep_lock = threading.Lock()
@@ -127,7 +131,8 @@ class ExpirySweeper:
                 due = [info.token_id for info in self._cache.due(now)]
                 for lo in range(0, len(due), SWEEP_BATCH):
                     removed += self._remove_expired(due[lo : lo + SWEEP_BATCH], now)
-                self.purged_notifications += self._store.purge_notifications(now)
+                if self._purge is not None:
+                    self.purged_notifications += self._purge(now)
             except NotControllerError:
                 log.info("lost controllership during the expiry sweep; stopping it")
             self.sweeps += 1

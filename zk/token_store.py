@@ -11,15 +11,15 @@ transaction. The controller passes :meth:`zk.election.ControllerElection.guard`,
 moves on and a write from the deposed controller fails with :class:`NotControllerError`
 instead of landing.
 
-Request keys (KIP-590 exactly-once create): a create may carry the *request key* of the
-client request it serves (the same for every forwarding attempt). The key is recorded as
-``/delegation_token/requests/<key>`` (data: the token id) in the SAME transaction as the
-token, so a retried create finds the key (:meth:`TokenStore.request_token_id`) and can
-answer with the first token, and a create whose key is already recorded fails as a whole
-(:class:`RequestKeyExistsError`). Keys are purged with the notifications after 15 minutes.
+Every write returns the sequence number of the notification it committed: the version
+(``"tokens"``, seq) the controller reports so brokers can wait until their cache has it
+(:mod:`zk.notifications`). A write may carry a :class:`zk.requests.RecordOp`, created in
+the same transaction (exactly-once writes); a record already there fails the whole
+transaction with :class:`zk.requests.RequestKeyExistsError`.
 
-It also holds what the other ``zk`` recipes share: the store errors, :func:`zk_call`
-(kazoo exceptions -> store errors) and :func:`delete_own_ephemeral`.
+It also re-exports the store errors of :mod:`zk.errors` and holds
+:func:`delete_own_ephemeral`. Notifications are followed and purged by
+:class:`zk.sync.TokenSync`; request records by :class:`zk.requests.RequestRecords`.
 
 Must not: keep state between calls (the cache is :class:`tokensvc.core.cache.TokenCache`,
 fed by :mod:`zk.sync`), know token rules, or store or log an HMAC or key (it only ever
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import re
 import struct
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -40,33 +39,34 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import (
     EXCEPTIONS,
     BadVersionError,
-    ConnectionLoss,
     KazooException,
     MarshallingError,
     NodeExistsError,
     NoNodeError,
-    OperationTimeoutError,
     RolledBackError,
-    SessionExpiredError,
     UnimplementedError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.states import ZnodeStat
 
-from tokensvc.core.errors import Errors, KafkaError
+from tokensvc.core.errors import Errors
 from tokensvc.core.token import TokenInformation
 from zk import layout
+from zk.errors import (  # noqa: F401 - the store errors are re-exported from here
+    NotControllerError,
+    StoreError,
+    StoreUnavailable,
+    translate,
+    zk_call,
+)
+from zk.requests import REQUESTS, RecordOp, RequestKeyExistsError
 
 log = logging.getLogger(__name__)
 
 # (path, version) checked in the same transaction as a write.
 Guard = tuple[str, int]
 
-NOTIFICATION_RETENTION_MS = 15 * 60 * 1000
-# Request keys of creates (exactly-once create; see the module docstring).
-REQUESTS = f"{layout.DELEGATION_TOKEN}/requests"
-_REQUEST_KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _PIPELINE_WINDOW = 5_000
 _MULTI_READ_BATCH = 1_000
 
@@ -101,45 +101,8 @@ def _warn_listing_size(token_ids: Sequence[str]) -> None:
             return
 
 
-class StoreError(KafkaError):
-    """ZooKeeper refused or failed an operation on the token store."""
-
-    def __init__(self, message: str, error: Errors = Errors.UNKNOWN_SERVER_ERROR) -> None:
-        super().__init__(error, message)
-
-
-class StoreUnavailable(StoreError):
-    """No connection or no quorum: retriable once ZooKeeper is back."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, Errors.REQUEST_TIMED_OUT)
-
-
-class NotControllerError(StoreError):
-    """The write's guard failed: this broker is no longer the controller."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, Errors.NOT_CONTROLLER)
-
-
 class TokenExistsError(StoreError):
     """``create`` found a token znode with the same id."""
-
-
-class RequestKeyExistsError(StoreError):
-    """``create`` found its request key already recorded: an earlier attempt of the same
-    client request created ``token_id``; nothing was written."""
-
-    def __init__(self, message: str, token_id: str | None) -> None:
-        super().__init__(message)
-        self.token_id = token_id
-
-
-def request_key_path(key: str) -> str:
-    """``/delegation_token/requests/<key>``; a key is 1-64 of ``[A-Za-z0-9_-]``."""
-    if not _REQUEST_KEY.fullmatch(key or ""):
-        raise ValueError("a request key is 1-64 characters of [A-Za-z0-9_-]")
-    return f"{REQUESTS}/{key}"
 
 
 class TokenNotFoundError(StoreError):
@@ -204,24 +167,6 @@ class _VersionMismatch(StoreError):
     """A conditional delete found a newer version of the token (internal to delete)."""
 
 
-_UNAVAILABLE = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
-
-
-def _translate(what: str, exc: Exception) -> StoreError:
-    if isinstance(exc, _UNAVAILABLE):
-        return StoreUnavailable(f"{what}: ZooKeeper unavailable ({exc.__class__.__name__})")
-    return StoreError(f"{what}: ZooKeeper error {exc.__class__.__name__}")
-
-
-def zk_call(what: str, fn: Callable[[], T]) -> T:
-    """Run one kazoo call, turning its failures into store errors (the kazoo exception
-    is the ``__cause__``)."""
-    try:
-        return fn()
-    except (KazooException, KazooTimeoutError) as exc:
-        raise _translate(what, exc) from exc
-
-
 def delete_own_ephemeral(client: KazooClient, path: str, timeout_s: float = 2.0) -> bool:
     """Delete ``path`` if it is an ephemeral znode of this client's session (resigning
     on close). Best effort and bounded in time: False when it was not ours, is gone, or
@@ -274,60 +219,60 @@ class TokenStore:
         info: TokenInformation,
         *,
         guard: Guard | None = None,
-        request_key: str | None = None,
-    ) -> None:
-        """Create the token znode and its notification; TokenExistsError if the id is taken.
-
-        With ``request_key``, the key's znode is created in the same transaction;
-        RequestKeyExistsError (nothing written) if the key is already recorded.
-        """
+        record: RecordOp | None = None,
+    ) -> int:
+        """Create the token znode and its notification; returns the notification's
+        sequence number. TokenExistsError if the id is taken; with ``record``, the request
+        record is created in the same transaction and RequestKeyExistsError (nothing
+        written) says it was already there."""
         path = layout.token_path(info.token_id)
-        key_path = request_key_path(request_key) if request_key is not None else None
+        return self._commit(
+            f"create token {info.token_id}",
+            guard,
+            lambda tx: tx.create(path, layout.encode_token(info)),
+            info.token_id,
+            record,
+        )
 
-        def operation(tx) -> None:
-            tx.create(path, layout.encode_token(info))
-            if key_path is not None:
-                tx.create(key_path, info.token_id.encode("utf-8"))
-
-        try:
-            self._commit(f"create token {info.token_id}", guard, operation, info.token_id)
-        except TokenExistsError:
-            # Which znode existed? A recorded key is the expected case (a retry).
-            recorded = self.request_token_id(request_key) if request_key is not None else None
-            if recorded is not None:
-                raise RequestKeyExistsError(
-                    f"create token {info.token_id}: request key already recorded", recorded
-                ) from None
-            raise
-
-    def update(self, info: TokenInformation, *, guard: Guard | None = None) -> None:
-        """Overwrite an existing token znode (renew/expire) and notify; TokenNotFoundError
-        if it is gone."""
+    def update(
+        self, info: TokenInformation, *, guard: Guard | None = None, record: RecordOp | None = None
+    ) -> int:
+        """Overwrite an existing token znode (renew/expire) and notify; returns the
+        notification's sequence number. TokenNotFoundError if it is gone."""
         path = layout.token_path(info.token_id)
-        self._commit(
+        return self._commit(
             f"update token {info.token_id}",
             guard,
             lambda tx: tx.set_data(path, layout.encode_token(info)),
             info.token_id,
+            record,
         )
 
-    def delete(self, token_id: str, *, guard: Guard | None = None, version: int = -1) -> bool:
-        """Delete the token znode and notify. False when it did not exist.
+    def delete(
+        self,
+        token_id: str,
+        *,
+        guard: Guard | None = None,
+        version: int = -1,
+        record: RecordOp | None = None,
+    ) -> int | None:
+        """Delete the token znode and notify; returns the notification's sequence
+        number, None when the token did not exist.
 
         ``version`` (from :meth:`get_versioned`) makes the delete conditional: a token
-        rewritten since it was read is left alone and False is returned.
+        rewritten since it was read is left alone and None is returned.
         """
         path = layout.token_path(token_id)
         try:
-            self._commit(
+            return self._commit(
                 f"delete token {token_id}",
                 guard,
                 lambda tx: tx.delete(path, version),
                 token_id,
+                record,
             )
         except (TokenNotFoundError, _VersionMismatch):
-            return False
-        return True
+            return None
 
     def delete_many(
         self, versions: Sequence[tuple[str, int]], *, guard: Guard | None = None
@@ -356,13 +301,20 @@ class TokenStore:
         return deleted
 
     def _transaction(
-        self, guard: Guard | None, operation: Callable[[object], None], token_id: str
+        self,
+        guard: Guard | None,
+        operation: Callable[[object], None],
+        token_id: str,
+        record: RecordOp | None = None,
     ) -> Any:
-        """A transaction: the guard's check, ``operation``, the change notification."""
+        """A transaction: the guard's check, ``operation``, the request record, the change
+        notification (always last: its result is the created path)."""
         tx = self._client.transaction()
         if guard is not None:
             tx.check(guard[0], guard[1])
         operation(tx)
+        if record is not None:
+            tx.create(record.path, record.data)
         tx.create(
             layout.token_change_create_path(),
             layout.encode_token_change(token_id),
@@ -376,11 +328,16 @@ class TokenStore:
         guard: Guard | None,
         operation: Callable[[object], None],
         token_id: str,
-    ) -> None:
-        tx = self._transaction(guard, operation, token_id)
-        self._check_results(what, guard, self._wait(what, tx.commit_async()))
+        record: RecordOp | None = None,
+    ) -> int:
+        tx = self._transaction(guard, operation, token_id, record)
+        results = self._wait(what, tx.commit_async())
+        self._check_results(what, guard, results, record)
+        return int(results[-1][-10:])
 
-    def _check_results(self, what: str, guard: Guard | None, results: list) -> None:
+    def _check_results(
+        self, what: str, guard: Guard | None, results: list, record: RecordOp | None = None
+    ) -> None:
         """Raise the store error a transaction's results stand for (nothing if it passed)."""
         failures = [r for r in results if isinstance(r, Exception)]
         if not failures:
@@ -391,6 +348,8 @@ class TokenStore:
                 f"{what}: guard {guard[0]} version {guard[1]} no longer holds; "
                 "another broker is the controller"
             )
+        if record is not None and isinstance(results[-2], NodeExistsError):
+            raise RequestKeyExistsError(f"{what}: request key already recorded")
         cause = next(r for r in failures if not isinstance(r, RolledBackError))
         if isinstance(cause, NodeExistsError):
             raise TokenExistsError(f"{what}: a token with this id already exists")
@@ -419,17 +378,6 @@ class TokenStore:
                 return None
             raise
         return layout.decode_token(data), stat.version
-
-    def request_token_id(self, request_key: str) -> str | None:
-        """The token id recorded for ``request_key``, or None if the key is not recorded."""
-        path = request_key_path(request_key)
-        try:
-            data, _stat = self._wait("read request key", self._client.get_async(path))
-        except StoreError as exc:
-            if isinstance(exc.__cause__, NoNodeError):
-                return None
-            raise
-        return data.decode("utf-8")
 
     def token_ids(self) -> list[str]:
         return self._wait("list tokens", self._client.get_children_async(layout.TOKENS))
@@ -500,37 +448,6 @@ class TokenStore:
         }
         return [(name, found.get(name)) for name in names]
 
-    def purge_notifications(
-        self, now_ms: int, older_than_ms: int = NOTIFICATION_RETENTION_MS
-    ) -> int:
-        """Delete notifications created (znode ctime, ZooKeeper's clock) before
-        ``now_ms - older_than_ms``, and request keys recorded before then
-        (:meth:`purge_request_keys`). Returns how many notifications were deleted."""
-        names = self.notifications()
-        paths = [f"{layout.TOKEN_CHANGES}/{n}" for n in names]
-        deleted = self._purge_older(paths, now_ms - older_than_ms, "token changes")
-        self.purge_request_keys(now_ms, older_than_ms)
-        return deleted
-
-    def purge_request_keys(
-        self, now_ms: int, older_than_ms: int = NOTIFICATION_RETENTION_MS
-    ) -> int:
-        """Delete request keys recorded (znode ctime) before ``now_ms - older_than_ms``:
-        a retry comes within the request timeout, long before. Returns how many."""
-        try:
-            keys = self._wait("list request keys", self._client.get_children_async(REQUESTS))
-        except StoreError as exc:
-            if isinstance(exc.__cause__, NoNodeError):
-                return 0
-            raise
-        paths = [f"{REQUESTS}/{k}" for k in keys]
-        return self._purge_older(paths, now_ms - older_than_ms, "request keys")
-
-    def _purge_older(self, paths: Sequence[str], cutoff_ms: int, what: str) -> int:
-        stats = self._pipelined(paths, paths, f"stat {what}", self._client.exists_async)
-        old = [path for stat, path in stats if stat is not None and stat.ctime < cutoff_ms]
-        return len(self._pipelined(old, old, f"purge {what}", self._client.delete_async))
-
     # --- pipelining --------------------------------------------------------------------
 
     def _pipelined_get(
@@ -571,7 +488,7 @@ class TokenStore:
                     found.append((result[0], result[1], keys[i]))
                 elif result != NoNodeError.code:
                     error = EXCEPTIONS[result]()
-                    raise _translate(what, error) from error
+                    raise translate(what, error) from error
         return found
 
     def _pipelined(

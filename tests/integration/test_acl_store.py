@@ -72,7 +72,7 @@ def changes(client: KazooClient, root: str) -> list[bytes]:
 def test_literal_acl_is_kafkas_znode_json_and_notification(clients):
     client = clients()
     store = AclStore(client)
-    results = store.add([acl(), acl(op=Op.WRITE, perm=DENY, principal="User:bob", host="10.0.0.1")])
+    results, _ = store.add([acl(), acl(op=Op.WRITE, perm=DENY, principal="User:bob", host="10.0.0.1")])
     assert [r.error for r in results] == [Errors.NONE, Errors.NONE]
     data, _ = client.get("/kafka-acl/Topic/foo")
     assert json.loads(data) == {
@@ -113,14 +113,14 @@ def test_adding_an_existing_acl_succeeds_without_a_write(clients):
     store = AclStore(client)
     store.add([acl()])
     version = client.exists("/kafka-acl/Topic/foo").version
-    assert [r.error for r in store.add([acl()])] == [Errors.NONE]
+    assert [r.error for r in store.add([acl()])[0]] == [Errors.NONE]
     assert client.exists("/kafka-acl/Topic/foo").version == version
     assert len(client.get_children("/kafka-acl-changes")) == 1
 
 
 def test_invalid_bindings_fail_alone(clients):
     client = clients()
-    results = AclStore(client).add(
+    results, _ = AclStore(client).add(
         [acl(op=Op.ANY), acl(name="a/b"), acl(rtype=ResourceType.CLUSTER, name="c"), acl()]
     )
     assert [r.error for r in results] == [Errors.INVALID_REQUEST] * 3 + [Errors.NONE]
@@ -132,7 +132,7 @@ def test_remove_reports_per_filter_and_deletes_empty_resources(clients):
     client = clients()
     store = AclStore(client)
     store.add([acl(), acl(op=Op.WRITE), acl(name="pay", ptype=PRE), acl(name="*", op=Op.DESCRIBE)])
-    results = store.remove([
+    results, _ = store.remove([
         AclBindingFilter.of(T, "foo", LIT, operation=Op.WRITE),
         AclBindingFilter.of(T, "payments", PatternType.MATCH),
         AclBindingFilter.of(operation=Op.UNKNOWN),
@@ -151,7 +151,7 @@ def test_remove_with_match_all_filter_empties_the_store(clients):
     client = clients()
     store = AclStore(client)
     store.add([acl(name=f"t{i}") for i in range(5)] + [acl(name="g", rtype=ResourceType.GROUP)])
-    (result,) = store.remove([AclBindingFilter()])
+    (result,), _ = store.remove([AclBindingFilter()])
     assert len(result.deleted) == 6
     assert store.load_all() == {}
 
@@ -186,7 +186,7 @@ def test_stale_guard_is_not_controller_and_writes_nothing(clients):
     assert info.value.error is Errors.NOT_CONTROLLER
     assert store.load_all() == {}
     assert client.get_children("/kafka-acl-changes") == []
-    assert store.add([acl()], guard=("/controller_epoch", 1))[0].error is Errors.NONE
+    assert store.add([acl()], guard=("/controller_epoch", 1))[0][0].error is Errors.NONE
 
 
 def test_load_all_reads_znodes_written_by_kafka(clients):
@@ -211,9 +211,10 @@ def test_purge_deletes_only_old_notifications(clients):
     client = clients()
     store = AclStore(client)
     store.add([acl(), acl(name="p", ptype=PRE)])
+    purger = AclSync(client, store, RecordingAuthorizer())
     now = int(time.time() * 1000)
-    assert store.purge_notifications(now) == 0
-    assert store.purge_notifications(now + 16 * 60 * 1000) == 2
+    assert purger.purge(now) == 0
+    assert purger.purge(now + 16 * 60 * 1000) == 2
     assert client.get_children("/kafka-acl-changes") == []
     assert client.get_children("/kafka-acl-extended-changes") == []
 
@@ -278,7 +279,7 @@ def test_deny_then_allow_is_applied_in_order(clients):
         # Every notification re-reads the resource, so the states applied follow
         # ZooKeeper's order: the final state is the last one applied.
         assert authorizer.applied[-1] == {acl(perm=ALLOW).entry}
-        assert sync.applied_changes == len(authorizer.applied) >= 1
+        assert sync.applied_changes >= len(authorizer.applied) >= 1
     finally:
         sync.close()
 
@@ -309,7 +310,8 @@ def test_session_expiry_triggers_a_full_reload(clients, syncs):
     time.sleep(0.2)
     assert not authorizer.authorize(ALICE, "h", Op.READ, T, "silent")
     expire_session(reader, attempts=1, wait_s=10)
-    assert wait_for(lambda: sync.resync_count == 2)
+    # At least one full reload (a follow-up that failed during the outage may add one).
+    assert wait_for(lambda: sync.resync_count >= 2, timeout=30.0)
     assert authorizer.ready
     assert authorizer.authorize(ALICE, "h", Op.READ, T, "silent")
     # And notifications flow again on the new session.

@@ -216,10 +216,10 @@ def test_purge_removes_notifications_older_than_the_limit(zk: KazooClient) -> No
     store = CredentialStore(zk)
     store.upsert("alice", SHA256, CRED_256)
     store.upsert("bob", SHA256, CRED_256)
+    purger = CredentialSync(zk, store, UserCredentialCache())
     ctime = max(zk.exists(f"{CHANGES_PATH}/{c}").ctime for c in zk.get_children(CHANGES_PATH))
-    assert store.purge_notifications(now_ms=ctime + 1000, older_than_ms=60_000) == 0
-    assert store.purge_notifications(now_ms=ctime + 60_000) == 0
-    assert store.purge_notifications(now_ms=ctime + 15 * 60 * 1000) == 2
+    assert purger.purge(now_ms=ctime + 60_000) == 0
+    assert purger.purge(now_ms=ctime + 15 * 60 * 1000 + 1) == 2
     assert zk.get_children(CHANGES_PATH) == []
 
 
@@ -280,7 +280,7 @@ def test_sync_ignores_notifications_about_other_entities(
         CredentialStore(client).upsert("alice", SHA256, CRED_256)
         assert sync.wait_caught_up(2.0)
         assert cache.users() == ["alice"]
-        assert sync.applied_changes == 1
+        assert sync.applied_changes == 4  # handled in order; only alice's changes the cache
         assert sync.last_sequence == 3
     finally:
         sync.close()
@@ -304,7 +304,8 @@ def test_sync_resyncs_after_its_session_expires(
         writer.delete("alice", SHA256)
         writer.upsert("bob", SHA512, CRED_512)
         # Notifications purged meanwhile: only a full resync can find the changes.
-        writer.purge_notifications(now_ms=int(time.time() * 1000) + 10**9)
+        purger = CredentialSync(writer._client, writer, UserCredentialCache())
+        purger.purge(now_ms=int(time.time() * 1000) + 10**9)
         assert _eventually(lambda: cache.users() == ["bob"], timeout=15.0)
         assert sync.resync_count >= 2
         writer.upsert("carol", SHA256, CRED_256)

@@ -38,7 +38,8 @@ from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
 from zk import layout
 from zk.client import ZkSettings, open_client
-from zk.token_store import REQUESTS, TokenStore
+from zk.requests import REQUESTS, RequestRecords
+from zk.token_store import TokenStore
 
 pytestmark = pytest.mark.slow  # real processes and faults: tens of seconds
 
@@ -242,7 +243,8 @@ def test_kill_dash_nine_of_the_controller_never_splits_a_token_from_its_notifica
 
     tokens = set(store.token_ids())
     notified = [token_id for _, token_id in store.read_notifications(store.notifications())]
-    keyed = [zk.get(f"{REQUESTS}/{key}")[0].decode() for key in zk.get_children(REQUESTS)]
+    records = RequestRecords(zk)
+    keyed = [records.get(key).outcome["token_id"] for key in zk.get_children(REQUESTS)]
     print(f"\nkill -9 stream: {len(stream.results)} creates, {len(stream.acknowledged)} "
           f"acknowledged, {len(tokens)} tokens in ZooKeeper, {len(keyed)} request keys; "
           f"kills (broker, acknowledged so far): {kills}")

@@ -43,7 +43,7 @@ RETRIABLE = {
 }
 CONNECTION_ERROR = "connection error"
 # A broker gives a ZooKeeper write 10 s (zk.token_store) before REQUEST_TIMED_OUT.
-STORE_TIMEOUT_S = 10.0
+REQUEST_TIMEOUT_S = 30.0  # request.timeout.ms, the brokers' default
 CLIENT_TIMEOUT_S = 40.0
 
 
@@ -238,7 +238,9 @@ def test_ensemble_node_losses_keep_logins_working_and_lose_no_acknowledged_token
     assert [o for o in creates if o.result not in RETRIABLE | {0}] == []
     assert no_quorum_creates, "no write finished while the quorum was lost"
     assert all(o.result in RETRIABLE for o in no_quorum_creates)
-    assert max(o.ended - o.started for o in no_quorum_creates) < STORE_TIMEOUT_S * 2 + 5
+    # A write that meets a lost quorum is retried until request.timeout.ms (#20: a leader
+    # change must cost no write an error), then answered REQUEST_TIMED_OUT.
+    assert max(o.ended - o.started for o in no_quorum_creates) < REQUEST_TIMEOUT_S + 5
     assert third.serving()
 
     zk = open_client(ZkSettings(f"{ensemble.connect}/faults"))

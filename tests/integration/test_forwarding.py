@@ -22,7 +22,6 @@ from tests.support.inproc import (
     wait_for_controller,
 )
 from tokensvc.admin import AdminClient
-from tokensvc.broker.forwarding import envelope_client_id
 from tokensvc.client_config import client_config_from_properties
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
@@ -31,6 +30,7 @@ from tokensvc.protocol import RequestHeader, decode_response, encode_request
 from tokensvc.protocol.principal_serde import serialize_principal
 from tokensvc.scram.formatter import ScramMechanism
 from zk.client import ZkSettings, open_client
+from zk.requests import RequestRecords
 from zk.token_store import TokenStore
 
 CREATE, RENEW, EXPIRE, DESCRIBE, ENVELOPE = 38, 39, 40, 41, 58
@@ -60,11 +60,21 @@ def cluster(zk_chroot):
 
 
 @pytest.fixture(scope="module")
-def store(zk_chroot):
+def zk(zk_chroot):
     client = open_client(ZkSettings(zk_chroot))
-    yield TokenStore(client)
+    yield client
     client.stop()
     client.close()
+
+
+@pytest.fixture(scope="module")
+def store(zk):
+    return TokenStore(zk)
+
+
+def recorded_token_id(zk, key: str) -> str | None:
+    record = RequestRecords(zk).get(key)
+    return None if record is None else record.outcome["token_id"]
 
 
 def controller(cluster) -> InProcessBroker:
@@ -94,6 +104,8 @@ def envelope(
     *,
     correlation_id: int = 4242,
     principal_bytes: bytes | None = None,
+    request_key: str | None = None,
+    first: bool = False,
 ) -> dict:
     data = encode_request(
         RequestHeader(inner_api, inner_version, correlation_id, "original-client"), inner_body
@@ -103,6 +115,8 @@ def envelope(
         "RequestPrincipal": principal_bytes if principal_bytes is not None
         else serialize_principal(principal),
         "ClientHostAddress": LOCALHOST,
+        "RequestKey": request_key,
+        "FirstAttempt": first,
     }
 
 
@@ -110,12 +124,9 @@ def create_body(**extra) -> dict:
     return {"Renewers": [], "MaxLifetimeMs": -1, **extra}
 
 
-def as_broker(broker: InProcessBroker, request_key: str | None = None, *,
-              first: bool = False) -> WireClient:
-    client_id = (envelope_client_id(9, request_key, first=first) if request_key
-                 else "broker-9")
+def as_broker(broker: InProcessBroker) -> WireClient:
     return WireClient(broker.address("BROKER"), "broker", "broker-secret",
-                      mechanism="SCRAM-SHA-512", client_id=client_id)
+                      mechanism="SCRAM-SHA-512", client_id="broker-9")
 
 
 def inner_create(response: dict, correlation_id: int = 4242) -> dict:
@@ -130,8 +141,9 @@ ALICE = KafkaPrincipal.user("alice")
 
 def send_create_envelope(broker, request_key, principal: KafkaPrincipal = ALICE, *,
                          first: bool = False) -> dict:
-    with as_broker(broker, request_key, first=first) as peer:
-        return inner_create(peer.request(ENVELOPE, 0, envelope(CREATE, 3, create_body(), principal)))
+    body = envelope(CREATE, 3, create_body(), principal, request_key=request_key, first=first)
+    with as_broker(broker) as peer:
+        return inner_create(peer.request(ENVELOPE, 0, body))
 
 
 # --- the forwarding broker ------------------------------------------------------------------
@@ -255,17 +267,17 @@ def test_envelope_around_a_read_request_is_invalid_request(cluster):
 
 
 def test_malformed_request_key_is_invalid_request(cluster):
-    with as_broker(controller(cluster), "../../controller") as peer:
-        response = peer.request(
-            ENVELOPE, 0, envelope(CREATE, 3, create_body(), KafkaPrincipal.user("alice"))
-        )
+    body = envelope(CREATE, 3, create_body(), KafkaPrincipal.user("alice"),
+                    request_key="../../controller")
+    with as_broker(controller(cluster)) as peer:
+        response = peer.request(ENVELOPE, 0, body)
     assert response["ErrorCode"] == Errors.INVALID_REQUEST
 
 
 # --- exactly-once create ----------------------------------------------------------------------
 
 
-def test_same_request_key_twice_creates_one_token(cluster, store):
+def test_same_request_key_twice_creates_one_token(cluster, store, zk):
     key = uuid.uuid4().hex
     before = set(store.token_ids())
     first = send_create_envelope(controller(cluster), key)
@@ -273,19 +285,19 @@ def test_same_request_key_twice_creates_one_token(cluster, store):
     assert first["ErrorCode"] == 0
     assert second == first
     assert set(store.token_ids()) - before == {first["TokenId"]}
-    assert store.request_token_id(key) == first["TokenId"]
-    assert controller(cluster).broker.forwarder.ledger.replayed >= 1
+    assert recorded_token_id(zk, key) == first["TokenId"]
+    assert controller(cluster).broker.ledger.replayed >= 1
 
 
-def test_first_attempt_creates_and_a_retry_is_answered_with_its_token(cluster, store):
+def test_first_attempt_creates_and_a_retry_is_answered_with_its_token(cluster, store, zk):
     key = uuid.uuid4().hex
-    replayed = controller(cluster).broker.forwarder.ledger.replayed
+    replayed = controller(cluster).broker.ledger.replayed
     first = send_create_envelope(controller(cluster), key, first=True)
     assert first["ErrorCode"] == 0
-    assert store.request_token_id(key) == first["TokenId"]
+    assert recorded_token_id(zk, key) == first["TokenId"]
     retry = send_create_envelope(controller(cluster), key)
     assert retry == first
-    assert controller(cluster).broker.forwarder.ledger.replayed == replayed + 1
+    assert controller(cluster).broker.ledger.replayed == replayed + 1
 
 
 def test_a_key_wrongly_marked_first_twice_still_creates_one_token(cluster, store):
@@ -302,8 +314,8 @@ def test_a_key_wrongly_marked_first_twice_still_creates_one_token(cluster, store
 def test_concurrent_attempts_with_one_request_key_create_one_token(cluster, store):
     key = uuid.uuid4().hex
     before = set(store.token_ids())
-    clients = [as_broker(controller(cluster), key) for _ in range(4)]
-    body = envelope(CREATE, 3, create_body(), KafkaPrincipal.user("alice"))
+    clients = [as_broker(controller(cluster)) for _ in range(4)]
+    body = envelope(CREATE, 3, create_body(), KafkaPrincipal.user("alice"), request_key=key)
     results: list[dict] = []
     barrier = threading.Barrier(len(clients))
 

@@ -280,7 +280,7 @@ def test_acl_count_moves_on_every_broker_when_an_acl_is_stored(brokers):
     )
     client = open_client(ZkSettings(brokers[0].config.zookeeper_connect))
     try:
-        assert [r.error for r in AclStore(client).add([binding])] == [Errors.NONE]
+        assert [r.error for r in AclStore(client).add([binding])[0]] == [Errors.NONE]
     finally:
         client.stop()
         client.close()

@@ -55,6 +55,7 @@ class Broker:
             clock,
             interval_ms=interval_ms,
             on_removed=lambda info, reason: self.removed.append((info.token_id, reason)),
+            purge=self.sync.purge,
         )
 
     def start(self) -> None:

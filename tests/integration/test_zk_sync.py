@@ -184,8 +184,6 @@ def test_zookeeper_restart_caches_converge(tmp_path, instances):
         a.store.delete("before")
         assert eventually(lambda: b.cached() == a.in_zookeeper(), timeout=10)
         assert set(b.cached()) == {"after"}
-        # The reconnect forces a full resync; it may still be queued when the caches converge.
-        assert eventually(lambda: b.sync.resync_count >= 2, timeout=10)
         a.close()
         b.close()
     finally:

@@ -82,10 +82,14 @@ def test_create_writes_exactly_one_notification_with_the_token_id(client, store)
 
 
 def test_every_write_adds_one_notification_in_order(client, store):
-    store.create(_info("t1"))
-    store.update(_info("t1", expiry_timestamp=1_700_100_000_000))
-    assert store.delete("t1") is True
+    created = store.create(_info("t1"))
+    updated = store.update(_info("t1", expiry_timestamp=1_700_100_000_000))
+    deleted = store.delete("t1")
     assert [p for _, p in _changes(client)] == [b"t1", b"t1", b"t1"]
+    # Each write returns the sequence number of the notification it committed.
+    assert [layout.token_change_name(s) for s in (created, updated, deleted)] == [
+        n for n, _ in _changes(client)
+    ]
 
 
 def test_notifications_after_a_sequence_lists_only_newer_ones_in_order(client, store):
@@ -117,7 +121,7 @@ def test_update_of_missing_token_is_not_found_and_writes_nothing(client, store):
 
 
 def test_delete_of_missing_token_returns_false_without_notification(client, store):
-    assert store.delete("missing") is False
+    assert store.delete("missing") is None
     assert _changes(client) == []
 
 
@@ -136,7 +140,7 @@ def test_conditional_delete_leaves_a_token_rewritten_since_it_was_read(store):
     store.create(_info("t1"))
     _, version = store.get_versioned("t1")
     store.update(_info("t1", expiry_timestamp=1_700_200_000_000))
-    assert store.delete("t1", version=version) is False
+    assert store.delete("t1", version=version) is None
     assert store.get("t1") is not None
 
 
@@ -208,25 +212,6 @@ def test_load_all_skips_an_undecodable_token_znode(client, store):
     store.create(_info("good"))
     client.create(layout.token_path("bad"), b"{garbage")
     assert [i.token_id for i in store.load_all()] == ["good"]
-
-
-def test_purge_removes_only_notifications_older_than_the_retention(client, store):
-    store.create(_info("t1"))
-    store.create(_info("t2"))
-    now = int(time.time() * 1000)
-    assert store.purge_notifications(now) == 0
-    assert len(_changes(client)) == 2
-    assert store.purge_notifications(now + 16 * 60 * 1000) == 2
-    assert _changes(client) == []
-
-
-def test_purge_with_a_short_retention_keeps_newer_notifications(client, store):
-    store.create(_info("t1"))
-    first_ctime = client.exists(f"{layout.TOKEN_CHANGES}/{_changes(client)[0][0]}").ctime
-    time.sleep(0.05)
-    store.create(_info("t2"))
-    assert store.purge_notifications(first_ctime + 1, older_than_ms=0) == 1
-    assert [p for _, p in _changes(client)] == [b"t2"]
 
 
 def test_operations_on_a_stopped_client_raise_store_unavailable(zk_connect):

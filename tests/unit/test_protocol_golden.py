@@ -232,12 +232,37 @@ def test_envelope_request_and_response_layout() -> None:
     assert header == RequestHeader(58, 0, 12, "broker-1")
     assert body == {
         "RequestData": inner, "RequestPrincipal": principal, "ClientHostAddress": b"\x7f\x00\x00\x01",
+        "RequestKey": None, "FirstAttempt": False,
     }
     assert decode_request(body["RequestData"])[1] == {"Hmac": b"h", "ExpiryTimePeriodMs": 1}
 
     response = i32(12) + NO_TAGS + b"\x00" + i16(41) + NO_TAGS
     assert encode_response(header, {"ErrorCode": 41}) == response
-    assert decode_response(58, 0, response) == (12, {"ResponseData": None, "ErrorCode": 41})
+    assert decode_response(58, 0, response) == (
+        12, {"ResponseData": None, "ErrorCode": 41, "CommittedVersions": []}
+    )
+
+
+def test_envelope_tagged_fields_carry_the_request_key_and_the_committed_versions() -> None:
+    """tokensvc's own tags: a request key (tag 0) and first-attempt flag (tag 1) in the
+    request, the committed notification versions (tag 0) in the response; a peer that
+    does not know them skips them (unknown tags are ignored)."""
+    inner = encode_request(RequestHeader(40, 2, 3, "cli"), {"Hmac": b"h", "ExpiryTimePeriodMs": 1})
+    base = cb(inner) + cb(b"p") + cb(b"\x7f\x00\x00\x01")
+    request = (
+        header_v2(58, 0, 12, "broker-1") + base
+        + b"\x02" + b"\x00\x03" + cs("k1") + b"\x01\x01\x01"
+    )
+    header, body = decode_request(request)
+    assert (body["RequestKey"], body["FirstAttempt"]) == ("k1", True)
+    assert encode_request(header, body) == request
+
+    versions = [{"Root": "tokens", "Sequence": 7}]
+    response = encode_response(header, {"ResponseData": b"r", "ErrorCode": 0,
+                                        "CommittedVersions": versions})
+    tagged = b"\x01" + b"\x00" + bytes([1 + 7 + 8 + 1]) + b"\x02" + cs("tokens") + i64(7) + NO_TAGS
+    assert response == i32(12) + NO_TAGS + cb(b"r") + i16(0) + tagged
+    assert decode_response(58, 0, response)[1]["CommittedVersions"] == versions
 
 
 def test_api_versions_v3_response_has_v0_header_and_tagged_features() -> None:

@@ -2,11 +2,19 @@
 
 ``client`` (:class:`AdminClient`: bootstrap failover, retries, one method per admin
 operation), ``connection`` (one logged-in broker connection: TLS, ApiVersions, SCRAM),
-``results`` (typed results, :class:`AdminError`, wire-body translation). It speaks only
+``results`` (typed results, :class:`AdminError`, wire-body translation), ``propagation``
+("done on every broker": wait until every live broker serves a token change). It speaks only
 standard Kafka protocol and must not import click.
 """
 
 from tokensvc.admin.client import AdminClient
+from tokensvc.admin.propagation import (
+    Propagation,
+    PropagationTimeout,
+    expiry_visible,
+    token_logs_in,
+    token_refused,
+)
 from tokensvc.admin.results import (
     AdminError,
     BrokerNode,
@@ -22,6 +30,11 @@ __all__ = [
     "BrokerNode",
     "BrokerUnreachableError",
     "ClusterDescription",
+    "Propagation",
+    "PropagationTimeout",
     "ScramCredentialInfo",
     "TokenDescription",
+    "expiry_visible",
+    "token_logs_in",
+    "token_refused",
 ]

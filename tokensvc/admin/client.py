@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Self
 
 from tokensvc.admin.connection import BrokerConnection, ConnectionLost, split_address
+from tokensvc.admin.propagation import Check, Propagation, wait_all_brokers
 from tokensvc.admin.results import (
     AdminError,
     BrokerUnreachableError,
@@ -146,6 +147,17 @@ class AdminClient:
             self._simple(ApiKey.DESCRIBE_DELEGATION_TOKEN, body), "describe tokens"
         )
         return tokens_from_describe(response, version)
+
+    def find_token(self, hmac: bytes) -> TokenDescription | None:
+        """The token with this HMAC among those the caller may describe, or None."""
+        return next((t for t in self.describe_tokens() if t.hmac == bytes(hmac)), None)
+
+    def wait_all_brokers(self, check: Check, timeout_s: float | None = None) -> Propagation:
+        """Block until every live broker of the cluster metadata passes ``check`` (see
+        :mod:`tokensvc.admin.propagation`: ``token_logs_in``, ``expiry_visible``,
+        ``token_refused``); PropagationTimeout names the brokers that lag."""
+        brokers = list(self.describe_cluster().brokers)
+        return wait_all_brokers(brokers, self.config, check, timeout_s or self.timeout_s)
 
     # -- SCRAM users -------------------------------------------------------------------
 

@@ -1,10 +1,13 @@
 """One broker: wires the pure core to ZooKeeper, the network and the audit log.
 
-Owns the broker's lifecycle (start, ready, stop) and the services handlers
-call: the token cache and rules, user credentials, the authorizer, the
-controller's write path (``write_token``/``delete_token``/credentials/ACLs, each
-guarded by this broker's ``/controller`` znode version so a deposed
-controller cannot write), forwarding of writes by non-controllers, and audit.
+Owns the broker's lifecycle (start, ready, stop), the wiring of the
+:class:`~tokensvc.broker.services.Services` handlers get (token cache and rules,
+credentials, authorizer, the controller's write path guarded by this broker's
+``/controller_epoch`` version, audit, metrics), and :meth:`Broker.dispatch`, the one
+callable the socket server hands every decoded request to: it routes through the
+ApiKey -> handler table; a write goes to the controller's exactly-once ledger
+(:mod:`tokensvc.broker.ledger`) here, or to the forwarder
+(:mod:`tokensvc.broker.forwarding`) on a non-controller.
 
 Start-up order: ZooKeeper session → ``early.start.listeners`` open → token,
 credential and ACL caches loaded (authorizer ready) → election and expiry
@@ -19,31 +22,32 @@ import hashlib
 import logging
 import secrets
 import time
-from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tokensvc.audit.writer import AuditLog
-from tokensvc.authz.acl import (
-    AclBinding,
-    AclBindingFilter,
-    AclCreateResult,
-    AclDeleteResult,
-    AclOperation,
-    ResourcePattern,
-    ResourceType,
-)
-from tokensvc.authz.authorizer import ALL_OPERATIONS_BITFIELD, AclAuthorizer
-from tokensvc.broker.context import RequestContext
+from tokensvc.authz.authorizer import AclAuthorizer
+from tokensvc.broker.context import RequestContext, WriteTicket
+from tokensvc.broker.forwarding import EnvelopeForwarder
 from tokensvc.broker.handlers import HANDLERS, sasl
 from tokensvc.broker.handlers.sasl import HostNoticeLimiter
+from tokensvc.broker.ledger import WriteLedger, new_request_key
 from tokensvc.broker.metrics import BrokerMetrics
 from tokensvc.broker.server import BrokerServer
+from tokensvc.broker.services import (
+    AclService,
+    Authorization,
+    CredentialService,
+    Services,
+    TokenService,
+    WritePath,
+)
 from tokensvc.broker.session import Session
 from tokensvc.broker.sessions import SessionRegistry
 from tokensvc.core.cache import TokenCache
 from tokensvc.core.clock import Clock, SystemClock
 from tokensvc.core.config import BrokerConfig
-from tokensvc.core.errors import AUTHORIZER_NOT_READY, Errors, KafkaError
+from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.keys import AUDIT_FINGERPRINT_LABEL, SCRAM_SALT_LABEL, derived_secret
 from tokensvc.core.manager import TokenManager
 from tokensvc.core.token import TokenInformation
@@ -54,14 +58,16 @@ from zk.brokers import BrokerRegistry
 from zk.client import ZkSettings, open_client
 from zk.credential_store import CredentialStore, CredentialSync, UserCredentialCache
 from zk.election import ControllerElection
+from zk.errors import StoreUnavailable
 from zk.expiry import ExpirySweeper
+from zk.notifications import VersionWaiter
+from zk.requests import RequestKeyExistsError, RequestRecords, valid_request_key
 from zk.sync import TokenSync
-from zk.token_store import StoreUnavailable, TokenStore
+from zk.token_store import TokenStore
 
 log = logging.getLogger("tokensvc.broker")
 
-CLUSTER_RESOURCE = "kafka-cluster"
-
+ZK_WORKER_THREADS = 64
 
 class _Credentials:
     """The SCRAM server's CredentialLookup: users from ZooKeeper, tokens from the cache."""
@@ -109,6 +115,46 @@ def _audit_fingerprint_key(config: BrokerConfig) -> bytes:
     return derived_secret(config.master_keys, AUDIT_FINGERPRINT_LABEL) or secrets.token_bytes(32)
 
 
+class _Cluster:
+    """The ClusterView handlers get: cluster id, controller and endpoints."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    @property
+    def cluster_id(self) -> str:
+        return self._broker.cluster_id
+
+    @property
+    def is_controller(self) -> bool:
+        return self._broker.is_controller
+
+    def controller_id(self) -> int | None:
+        return self._broker.controller_id()
+
+    def broker_endpoints(self, listener: str) -> dict[int, tuple[str, int]]:
+        return self._broker.broker_endpoints(listener)
+
+
+class _Auth:
+    """The AuthService the SASL handlers get."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self.credentials = broker.credentials
+        self.fake_salt_secret = broker.fake_salt_secret
+        self.fingerprint_key = broker.audit_fingerprint_key
+        self.repeated_nonce_notices = broker.repeated_nonce_notices
+
+    @property
+    def sessions(self) -> SessionRegistry:
+        assert self._broker.sessions is not None
+        return self._broker.sessions
+
+    def session_lifetime_ms(self, server: Any) -> int:
+        return self._broker.session_lifetime_ms(server)
+
+
 class Broker:
     def __init__(self, config: BrokerConfig, *, clock: Clock | None = None) -> None:
         self.config = config
@@ -146,15 +192,31 @@ class Broker:
         )
         self.server: BrokerServer | None = None  # needs the session registry
         self.sessions: SessionRegistry | None = None  # needs the running loop
-        self.forwarder = None
+        self.auth = _Auth(self)
+        self.services: Services | None = None
+        self.forwarder: EnvelopeForwarder | None = None
+        self.ledger: WriteLedger | None = None
         self.cluster_id = config.cluster_id or ""
         self._zk = None
+        self._executor: ThreadPoolExecutor | None = None
         self._started = False
+
+    @property
+    def tokens(self) -> TokenService:
+        """The token service (the SASL path reads token sessions' infos from it)."""
+        assert self.services is not None
+        return self.services.tokens
 
     # -- lifecycle ----------------------------------------------------------
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        # ZooKeeper calls run in worker threads; while ZooKeeper is slow or without quorum
+        # each may hold one for its whole timeout, so the pool is sized for that, not for
+        # the CPU count (asyncio's default).
+        self._executor = ThreadPoolExecutor(max_workers=ZK_WORKER_THREADS,
+                                            thread_name_prefix="zk-call")
+        loop.set_default_executor(self._executor)
         self.sessions = SessionRegistry(
             loop,
             reauth_ms=self.config.connections_max_reauth_ms,
@@ -164,14 +226,15 @@ class Broker:
         self.cache.add_listener(self.sessions.on_token_change)
 
         async def raw_sasl(session: Session, payload: bytes) -> bytes:
-            return (await sasl.evaluate(self, session, payload))[0]
+            assert self.services is not None
+            return (await sasl.evaluate(self.services, session, payload))[0]
 
         self.server = BrokerServer(
             self.config,
             dispatch=self.dispatch,
             raw_sasl=raw_sasl,
             handshake=lambda session, mechanism, version: sasl.begin_handshake(
-                self, session, mechanism, version
+                self.services, session, mechanism, version
             ),
             sessions=self.sessions,
             metrics=self.metrics,
@@ -191,23 +254,64 @@ class Broker:
         self.token_store = TokenStore(zk)
         self.credential_store = CredentialStore(zk)
         self.acl_store = AclStore(zk)
+        self.records = RequestRecords(zk)
         self.registry = BrokerRegistry(zk)
         await asyncio.to_thread(self.token_store.ensure_paths)
+        await asyncio.to_thread(self.records.ensure_paths)
         if not self.cluster_id:
             self.cluster_id = await asyncio.to_thread(self.registry.cluster_id)
+
+        is_purger = self._is_controller_now
+        self.token_sync = TokenSync(zk, self.token_store, self.cache, is_purger=is_purger,
+                                    now_ms=self.clock.now_ms)
+        self.credential_sync = CredentialSync(zk, self.credential_store, self.users,
+                                              is_purger=is_purger, now_ms=self.clock.now_ms)
+        self.acl_sync = (
+            AclSync(zk, self.acl_store, self.authorizer, clock=self.clock, is_purger=is_purger)
+            if self.authorizer is not None
+            else None
+        )
+        followers = VersionWaiter(
+            [self.token_sync, self.credential_sync] + ([self.acl_sync] if self.acl_sync else [])
+        )
+        writes = WritePath(
+            guard=self._guard,
+            followers=followers,
+            records=self.records,
+            cache_timeout_s=self.config.request_timeout_ms / 1000.0,
+            unknown=(StoreUnavailable,),
+            exists=RequestKeyExistsError,
+        )
+        self.writes = writes
+        self.services = Services(
+            config=self.config,
+            clock=self.clock,
+            audit=self.audit,
+            metrics=self.metrics,
+            authz=Authorization(self.authorizer, self.config.super_users),
+            tokens=TokenService(self.cache, self.manager, self.token_store, writes),
+            credentials=CredentialService(self.users, self.credential_store, writes),
+            acls=AclService(self.authorizer, self.acl_store, writes),
+            cluster=_Cluster(self),
+            auth=self.auth,
+        )
+        self.ledger = WriteLedger(
+            self.services,
+            HANDLERS,
+            writes,
+            self.records.get,
+            valid_request_key,
+            request_timeout_ms=self.config.request_timeout_ms,
+        )
+        self.services.ledger = self.ledger
 
         early = [lst for lst in self.config.listeners if lst.name in self.config.early_start_listeners]
         await self.server.open(early)
 
-        self.token_sync = TokenSync(zk, self.token_store, self.cache)
-        self.credential_sync = CredentialSync(zk, self.credential_store, self.users)
         await asyncio.to_thread(self.token_sync.start)
         await asyncio.to_thread(self.credential_sync.start)
-        if self.authorizer is not None:
-            self.acl_sync = AclSync(zk, self.acl_store, self.authorizer)
+        if self.acl_sync is not None:
             await asyncio.to_thread(self.acl_sync.start)
-        else:
-            self.acl_sync = None
 
         self.election = ControllerElection(zk, self.broker_id, on_change=self._controller_changed)
         await asyncio.to_thread(self.election.start)
@@ -218,6 +322,7 @@ class Broker:
             self.clock,
             interval_ms=self.config.delegation_token_expiry_check_interval_ms,
             on_removed=self._audit_swept,
+            purge=self._purge,
         )
         self.sweeper.start()
         self._register_gauges()
@@ -226,9 +331,16 @@ class Broker:
             self.metrics_address = await asyncio.to_thread(self.metrics.serve, host, port)
             log.info("metrics on http://%s:%d/metrics", *self.metrics_address)
 
-        from tokensvc.broker.forwarding import EnvelopeForwarder
-
-        self.forwarder = EnvelopeForwarder(self)
+        self.forwarder = EnvelopeForwarder(
+            self.config,
+            controller_id=self.controller_id,
+            is_controller=lambda: self.is_controller,
+            endpoint=self._endpoint,
+            apply_locally=self.ledger.apply,
+            reach=writes.reach,
+            audit=self.audit.emit,
+            count=lambda client_id: self.metrics.forwarded.labels(client_id).inc(),
+        )
         await self.server.open(self.config.listeners)
         endpoints = {
             lst.name: (lst.security_protocol, *self.server.addresses[lst.name])
@@ -257,10 +369,20 @@ class Broker:
             await asyncio.to_thread(self._close_zk)
         self.metrics.close()
         self.audit.close()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)
 
     def _close_zk(self) -> None:
         self._zk.stop()
         self._zk.close()
+
+    def _purge(self, now_ms: int) -> int:
+        """The controller's periodic purge: old notifications of every root and old
+        request records (runs on the sweeper's thread)."""
+        syncs = [s for s in (self.token_sync, self.credential_sync, self.acl_sync) if s]
+        purged = sum(s.purge(now_ms) for s in syncs)
+        self.records.purge(now_ms)
+        return purged
 
     def _register_gauges(self) -> None:
         m = self.metrics
@@ -291,12 +413,26 @@ class Broker:
         election = getattr(self, "election", None)
         return bool(election and election.is_controller)
 
+    def _is_controller_now(self) -> bool:
+        return self.is_controller
+
+    def _guard(self) -> tuple[str, int] | None:
+        election = getattr(self, "election", None)
+        return election.guard() if election is not None else None
+
     def controller_id(self) -> int | None:
         election = getattr(self, "election", None)
         return election.controller_id() if election else None
 
     def _controller_changed(self, controller: int | None, is_me: bool) -> None:
         log.info("controller is now %s%s", controller, " (this broker)" if is_me else "")
+
+    def _endpoint(self, broker_id: int, listener: str) -> tuple[str, str, int] | None:
+        info = self.registry.brokers().get(broker_id)
+        if not info or listener not in info.get("endpoints", {}):
+            return None
+        protocol, host, port = info["endpoints"][listener]
+        return protocol, host, port
 
     def broker_endpoints(self, listener: str) -> dict[int, tuple[str, int]]:
         result = {}
@@ -311,27 +447,6 @@ class Broker:
             result[self.broker_id] = self.server.addresses[listener]
         return result
 
-    # -- authorization --------------------------------------------------------
-
-    def authorize(
-        self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str
-    ) -> bool:
-        if self.authorizer is None:
-            return True
-        principal = ctx.principal.without_token_flag()
-        if not self.authorizer.ready:
-            if principal in self.config.super_users:
-                return True
-            raise KafkaError(AUTHORIZER_NOT_READY, "the authorizer is still loading ACLs; retry")
-        return self.authorizer.authorize(principal, ctx.client_host, operation, resource_type, name)
-
-    def cluster_authorized_operations(self, ctx: RequestContext) -> int:
-        if self.authorizer is None:
-            return ALL_OPERATIONS_BITFIELD(ResourceType.CLUSTER)
-        return self.authorizer.authorized_operations_bitfield(
-            ctx.principal.without_token_flag(), ctx.client_host, ResourceType.CLUSTER, CLUSTER_RESOURCE
-        )
-
     # -- request dispatch -----------------------------------------------------
 
     @staticmethod
@@ -340,101 +455,37 @@ class Broker:
         return handler.name if handler else str(api_key)
 
     async def dispatch(self, ctx: RequestContext, body: dict) -> tuple[bytes, int]:
-        """Handle one request; returns the encoded response and its top-level error code."""
+        """Handle one request; returns the encoded response and its top-level error code.
+
+        Writes (KIP-590): on a non-controller, the handler's ``precheck`` then the
+        forwarder; on the controller, the exactly-once ledger with a fresh request key.
+        """
         handler = HANDLERS.get(ctx.api_key)
         if handler is None:
             raise KafkaError(Errors.UNSUPPORTED_VERSION, f"api {ctx.api_key} is not served")
+        services = self.services
         version = ctx.api_version
         try:
-            if handler.write and not ctx.forwarded and not self.is_controller:
-                refused = handler.precheck(self, ctx, body) if handler.precheck else None
-                if refused is not None:
-                    return encode_response(ctx.header, refused), refused.get("ErrorCode", 0)
-                if self.forwarder is None:  # still starting: the client retries
-                    raise KafkaError(Errors.NOT_CONTROLLER, "the broker is still starting")
-                return await self.forwarder.forward(ctx, handler)
-            response = await handler.handle(self, ctx, body)
+            if services is None:  # still connecting to ZooKeeper: the client retries
+                raise KafkaError(Errors.NOT_CONTROLLER, "the broker is still starting")
+            if handler.write and not ctx.forwarded:
+                if not self.is_controller:
+                    refused = handler.precheck(services, ctx, body) if handler.precheck else None
+                    if refused is not None:
+                        return encode_response(ctx.header, refused), refused.get("ErrorCode", 0)
+                    if self.forwarder is None:  # still starting: the client retries
+                        raise KafkaError(Errors.NOT_CONTROLLER, "the broker is still starting")
+                    return await self.forwarder.forward(ctx, handler)
+                assert self.ledger is not None
+                ctx.write = WriteTicket(new_request_key())
+                return await self.ledger.apply(ctx, body)
+            response = await handler.handle(services, ctx, body)
         except KafkaError as exc:
             response = handler.error_body(version, exc.error)
         except Exception:
             log.exception("%s failed", handler.name)
             response = handler.error_body(version, Errors.UNKNOWN_SERVER_ERROR)
         return encode_response(ctx.header, response), int(response.get("ErrorCode", 0) or 0)
-
-    # -- controller write path -------------------------------------------------
-
-    def _require_controller(self) -> tuple[str, int]:
-        guard = self.election.guard() if self.is_controller else None
-        if guard is None:
-            raise KafkaError(Errors.NOT_CONTROLLER)
-        return guard
-
-    async def _write(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        guard = self._require_controller()
-        try:
-            return await asyncio.to_thread(fn, *args, guard=guard, **kwargs)
-        except StoreUnavailable as exc:
-            raise KafkaError(Errors.REQUEST_TIMED_OUT, f"ZooKeeper unavailable: {exc}") from exc
-
-    def request_key(self, ctx: RequestContext) -> str | None:
-        return getattr(ctx, "request_key", None)
-
-    async def write_token(
-        self, info: TokenInformation, *, create: bool = False, request_key: str | None = None
-    ) -> None:
-        """Write ``info`` under the controller guard, then cache it. A create with a
-        ``request_key`` records the key in the same transaction (exactly-once create);
-        an already recorded key raises ``RequestKeyExistsError`` and writes nothing."""
-        if create:
-            await self._write(self.token_store.create, info, request_key=request_key)
-        else:
-            await self._write(self.token_store.update, info)
-        self.cache.upsert(info)
-
-    async def delete_token(self, info: TokenInformation) -> None:
-        await self._write(self.token_store.delete, info.token_id)
-        self.cache.remove(info.token_id)
-
-    async def upsert_credential(
-        self, user: str, mechanism: ScramMechanism, credential: ScramCredential
-    ) -> None:
-        await self._write(self.credential_store.upsert, user, mechanism, credential)
-        self.users.put(user, mechanism, credential)
-
-    async def delete_credential(self, user: str, mechanism: ScramMechanism) -> bool:
-        removed = await self._write(self.credential_store.delete, user, mechanism)
-        self.users.discard(user, mechanism)
-        return bool(removed)
-
-    async def add_acls(self, bindings: Sequence[AclBinding]) -> list[AclCreateResult]:
-        """Write ACLs under the controller guard (one result per binding), then apply the
-        resources they touched to this broker's authorizer before returning."""
-        results = await self._write(self.acl_store.add, list(bindings))
-        await self._reload_acls(r.binding.pattern for r in results if r.error == Errors.NONE)
-        return results
-
-    async def remove_acls(self, filters: Sequence[AclBindingFilter]) -> list[AclDeleteResult]:
-        """Delete the ACLs each filter matches under the controller guard, then apply the
-        resources they touched to this broker's authorizer before returning."""
-        results = await self._write(self.acl_store.remove, list(filters))
-        await self._reload_acls(b.pattern for r in results for b in r.deleted)
-        return results
-
-    async def _reload_acls(self, patterns: Iterable[ResourcePattern]) -> None:
-        # Re-read from ZooKeeper: the znode, not this request, is the resource's state.
-        # AclSync applies the same notifications later; re-reading makes that idempotent.
-        wanted = set(patterns)
-        if self.authorizer is None or not wanted:
-            return
-        try:
-            loaded = await asyncio.to_thread(
-                lambda: {p: self.acl_store.load_resource(p) for p in wanted}
-            )
-        except KafkaError as exc:
-            log.warning("ACLs written; applying them here waits for the sync: %s", exc)
-            return
-        for pattern, entries in loaded.items():
-            self.authorizer.apply_resource(pattern, entries)
 
     # -- sessions -------------------------------------------------------------
 

@@ -1,8 +1,12 @@
-"""What a request handler knows about the request it serves."""
+"""What a request handler knows about the request it serves.
+
+Owns :class:`RequestContext` and :class:`WriteTicket` (the exactly-once identity of
+one write request and the ZooKeeper versions it committed). Must not do I/O.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tokensvc.core.principal import KafkaPrincipal
@@ -10,6 +14,22 @@ from tokensvc.core.principal import KafkaPrincipal
 if TYPE_CHECKING:
     from tokensvc.broker.session import Session
     from tokensvc.protocol import RequestHeader
+
+
+@dataclass
+class WriteTicket:
+    """One write request as the controller's ledger sees it.
+
+    ``key`` is the request key (the same on every attempt of one client request: the
+    forwarder's, from the Envelope's tagged field, or a fresh one for a direct request);
+    ``first_attempt`` says no earlier attempt with the key was sent; ``committed``
+    collects the notification versions (root name, sequence) its writes committed, which
+    the controller reports back so the answering broker can wait for them.
+    """
+
+    key: str
+    first_attempt: bool = True
+    committed: list[tuple[str, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -25,10 +45,8 @@ class RequestContext:
     session: Session | None = None
     # True when the request arrived inside an EnvelopeRequest from another broker.
     forwarded: bool = False
-    # Idempotency key of a forwarded write (same for every retry of one client request).
-    request_key: str | None = None
-    # True when the forwarder said no earlier attempt with this key was sent.
-    first_attempt: bool = False
+    # Set on the controller for every write request (see WriteTicket).
+    write: WriteTicket | None = None
 
     @property
     def api_key(self) -> int:

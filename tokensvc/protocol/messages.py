@@ -380,17 +380,27 @@ ALTER_USER_SCRAM_CREDENTIALS_RESPONSE = Struct(
 
 # --- Envelope (58, KIP-590) ------------------------------------------------
 
+# Tagged fields of tokensvc's own (Kafka skips unknown tags, so the wire stays
+# compatible): the request key of an exactly-once write and whether this is its first
+# attempt; in the response, the notification versions the controller committed.
 ENVELOPE_REQUEST = Struct(
     "EnvelopeRequest",
     f("RequestData", BYTES),
     f("RequestPrincipal", BYTES, nullable=0),
     f("ClientHostAddress", BYTES),
+    f("RequestKey", STRING, nullable=0, default=None, tag=0),
+    f("FirstAttempt", BOOL, default=False, tag=1),
 )
 
 ENVELOPE_RESPONSE = Struct(
     "EnvelopeResponse",
     f("ResponseData", BYTES, nullable=0, default=None),
     f("ErrorCode", INT16_T),
+    f("CommittedVersions", Array(Struct(
+        "CommittedVersion",
+        f("Root", STRING),
+        f("Sequence", INT64_T),
+    )), default=[], tag=0),
 )
 
 # --- Not an API: the principal carried in an envelope ----------------------

@@ -1,60 +1,31 @@
-"""Request handlers, one module per API family, and the table that routes to them.
+"""Request handlers, one module per API family, and THE table that routes to them.
 
-A handler is ``async def handle(broker, ctx, body) -> dict``; it raises
-``KafkaError`` only where its module documents it, and otherwise answers
-errors in the response body. ``error_body(version, error)`` builds the
-response a request of that API gets when the broker fails it as a whole.
-``write`` marks the APIs that only the controller applies (KIP-590): a
-non-controller runs ``precheck`` locally, then forwards the request.
+``HANDLERS`` maps every ApiKey the broker serves to its :class:`ApiHandler`; it is
+the only place a handler is registered. See :mod:`tokensvc.broker.handlers.base` for
+what a handler is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from tokensvc.broker.handlers import acls, cluster, envelope, sasl, scram_users, tokens
+from tokensvc.broker.handlers.base import ApiHandler, simple_error
 
-from tokensvc.core.errors import Errors
+HANDLERS: dict[int, ApiHandler] = {
+    3: cluster.METADATA,
+    17: sasl.SASL_HANDSHAKE,
+    18: cluster.API_VERSIONS,
+    29: acls.DESCRIBE_ACLS,
+    30: acls.CREATE_ACLS,
+    31: acls.DELETE_ACLS,
+    36: sasl.SASL_AUTHENTICATE,
+    38: tokens.CREATE_DELEGATION_TOKEN,
+    39: tokens.RENEW_DELEGATION_TOKEN,
+    40: tokens.EXPIRE_DELEGATION_TOKEN,
+    41: tokens.DESCRIBE_DELEGATION_TOKEN,
+    50: scram_users.DESCRIBE_USER_SCRAM_CREDENTIALS,
+    51: scram_users.ALTER_USER_SCRAM_CREDENTIALS,
+    58: envelope.ENVELOPE,
+    60: cluster.DESCRIBE_CLUSTER,
+}
 
-if TYPE_CHECKING:
-    from tokensvc.broker.broker import Broker
-    from tokensvc.broker.context import RequestContext
-
-Handle = Callable[["Broker", "RequestContext", dict], Awaitable[dict]]
-ErrorBody = Callable[[int, Errors], dict]
-Precheck = Callable[["Broker", "RequestContext", dict], "dict | None"]
-
-
-@dataclass(frozen=True)
-class ApiHandler:
-    name: str
-    handle: Handle
-    error_body: ErrorBody
-    write: bool = False
-    precheck: Precheck | None = None
-
-
-HANDLERS: dict[int, ApiHandler] = {}
-
-
-def register(api_key: int, handler: ApiHandler) -> None:
-    HANDLERS[api_key] = handler
-
-
-def simple_error(error: Errors, **extra: Any) -> dict:
-    return {"ErrorCode": int(error), "ThrottleTimeMs": 0, **extra}
-
-
-def _load() -> None:
-    # Importing the modules registers their handlers.
-    from tokensvc.broker.handlers import (  # noqa: F401
-        acls,
-        cluster,
-        envelope,
-        sasl,
-        scram_users,
-        tokens,
-    )
-
-
-_load()
+__all__ = ["HANDLERS", "ApiHandler", "simple_error"]

@@ -14,31 +14,29 @@ audit events, and read-your-writes for DescribeAcls.
   AUTHORIZER_NOT_READY (COORDINATOR_LOAD_IN_PROGRESS, 14, retriable) per item.
   DescribeAcls answers it to super users too: the list would be incomplete.
 - Create and Delete are writes (KIP-590): a non-controller runs ``precheck`` (the
-  checks above) and forwards; the controller writes through
-  ``Broker.add_acls``/``Broker.remove_acls`` (guarded by its ``/controller_epoch``
-  version) and applies the change to its own authorizer before answering. A write
-  that finds this broker no longer controller answers NOT_CONTROLLER, which the
-  forwarder retries on the new controller.
+  checks above) and forwards; the controller writes through ``services.acls`` (one
+  guarded ZooKeeper transaction with the request record) and waits until its own
+  authorizer has applied the change before answering. A write that finds this broker
+  no longer controller answers NOT_CONTROLLER, which the forwarder retries on the new
+  controller.
 - Every binding created or deleted, and every refused item, is one ``acl`` audit
   event (enum names as Kafka's Java enums spell them: ``TOPIC``, ``LITERAL``).
-- DescribeAcls first waits (at most ``CATCH_UP_TIMEOUT_S``) until this broker has
-  applied every ACL change notification present in ZooKeeper, so a describe sent to
-  any broker right after a create answered by the controller sees it.
+- DescribeAcls first waits (at most ``CATCH_UP_TIMEOUT_S``, event-driven) until this
+  broker has applied every ACL change notification present in ZooKeeper, so a describe
+  sent to any broker right after a create answered by another broker sees it.
 
-Must not: write ZooKeeper other than through the broker's controller write path, or
+Must not: import ``zk``, write other than through ``services.acls``, or
 log ACL contents beyond resource names.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from tokensvc.authz.acl import (
     CLUSTER_NAME,
-    PATTERN_TYPES,
     AclBinding,
     AclBindingFilter,
     AclCreateResult,
@@ -55,13 +53,13 @@ from tokensvc.authz.wire import (
     describe_resources,
     filter_from_wire,
 )
-from tokensvc.broker.handlers import ApiHandler, register
+from tokensvc.broker.handlers.base import ApiHandler, replay_recorded
 from tokensvc.broker.handlers.scram_users import token_session_may_alter_access
 from tokensvc.core.errors import AUTHORIZER_NOT_READY, Errors, KafkaError, describe
 
 if TYPE_CHECKING:
-    from tokensvc.broker.broker import Broker
     from tokensvc.broker.context import RequestContext
+    from tokensvc.broker.services import Services
 
 log = logging.getLogger("tokensvc.broker.acls")
 
@@ -73,22 +71,22 @@ _NO_AUTHORIZER = "no authorizer is configured on the broker (authorizer.class.na
 # --- permission ------------------------------------------------------------------------
 
 
-def _refusal(broker: Broker, ctx: RequestContext, operation: AclOperation) -> KafkaError | None:
+def _refusal(services: Services, ctx: RequestContext, operation: AclOperation) -> KafkaError | None:
     """Why this request may not run at all, or None when it may. A token session may
     not change ACLs (lasting access from a short-lived token) unless configured."""
     if operation is AclOperation.ALTER and not token_session_may_alter_access(
         ctx.principal.token_authenticated,
-        broker.config.delegation_token_session_alter_access_enable,
+        services.config.delegation_token_session_alter_access_enable,
     ):
         return KafkaError(
             Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED,
             "a session authenticated with a delegation token may not change ACLs "
             "(delegation.token.session.alter.access.enable=false)",
         )
-    if broker.authorizer is None:
+    if not services.acls.enabled:
         return KafkaError(Errors.SECURITY_DISABLED, _NO_AUTHORIZER)
     try:
-        allowed = broker.authorize(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+        allowed = services.authz.authorize(ctx, operation, ResourceType.CLUSTER, CLUSTER_NAME)
     except KafkaError as exc:  # AUTHORIZER_NOT_READY
         return exc
     if not allowed:
@@ -104,7 +102,7 @@ def _refusal(broker: Broker, ctx: RequestContext, operation: AclOperation) -> Ka
 
 
 def _audit(
-    broker: Broker,
+    services: Services,
     ctx: RequestContext,
     action: str,
     error: Errors,
@@ -117,7 +115,7 @@ def _audit(
     operation: AclOperation | None,
     permission: AclPermissionType | None,
 ) -> None:
-    broker.audit.emit(
+    services.audit.emit(
         "acl",
         action=action,
         outcome="success" if error == Errors.NONE else "failure",
@@ -134,11 +132,11 @@ def _audit(
 
 
 def _audit_binding(
-    broker: Broker, ctx: RequestContext, action: str, binding: AclBinding, error: Errors
+    services: Services, ctx: RequestContext, action: str, binding: AclBinding, error: Errors
 ) -> None:
     p, e = binding.pattern, binding.entry
     _audit(
-        broker, ctx, action, error,
+        services, ctx, action, error,
         resource_type=p.resource_type, resource_name=p.name, pattern_type=p.pattern_type,
         acl_principal=e.principal, host=e.host, operation=e.operation,
         permission=e.permission_type,
@@ -146,11 +144,11 @@ def _audit_binding(
 
 
 def _audit_filter(
-    broker: Broker, ctx: RequestContext, acl_filter: AclBindingFilter, error: Errors
+    services: Services, ctx: RequestContext, acl_filter: AclBindingFilter, error: Errors
 ) -> None:
     pf, ef = acl_filter.pattern_filter, acl_filter.entry_filter
     _audit(
-        broker, ctx, "delete", error,
+        services, ctx, "delete", error,
         resource_type=pf.resource_type, resource_name=pf.name, pattern_type=pf.pattern_type,
         acl_principal=ef.principal, host=ef.host, operation=ef.operation,
         permission=ef.permission_type,
@@ -179,34 +177,34 @@ def _create_error(version: int, error: Errors) -> dict:
 
 
 def _refuse_creations(
-    broker: Broker, ctx: RequestContext, bindings: list[AclBinding], refusal: KafkaError
+    services: Services, ctx: RequestContext, bindings: list[AclBinding], refusal: KafkaError
 ) -> dict:
     if refusal.error is not Errors.NOT_CONTROLLER:  # not a refusal: retried elsewhere
         for binding in bindings:
-            _audit_binding(broker, ctx, "create", binding, refusal.error)
+            _audit_binding(services, ctx, "create", binding, refusal.error)
     return _create_response(
         (AclCreateResult(b, refusal.error, refusal.message) for b in bindings), refusal.error
     )
 
 
-def precheck_create(broker: Broker, ctx: RequestContext, body: dict) -> dict | None:
-    refusal = _refusal(broker, ctx, AclOperation.ALTER)
+def precheck_create(services: Services, ctx: RequestContext, body: dict) -> dict | None:
+    refusal = _refusal(services, ctx, AclOperation.ALTER)
     if refusal is None:
         return None
-    return _refuse_creations(broker, ctx, _creations(body), refusal)
+    return _refuse_creations(services, ctx, _creations(body), refusal)
 
 
-async def handle_create(broker: Broker, ctx: RequestContext, body: dict) -> dict:
+async def handle_create(services: Services, ctx: RequestContext, body: dict) -> dict:
     bindings = _creations(body)
-    refusal = _refusal(broker, ctx, AclOperation.ALTER)
+    refusal = _refusal(services, ctx, AclOperation.ALTER)
     if refusal is not None:
-        return _refuse_creations(broker, ctx, bindings, refusal)
+        return _refuse_creations(services, ctx, bindings, refusal)
     try:
-        results = await broker.add_acls(bindings)
+        results = await services.acls.add(ctx, bindings, _create_response)
     except KafkaError as exc:  # NOT_CONTROLLER (the forwarder retries) or ZooKeeper down
-        return _refuse_creations(broker, ctx, bindings, exc)
+        return _refuse_creations(services, ctx, bindings, exc)
     for result in results:
-        _audit_binding(broker, ctx, "create", result.binding, result.error)
+        _audit_binding(services, ctx, "create", result.binding, result.error)
     return _create_response(results)
 
 
@@ -231,37 +229,37 @@ def _delete_error(version: int, error: Errors) -> dict:
 
 
 def _refuse_filters(
-    broker: Broker, ctx: RequestContext, filters: list[AclBindingFilter], refusal: KafkaError
+    services: Services, ctx: RequestContext, filters: list[AclBindingFilter], refusal: KafkaError
 ) -> dict:
     if refusal.error is not Errors.NOT_CONTROLLER:  # not a refusal: retried elsewhere
         for acl_filter in filters:
-            _audit_filter(broker, ctx, acl_filter, refusal.error)
+            _audit_filter(services, ctx, acl_filter, refusal.error)
     return _delete_response(
         (AclDeleteResult(f, (), refusal.error, refusal.message) for f in filters), refusal.error
     )
 
 
-def precheck_delete(broker: Broker, ctx: RequestContext, body: dict) -> dict | None:
-    refusal = _refusal(broker, ctx, AclOperation.ALTER)
+def precheck_delete(services: Services, ctx: RequestContext, body: dict) -> dict | None:
+    refusal = _refusal(services, ctx, AclOperation.ALTER)
     if refusal is None:
         return None
-    return _refuse_filters(broker, ctx, _filters(body), refusal)
+    return _refuse_filters(services, ctx, _filters(body), refusal)
 
 
-async def handle_delete(broker: Broker, ctx: RequestContext, body: dict) -> dict:
+async def handle_delete(services: Services, ctx: RequestContext, body: dict) -> dict:
     filters = _filters(body)
-    refusal = _refusal(broker, ctx, AclOperation.ALTER)
+    refusal = _refusal(services, ctx, AclOperation.ALTER)
     if refusal is not None:
-        return _refuse_filters(broker, ctx, filters, refusal)
+        return _refuse_filters(services, ctx, filters, refusal)
     try:
-        results = await broker.remove_acls(filters)
+        results = await services.acls.remove(ctx, filters, _delete_response)
     except KafkaError as exc:
-        return _refuse_filters(broker, ctx, filters, exc)
+        return _refuse_filters(services, ctx, filters, exc)
     for result in results:
         if result.error != Errors.NONE:
-            _audit_filter(broker, ctx, result.filter, result.error)
+            _audit_filter(services, ctx, result.filter, result.error)
         for binding in result.deleted:
-            _audit_binding(broker, ctx, "delete", binding, Errors.NONE)
+            _audit_binding(services, ctx, "delete", binding, Errors.NONE)
     return _delete_response(results)
 
 
@@ -277,12 +275,11 @@ def _describe_error(version: int, error: Errors, message: str | None = None) -> 
     }
 
 
-async def handle_describe(broker: Broker, ctx: RequestContext, body: dict) -> dict:
-    refusal = _refusal(broker, ctx, AclOperation.DESCRIBE)
+async def handle_describe(services: Services, ctx: RequestContext, body: dict) -> dict:
+    refusal = _refusal(services, ctx, AclOperation.DESCRIBE)
     if refusal is not None:
         return _describe_error(ctx.api_version, refusal.error, refusal.message)
-    authorizer = broker.authorizer
-    if not authorizer.ready:
+    if not services.acls.ready:
         return _describe_error(
             ctx.api_version, AUTHORIZER_NOT_READY, "the broker is still loading ACLs; retry"
         )
@@ -291,42 +288,18 @@ async def handle_describe(broker: Broker, ctx: RequestContext, body: dict) -> di
         return _describe_error(
             ctx.api_version, Errors.INVALID_REQUEST, "the ACL filter contains UNKNOWN elements"
         )
-    await _catch_up(broker)
+    if not await services.acls.catch_up(CATCH_UP_TIMEOUT_S):
+        log.info("DescribeAcls answered before this broker caught up with ZooKeeper")
     return {
         "ThrottleTimeMs": 0,
         "ErrorCode": 0,
         "ErrorMessage": None,
-        "Resources": describe_resources(authorizer.describe(acl_filter)),
+        "Resources": describe_resources(services.acls.describe(acl_filter)),
     }
 
 
-async def _catch_up(broker: Broker) -> None:
-    """Wait until this broker's AclSync has applied every change notification ZooKeeper
-    holds now (bounded by CATCH_UP_TIMEOUT_S). If ZooKeeper cannot be read, or the sync
-    is slow, the authorizer answers as it is."""
-    sync = getattr(broker, "acl_sync", None)
-    if sync is None:
-        return
-    store = broker.acl_store
-
-    def newest() -> dict[PatternType, int]:
-        return {pt: max((s for s, _ in store.notifications(pt)), default=-1) for pt in PATTERN_TYPES}
-
-    try:
-        wanted = await asyncio.to_thread(newest)
-    except KafkaError:
-        return
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + CATCH_UP_TIMEOUT_S
-    while any(sync.last_applied[pt] < seq for pt, seq in wanted.items()):
-        if loop.time() >= deadline:
-            log.info("DescribeAcls answered before this broker caught up with ZooKeeper")
-            return
-        await asyncio.sleep(_CATCH_UP_POLL_S)
-
-
-register(29, ApiHandler("DescribeAcls", handle_describe, _describe_error))
-register(30, ApiHandler("CreateAcls", handle_create, _create_error, write=True,
-                        precheck=precheck_create))
-register(31, ApiHandler("DeleteAcls", handle_delete, _delete_error, write=True,
-                        precheck=precheck_delete))
+DESCRIBE_ACLS = ApiHandler("DescribeAcls", handle_describe, _describe_error)
+CREATE_ACLS = ApiHandler("CreateAcls", handle_create, _create_error, write=True,
+                         precheck=precheck_create, replay=replay_recorded)
+DELETE_ACLS = ApiHandler("DeleteAcls", handle_delete, _delete_error, write=True,
+                         precheck=precheck_delete, replay=replay_recorded)

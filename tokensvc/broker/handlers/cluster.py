@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tokensvc.broker.handlers import ApiHandler, register
+from tokensvc.broker.handlers.base import ApiHandler
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import SUPPORTED
 
 if TYPE_CHECKING:
-    from tokensvc.broker.broker import Broker
     from tokensvc.broker.context import RequestContext
+    from tokensvc.broker.services import Services
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 NOT_REQUESTED = -(2**31)  # Kafka's "authorized operations not requested"
@@ -32,14 +32,14 @@ def api_versions_body(error: Errors = Errors.NONE) -> dict:
     }
 
 
-async def handle_api_versions(broker: Broker, ctx: RequestContext, body: dict) -> dict:
+async def handle_api_versions(services: Services, ctx: RequestContext, body: dict) -> dict:
     return api_versions_body()
 
 
-async def handle_metadata(broker: Broker, ctx: RequestContext, body: dict) -> dict:
+async def handle_metadata(services: Services, ctx: RequestContext, body: dict) -> dict:
     brokers = [
         {"NodeId": bid, "Host": host, "Port": port, "Rack": None}
-        for bid, (host, port) in sorted(broker.broker_endpoints(ctx.listener).items())
+        for bid, (host, port) in sorted(services.cluster.broker_endpoints(ctx.listener).items())
     ]
     topics = body.get("Topics")
     topic_results = [
@@ -55,36 +55,40 @@ async def handle_metadata(broker: Broker, ctx: RequestContext, body: dict) -> di
     ]
     ops = NOT_REQUESTED
     if body.get("IncludeClusterAuthorizedOperations"):
-        ops = broker.cluster_authorized_operations(ctx)
+        ops = services.authz.cluster_operations(ctx)
     return {
         "ThrottleTimeMs": 0,
         "Brokers": brokers,
-        "ClusterId": broker.cluster_id,
-        "ControllerId": broker.controller_id() if broker.controller_id() is not None else -1,
+        "ClusterId": services.cluster.cluster_id,
+        "ControllerId": _controller(services),
         "Topics": topic_results,
         "ClusterAuthorizedOperations": ops,
     }
 
 
-async def handle_describe_cluster(broker: Broker, ctx: RequestContext, body: dict) -> dict:
+async def handle_describe_cluster(services: Services, ctx: RequestContext, body: dict) -> dict:
     brokers = [
         {"BrokerId": bid, "Host": host, "Port": port, "Rack": None}
-        for bid, (host, port) in sorted(broker.broker_endpoints(ctx.listener).items())
+        for bid, (host, port) in sorted(services.cluster.broker_endpoints(ctx.listener).items())
     ]
     ops = NOT_REQUESTED
     if body.get("IncludeClusterAuthorizedOperations"):
-        ops = broker.cluster_authorized_operations(ctx)
-    controller = broker.controller_id()
+        ops = services.authz.cluster_operations(ctx)
     return {
         "ThrottleTimeMs": 0,
         "ErrorCode": 0,
         "ErrorMessage": None,
         "EndpointType": 1,
-        "ClusterId": broker.cluster_id,
-        "ControllerId": controller if controller is not None else -1,
+        "ClusterId": services.cluster.cluster_id,
+        "ControllerId": _controller(services),
         "Brokers": brokers,
         "ClusterAuthorizedOperations": ops,
     }
+
+
+def _controller(services: Services) -> int:
+    controller = services.cluster.controller_id()
+    return controller if controller is not None else -1
 
 
 def _metadata_error(version: int, error: Errors) -> dict:
@@ -103,6 +107,6 @@ def _describe_cluster_error(version: int, error: Errors) -> dict:
     }
 
 
-register(18, ApiHandler("ApiVersions", handle_api_versions, lambda v, e: api_versions_body(e)))
-register(3, ApiHandler("Metadata", handle_metadata, _metadata_error))
-register(60, ApiHandler("DescribeCluster", handle_describe_cluster, _describe_cluster_error))
+API_VERSIONS = ApiHandler("ApiVersions", handle_api_versions, lambda v, e: api_versions_body(e))
+METADATA = ApiHandler("Metadata", handle_metadata, _metadata_error)
+DESCRIBE_CLUSTER = ApiHandler("DescribeCluster", handle_describe_cluster, _describe_cluster_error)

@@ -1,18 +1,31 @@
-"""EnvelopeRequest (KIP-590), on the controller.
+"""EnvelopeRequest (KIP-590), on the controller: only brokers may send one.
 
-The checks, in Kafka's order: an envelope on a client listener closes the
-connection (after a CLUSTER_AUTHORIZATION_FAILED answer); a sender without
-CLUSTER_ACTION on the cluster gets CLUSTER_AUTHORIZATION_FAILED; a broker that is
-not the active controller answers NOT_CONTROLLER (the forwarder retries); an
-unreadable principal is PRINCIPAL_DESERIALIZATION_FAILURE; a bad client address,
-an undecodable inner request, an inner API that is not a forwardable write or a
-malformed request key is INVALID_REQUEST. Otherwise the inner request is handled
-as the original principal from the original client address, through the
-forwarder's :class:`~tokensvc.broker.forwarding.CreateLedger` (exactly-once
-create), and its response goes back unchanged in ``ResponseData``.
+Who may send an envelope (checked first, in this order):
 
-Must not: trust anything in the envelope before the sender is authorized, or
-handle an inner request that is not a write.
+* it must arrive on the inter-broker listener -- on a client listener the connection is
+  closed after the answer, as Kafka does;
+* the session must not be token-authenticated, whatever the token's owner (a stolen
+  token must never mint tokens or change anything through an envelope);
+* the session's principal must be the configured inter-broker user, or hold
+  CLUSTER_ACTION on the cluster.
+
+Anything else gets CLUSTER_AUTHORIZATION_FAILED and a ``forward`` audit event (api
+``Envelope``, outcome failure). A broker that is not the controller answers
+NOT_CONTROLLER (the sender retries elsewhere); a principal that does not deserialize
+gets PRINCIPAL_DESERIALIZATION_FAILURE; an inner request that is not a write, an
+unreadable inner request or client address, or a malformed request key gets
+INVALID_REQUEST.
+
+Otherwise the inner request is applied as the original principal from the original
+client address through the controller's exactly-once ledger, with the request key of
+the envelope's ``RequestKey`` tagged field (``FirstAttempt`` says no earlier attempt was
+sent); an envelope without a key (an older sender) gets a fresh one. The inner response
+goes back unchanged in ``ResponseData``, with the notification versions the write
+committed in the ``CommittedVersions`` tagged field, so the forwarding broker can wait
+until it serves the write before answering its client.
+
+Must not: trust anything in the envelope before the sender is authorized, handle an inner
+request that is not a write, or import ``zk``.
 """
 
 from __future__ import annotations
@@ -21,31 +34,21 @@ import ipaddress
 from typing import TYPE_CHECKING
 
 from tokensvc.authz.acl import AclOperation, ResourceType
-from tokensvc.broker.context import RequestContext
+from tokensvc.broker.context import RequestContext, WriteTicket
 from tokensvc.broker.decoding import decode_client_request
-from tokensvc.broker.forwarding import is_first_attempt, split_request_key
-from tokensvc.broker.handlers import HANDLERS, ApiHandler, register
-from tokensvc.core.errors import Errors
+from tokensvc.broker.handlers.base import ApiHandler
+from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.protocol import ProtocolError
 from tokensvc.protocol.principal_serde import deserialize_principal
-from zk.token_store import request_key_path
 
 if TYPE_CHECKING:
-    from tokensvc.broker.broker import Broker
+    from tokensvc.broker.services import Services
 
 CLUSTER = "kafka-cluster"
 
 
 def _error(version: int, error: Errors) -> dict:
     return {"ResponseData": None, "ErrorCode": int(error)}
-
-
-def _valid_request_key(key: str) -> bool:
-    try:
-        request_key_path(key)
-    except ValueError:
-        return False
-    return True
 
 
 def _host(raw: bytes) -> str | None:
@@ -59,15 +62,49 @@ def _host(raw: bytes) -> str | None:
     return None
 
 
-async def handle_envelope(broker: Broker, ctx: RequestContext, body: dict) -> dict:
-    if ctx.listener != broker.config.inter_broker_listener_name:
-        # Kafka closes a client listener's connection that sends an envelope.
-        if ctx.session is not None:
-            ctx.session.close()
-        return _error(ctx.api_version, Errors.CLUSTER_AUTHORIZATION_FAILED)
-    if not broker.authorize(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER):
-        return _error(ctx.api_version, Errors.CLUSTER_AUTHORIZATION_FAILED)
-    if not broker.is_controller:
+def sender_refusal(services: Services, ctx: RequestContext) -> str | None:
+    """Why this session may not send an envelope, or None when it is a broker's."""
+    config = services.config
+    if ctx.listener != config.inter_broker_listener_name:
+        return "client_listener"
+    principal = ctx.principal
+    if principal.token_authenticated:
+        return "token_session"
+    broker_user = config.inter_broker_sasl_username
+    if broker_user and principal.principal_type == "User" and principal.name == broker_user:
+        return None
+    try:
+        allowed = services.authz.authorize(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER,
+                                           CLUSTER)
+    except KafkaError:  # AUTHORIZER_NOT_READY: not provably a broker yet
+        allowed = False
+    return None if allowed else "not_a_broker"
+
+
+def _refuse(services: Services, ctx: RequestContext, reason: str) -> dict:
+    if reason == "client_listener" and ctx.session is not None:
+        ctx.session.close()  # Kafka closes a client listener's connection that sends one
+    services.audit.emit(
+        "forward",
+        api="Envelope",
+        client_id=ctx.client_id,
+        principal=str(ctx.principal),
+        client_host=ctx.client_host,
+        controller_id=None,
+        outcome="failure",
+        error_code=int(Errors.CLUSTER_AUTHORIZATION_FAILED),
+        attempts=1,
+        latency_ms=0,
+    )
+    return _error(ctx.api_version, Errors.CLUSTER_AUTHORIZATION_FAILED)
+
+
+async def handle_envelope(services: Services, ctx: RequestContext, body: dict) -> dict:
+    reason = sender_refusal(services, ctx)
+    if reason is not None:
+        return _refuse(services, ctx, reason)
+    ledger = services.ledger
+    if not services.cluster.is_controller or ledger is None:
         return _error(ctx.api_version, Errors.NOT_CONTROLLER)
     try:
         principal = deserialize_principal(bytes(body.get("RequestPrincipal") or b""))
@@ -81,14 +118,16 @@ async def handle_envelope(broker: Broker, ctx: RequestContext, body: dict) -> di
         inner_header, inner_body = decode_client_request(data)
     except ProtocolError:
         return _error(ctx.api_version, Errors.INVALID_REQUEST)
-    handler = HANDLERS.get(inner_header.api_key)
-    if handler is None or not handler.write:
+    if not ledger.writes_api(inner_header.api_key):
         return _error(ctx.api_version, Errors.INVALID_REQUEST)
-    _, request_key = split_request_key(ctx.header.client_id)
-    if request_key is not None and not _valid_request_key(request_key):
+    key = body.get("RequestKey")
+    if key is not None and not ledger.valid_key(key):
         return _error(ctx.api_version, Errors.INVALID_REQUEST)
-    if broker.forwarder is None:  # still starting
-        return _error(ctx.api_version, Errors.NOT_CONTROLLER)
+    ticket = (
+        WriteTicket(key, first_attempt=bool(body.get("FirstAttempt")))
+        if key is not None
+        else None  # the ledger gives it a fresh key
+    )
     inner = RequestContext(
         header=inner_header,
         principal=principal,
@@ -99,13 +138,17 @@ async def handle_envelope(broker: Broker, ctx: RequestContext, body: dict) -> di
         payload=data,
         session=None,
         forwarded=True,
-        request_key=request_key,
-        first_attempt=request_key is not None and is_first_attempt(ctx.header.client_id),
+        write=ticket,
     )
-    response, error = await broker.forwarder.ledger.apply(inner, inner_body)
+    response, error = await ledger.apply(inner, inner_body)
     if error == Errors.NOT_CONTROLLER:
         return _error(ctx.api_version, Errors.NOT_CONTROLLER)
-    return {"ResponseData": response, "ErrorCode": 0}
+    committed = inner.write.committed if inner.write is not None else []
+    return {
+        "ResponseData": response,
+        "ErrorCode": 0,
+        "CommittedVersions": [{"Root": root, "Sequence": seq} for root, seq in committed],
+    }
 
 
-register(58, ApiHandler("Envelope", handle_envelope, _error))
+ENVELOPE = ApiHandler("Envelope", handle_envelope, _error)

@@ -34,7 +34,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from tokensvc.audit.events import name_fingerprint
-from tokensvc.broker.handlers import ApiHandler, register, simple_error
+from tokensvc.broker.handlers.base import ApiHandler
 from tokensvc.broker.session import IllegalSaslState
 from tokensvc.core.errors import Errors
 from tokensvc.scram.formatter import ScramMechanism
@@ -42,8 +42,8 @@ from tokensvc.scram.messages import FailureReason
 from tokensvc.scram.server import ScramAuthenticationError, ScramServer
 
 if TYPE_CHECKING:
-    from tokensvc.broker.broker import Broker
     from tokensvc.broker.context import RequestContext
+    from tokensvc.broker.services import Services
     from tokensvc.broker.session import Session
 
 
@@ -92,17 +92,17 @@ def failure_message(mechanism: str | None) -> str:
     )
 
 
-def begin_handshake(broker: Broker, session: Session | None, mechanism: str, version: int) -> Errors:
+def begin_handshake(services: Services, session: Session | None, mechanism: str, version: int) -> Errors:
     """Apply a SaslHandshake to ``session``; the response's error code. The response body is
     otherwise fixed (the enabled mechanisms), so the server may send it precomputed."""
-    enabled = broker.config.sasl_enabled_mechanisms
+    enabled = services.config.sasl_enabled_mechanisms
     if session is None or not session.security_protocol.startswith("SASL_"):
         return Errors.ILLEGAL_SASL_STATE
     if mechanism not in enabled:
         session.close()
         return Errors.UNSUPPORTED_SASL_MECHANISM
     if not session.reauth_mechanism_allowed(mechanism):
-        _refuse_reauth(broker, session, mechanism, "mechanism_changed")
+        _refuse_reauth(services, session, mechanism, "mechanism_changed")
         return Errors.UNSUPPORTED_SASL_MECHANISM
     try:
         session.on_handshake(version)
@@ -111,22 +111,22 @@ def begin_handshake(broker: Broker, session: Session | None, mechanism: str, ver
     session.mechanism = mechanism
     session.sasl = ScramServer(
         ScramMechanism.from_name(mechanism),
-        broker.credentials,
-        broker.clock,
-        max_message_bytes=broker.config.sasl_max_message_bytes,
-        fake_salt_secret=broker.fake_salt_secret,
-        implicit_token_login=broker.config.delegation_token_implicit_login_enable,
-        accept_repeated_client_nonce=broker.config.sasl_scram_accept_repeated_client_nonce,
+        services.auth.credentials,
+        services.clock,
+        max_message_bytes=services.config.sasl_max_message_bytes,
+        fake_salt_secret=services.auth.fake_salt_secret,
+        implicit_token_login=services.config.delegation_token_implicit_login_enable,
+        accept_repeated_client_nonce=services.config.sasl_scram_accept_repeated_client_nonce,
     )
     return Errors.NONE
 
 
-async def handle_handshake(broker: Broker, ctx: RequestContext, body: dict) -> dict:
-    error = begin_handshake(broker, ctx.session, body.get("Mechanism") or "", ctx.api_version)
-    return {"ErrorCode": int(error), "Mechanisms": list(broker.config.sasl_enabled_mechanisms)}
+async def handle_handshake(services: Services, ctx: RequestContext, body: dict) -> dict:
+    error = begin_handshake(services, ctx.session, body.get("Mechanism") or "", ctx.api_version)
+    return {"ErrorCode": int(error), "Mechanisms": list(services.config.sasl_enabled_mechanisms)}
 
 
-async def evaluate(broker: Broker, session: Session, auth_bytes: bytes) -> tuple[bytes, int]:
+async def evaluate(services: Services, session: Session, auth_bytes: bytes) -> tuple[bytes, int]:
     """Run one SCRAM step. Returns (challenge, session lifetime ms).
 
     Raises ScramAuthenticationError (after the configured delay), ReauthenticationRefused
@@ -140,14 +140,14 @@ async def evaluate(broker: Broker, session: Session, auth_bytes: bytes) -> tuple
         challenge = server.evaluate(auth_bytes)
     except ScramAuthenticationError as exc:
         session.close()
-        broker.metrics.login(session.mechanism, "failure", _kind(server))
+        services.metrics.login(session.mechanism, "failure", _kind(server))
         if server.implicit:
-            broker.metrics.implicit_login(session.mechanism, "failure")
+            services.metrics.implicit_login(session.mechanism, "failure")
         if session.authenticated_once:
-            broker.metrics.reauthentication(session.mechanism, "failure")
+            services.metrics.reauthentication(session.mechanism, "failure")
         reason = server.failure_reason or exc.reason
-        name = audited_name(server, broker.audit_fingerprint_key)
-        broker.audit.emit(
+        name = audited_name(server, services.auth.fingerprint_key)
+        services.audit.emit(
             "authentication",
             outcome="failure",
             mechanism=session.mechanism,
@@ -162,17 +162,17 @@ async def evaluate(broker: Broker, session: Session, auth_bytes: bytes) -> tuple
             reason=reason,
         )
         if reason == FailureReason.REPEATED_CLIENT_NONCE:
-            note_repeated_nonce(broker.repeated_nonce_notices, session.client_host,
-                                broker.clock.now_ms())
-        delay = broker.config.connection_failed_authentication_delay_ms
+            note_repeated_nonce(services.auth.repeated_nonce_notices, session.client_host,
+                                services.clock.now_ms())
+        delay = services.config.connection_failed_authentication_delay_ms
         if delay > 0:
             await asyncio.sleep(delay / 1000.0)
         raise
     if not server.complete:
         session.on_sasl_continue()
         return challenge, 0
-    lifetime = broker.session_lifetime_ms(server)
-    now = broker.clock.now_ms()
+    lifetime = services.auth.session_lifetime_ms(server)
+    now = services.clock.now_ms()
     reauth = session.authenticated_once
     previous = session.principal
     try:
@@ -184,17 +184,17 @@ async def evaluate(broker: Broker, session: Session, auth_bytes: bytes) -> tuple
             now,
         )
     except IllegalSaslState:
-        _refuse_reauth(broker, session, session.mechanism, "principal_changed", server)
+        _refuse_reauth(services, session, session.mechanism, "principal_changed", server)
         raise ReauthenticationRefused(
             f"Cannot change principals during re-authentication from {previous}: "
             f"{server.principal}"
         ) from None
-    broker.metrics.login(session.mechanism, "success", _kind(server))
+    services.metrics.login(session.mechanism, "success", _kind(server))
     if server.implicit:
-        broker.metrics.implicit_login(session.mechanism, "success")
+        services.metrics.implicit_login(session.mechanism, "success")
     if reauth:
-        broker.metrics.reauthentication(session.mechanism, "success")
-    broker.audit.emit(
+        services.metrics.reauthentication(session.mechanism, "success")
+    services.audit.emit(
         "session" if reauth else "authentication",
         **(
             {
@@ -221,11 +221,11 @@ async def evaluate(broker: Broker, session: Session, auth_bytes: bytes) -> tuple
             }
         ),
     )
-    broker.sessions.bind(session)
+    services.auth.sessions.bind(session)
     if server.token_id is not None:
         # Read the cache after binding: a removal racing with this login is then
         # seen either here or by the registry (see SessionRegistry.follow).
-        broker.sessions.follow(session, broker.cache.info(server.token_id))
+        services.auth.sessions.follow(session, services.tokens.info(server.token_id))
     return challenge, lifetime
 
 
@@ -256,7 +256,7 @@ def note_repeated_nonce(limiter: HostNoticeLimiter, client_host: str, now_ms: in
 
 
 def _refuse_reauth(
-    broker: Broker,
+    services: Services,
     session: Session,
     mechanism: str | None,
     reason: str,
@@ -264,9 +264,9 @@ def _refuse_reauth(
 ) -> None:
     """A re-authentication that changes mechanism or principal: audit, count, close."""
     kind = _kind(server) if server is not None else ("token" if session.token_id else "user")
-    broker.metrics.login(mechanism, "failure", kind)
-    broker.metrics.reauthentication(mechanism, "failure")
-    broker.audit.emit(
+    services.metrics.login(mechanism, "failure", kind)
+    services.metrics.reauthentication(mechanism, "failure")
+    services.audit.emit(
         "authentication",
         outcome="failure",
         mechanism=mechanism,
@@ -283,11 +283,11 @@ def _refuse_reauth(
     session.close()
 
 
-async def handle_authenticate(broker: Broker, ctx: RequestContext, body: dict) -> dict:
+async def handle_authenticate(services: Services, ctx: RequestContext, body: dict) -> dict:
     session = ctx.session
     assert session is not None
     try:
-        challenge, lifetime = await evaluate(broker, session, body.get("AuthBytes") or b"")
+        challenge, lifetime = await evaluate(services, session, body.get("AuthBytes") or b"")
     except ScramAuthenticationError:
         return {
             "ErrorCode": int(Errors.SASL_AUTHENTICATION_FAILED),
@@ -325,7 +325,7 @@ def _authenticate_error(version: int, error: Errors) -> dict:
     return {"ErrorCode": int(error), "ErrorMessage": None, "AuthBytes": b"", "SessionLifetimeMs": 0}
 
 
-register(17, ApiHandler("SaslHandshake", handle_handshake, _handshake_error))
-register(36, ApiHandler("SaslAuthenticate", handle_authenticate, _authenticate_error))
+SASL_HANDSHAKE = ApiHandler("SaslHandshake", handle_handshake, _handshake_error)
+SASL_AUTHENTICATE = ApiHandler("SaslAuthenticate", handle_authenticate, _authenticate_error)
 
-__all__ = ["begin_handshake", "evaluate", "failure_message", "simple_error"]
+__all__ = ["begin_handshake", "evaluate", "failure_message"]

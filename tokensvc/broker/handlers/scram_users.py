@@ -16,12 +16,12 @@ implicit token login is on.
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from typing import TYPE_CHECKING
 
 from tokensvc.authz.acl import AclOperation, ResourceType
-from tokensvc.broker.handlers import ApiHandler, register
+from tokensvc.broker.handlers.base import ApiHandler, replay_recorded
+from tokensvc.broker.services import CredentialChange
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.scram.formatter import (
     MAX_ITERATIONS,
@@ -29,11 +29,10 @@ from tokensvc.scram.formatter import (
     ScramCredential,
     ScramMechanism,
 )
-from zk.token_store import StoreError
 
 if TYPE_CHECKING:
-    from tokensvc.broker.broker import Broker
     from tokensvc.broker.context import RequestContext
+    from tokensvc.broker.services import Services
 
 CLUSTER = "kafka-cluster"
 CATCH_UP_TIMEOUT_S = 2.0
@@ -43,12 +42,12 @@ def _describe_error(version: int, error: Errors) -> dict:
     return {"ThrottleTimeMs": 0, "ErrorCode": int(error), "ErrorMessage": None, "Results": []}
 
 
-async def handle_describe(broker: Broker, ctx: RequestContext, body: dict) -> dict:
-    if not broker.authorize(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER):
+async def handle_describe(services: Services, ctx: RequestContext, body: dict) -> dict:
+    if not services.authz.authorize(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER):
         return _describe_error(ctx.api_version, Errors.CLUSTER_AUTHORIZATION_FAILED)
-    await _catch_up(broker)
+    await services.credentials.catch_up(CATCH_UP_TIMEOUT_S)
     requested = body.get("Users")
-    all_users = broker.users.users()
+    all_users = services.credentials.users()
     # As in Kafka, a null or empty list describes every user (librdkafka sends empty).
     if not requested:
         names = sorted(all_users)
@@ -61,7 +60,7 @@ async def handle_describe(broker: Broker, ctx: RequestContext, body: dict) -> di
         if counts.get(name, 0) > 1:
             results.append(_user_result(name, Errors.DUPLICATE_RESOURCE, "duplicate user in request"))
             continue
-        creds = broker.users.credentials(name)
+        creds = services.credentials.credentials(name)
         if not creds:
             results.append(_user_result(name, Errors.RESOURCE_NOT_FOUND, "attempt to describe a user "
                                         "credential that does not exist"))
@@ -78,17 +77,6 @@ async def handle_describe(broker: Broker, ctx: RequestContext, body: dict) -> di
             }
         )
     return {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "Results": results}
-
-
-async def _catch_up(broker: Broker) -> None:
-    """Read-your-writes, as Kafka's describe (which reads ZooKeeper) gives: wait until this
-    broker has applied every credential change in ZooKeeper now, so a describe sent to any
-    broker right after an alter answered by the controller sees it. If ZooKeeper cannot
-    be read, the cache answers as it is."""
-    try:
-        await asyncio.to_thread(broker.credential_sync.wait_caught_up, CATCH_UP_TIMEOUT_S)
-    except StoreError:
-        pass
 
 
 def _user_result(name: str, error: Errors, message: str | None = None) -> dict:
@@ -124,20 +112,20 @@ def token_id_collision(name: str, token_known: bool) -> str | None:
     )
 
 
-def precheck_alter(broker: Broker, ctx: RequestContext, body: dict) -> dict | None:
+def precheck_alter(services: Services, ctx: RequestContext, body: dict) -> dict | None:
     """The refusal of the whole request (audited here, on whichever broker refuses), or None."""
     refused = None
     if not token_session_may_alter_access(
         ctx.principal.token_authenticated,
-        broker.config.delegation_token_session_alter_access_enable,
+        services.config.delegation_token_session_alter_access_enable,
     ):
         refused = _all_failed(body, Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED,
                               TOKEN_SESSION_REFUSED)
-    elif not broker.authorize(ctx, AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER):
+    elif not services.authz.authorize(ctx, AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER):
         refused = _all_failed(body, Errors.CLUSTER_AUTHORIZATION_FAILED)
     if refused is not None:
         for result in refused["Results"]:
-            _audit(broker, ctx, "upsert", result["User"], None, None, Errors(result["ErrorCode"]))
+            _audit(services, ctx, "upsert", result["User"], None, None, Errors(result["ErrorCode"]))
     return refused
 
 
@@ -150,8 +138,8 @@ def _all_failed(body: dict, error: Errors, message: str | None = None) -> dict:
     }
 
 
-async def handle_alter(broker: Broker, ctx: RequestContext, body: dict) -> dict:
-    refused = precheck_alter(broker, ctx, body)
+async def handle_alter(services: Services, ctx: RequestContext, body: dict) -> dict:
+    refused = precheck_alter(services, ctx, body)
     if refused is not None:
         return refused
     deletions = body.get("Deletions") or []
@@ -159,6 +147,8 @@ async def handle_alter(broker: Broker, ctx: RequestContext, body: dict) -> dict:
     names = [d.get("Name") or "" for d in deletions] + [u.get("Name") or "" for u in upsertions]
     counts = Counter(names)
     results: dict[str, dict] = {}
+    changes: list[CredentialChange] = []
+    iterations_of: dict[str, int] = {}
     for name in dict.fromkeys(names):
         if counts[name] > 1:
             results[name] = _alter_result(name, Errors.DUPLICATE_RESOURCE,
@@ -174,18 +164,7 @@ async def handle_alter(broker: Broker, ctx: RequestContext, body: dict) -> dict:
         except ValueError:
             results[name] = _alter_result(name, Errors.UNSUPPORTED_SASL_MECHANISM, "unknown mechanism")
             continue
-        try:
-            removed = await broker.delete_credential(name, mech)
-        except KafkaError as exc:
-            if exc.error == Errors.NOT_CONTROLLER:
-                return _not_controller(names)
-            results[name] = _alter_result(name, exc.error, exc.message)
-            continue
-        error = Errors.NONE if removed else Errors.RESOURCE_NOT_FOUND
-        results[name] = _alter_result(
-            name, error, None if removed else "attempt to delete a user credential that does not exist"
-        )
-        _audit(broker, ctx, "delete", name, mech, None, error)
+        changes.append(CredentialChange(name, mech, None))
     for u in upsertions:
         name = u.get("Name") or ""
         if name in results:
@@ -203,15 +182,15 @@ async def handle_alter(broker: Broker, ctx: RequestContext, body: dict) -> dict:
                 name, Errors.UNACCEPTABLE_CREDENTIAL,
                 f"iterations must be between {MIN_ITERATIONS} and {MAX_ITERATIONS}",
             )
-            _audit(broker, ctx, "upsert", name, mech, iterations, Errors.UNACCEPTABLE_CREDENTIAL)
+            _audit(services, ctx, "upsert", name, mech, iterations, Errors.UNACCEPTABLE_CREDENTIAL)
             continue
         if not salt or not salted:
             results[name] = _alter_result(name, Errors.UNACCEPTABLE_CREDENTIAL, "empty salt or password")
             continue
-        collision = token_id_collision(name, broker.cache.info(name) is not None)
+        collision = token_id_collision(name, services.tokens.info(name) is not None)
         if collision is not None:
             results[name] = _alter_result(name, Errors.UNACCEPTABLE_CREDENTIAL, collision)
-            _audit(broker, ctx, "upsert", name, mech, iterations, Errors.UNACCEPTABLE_CREDENTIAL)
+            _audit(services, ctx, "upsert", name, mech, iterations, Errors.UNACCEPTABLE_CREDENTIAL)
             continue
         client_key = mech.hmac(salted, b"Client Key")
         credential = ScramCredential(
@@ -220,23 +199,42 @@ async def handle_alter(broker: Broker, ctx: RequestContext, body: dict) -> dict:
             server_key=mech.hmac(salted, b"Server Key"),
             iterations=iterations,
         )
-        try:
-            await broker.upsert_credential(name, mech, credential)
-        except KafkaError as exc:
-            if exc.error == Errors.NOT_CONTROLLER:
-                return _not_controller(names)
-            results[name] = _alter_result(name, exc.error, exc.message)
-            continue
-        results[name] = _alter_result(name, Errors.NONE)
-        _audit(broker, ctx, "upsert", name, mech, iterations, Errors.NONE)
-    return {"ThrottleTimeMs": 0, "Results": [results[n] for n in dict.fromkeys(names)]}
+        changes.append(CredentialChange(name, mech, credential))
+        iterations_of[name] = iterations
+
+    def answer(effects: dict[str, bool]) -> dict:
+        for change in changes:
+            if change.credential is None and not effects.get(change.user, False):
+                results[change.user] = _alter_result(
+                    change.user, Errors.RESOURCE_NOT_FOUND,
+                    "attempt to delete a user credential that does not exist",
+                )
+            else:
+                results[change.user] = _alter_result(change.user, Errors.NONE)
+        return {"ThrottleTimeMs": 0, "Results": [results[n] for n in dict.fromkeys(names)]}
+
+    try:
+        effects = await services.credentials.alter(ctx, changes, answer)
+    except KafkaError as exc:
+        if exc.error == Errors.NOT_CONTROLLER:
+            return _not_controller(names)
+        for change in changes:
+            results[change.user] = _alter_result(change.user, exc.error, exc.message)
+        return {"ThrottleTimeMs": 0, "Results": [results[n] for n in dict.fromkeys(names)]}
+    response = answer(effects)
+    for change in changes:
+        action = "delete" if change.credential is None else "upsert"
+        error = Errors(results[change.user]["ErrorCode"])
+        _audit(services, ctx, action, change.user, change.mechanism, iterations_of.get(change.user),
+               error)
+    return response
 
 
 def _not_controller(names: list[str]) -> dict:
-    """Controllership lost mid-request: the extra top-level ``ErrorCode`` (ignored by the
-    encoder, this response has none on the wire) lets the envelope answer NOT_CONTROLLER
-    so the forwarder retries; writes before it in this request are idempotent upserts
-    and deletions."""
+    """Controllership lost before the write: the extra top-level ``ErrorCode`` (ignored
+    by the encoder, this response has none on the wire) lets the envelope answer
+    NOT_CONTROLLER so the forwarder retries (the request is one transaction: nothing of
+    it was written)."""
     return {
         "ThrottleTimeMs": 0,
         "ErrorCode": int(Errors.NOT_CONTROLLER),
@@ -244,8 +242,8 @@ def _not_controller(names: list[str]) -> dict:
     }
 
 
-def _audit(broker, ctx, action, user, mech, iterations, error: Errors) -> None:
-    broker.audit.emit(
+def _audit(services, ctx, action, user, mech, iterations, error: Errors) -> None:
+    services.audit.emit(
         "credential",
         action=action,
         outcome="success" if error == Errors.NONE else "failure",
@@ -257,6 +255,10 @@ def _audit(broker, ctx, action, user, mech, iterations, error: Errors) -> None:
     )
 
 
-register(50, ApiHandler("DescribeUserScramCredentials", handle_describe, _describe_error))
-register(51, ApiHandler("AlterUserScramCredentials", handle_alter, _alter_error, write=True,
-                        precheck=precheck_alter))
+DESCRIBE_USER_SCRAM_CREDENTIALS = ApiHandler(
+    "DescribeUserScramCredentials", handle_describe, _describe_error
+)
+ALTER_USER_SCRAM_CREDENTIALS = ApiHandler(
+    "AlterUserScramCredentials", handle_alter, _alter_error, write=True, precheck=precheck_alter,
+    replay=replay_recorded,
+)

@@ -13,32 +13,31 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tokensvc.authz.acl import AclOperation, ResourceType
-from tokensvc.broker.describe import describe_tokens
-from tokensvc.broker.handlers import ApiHandler, register
+from tokensvc.broker.handlers.base import ApiHandler, replay_recorded
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import DelegationToken, TokenInformation
 
 if TYPE_CHECKING:
-    from tokensvc.broker.broker import Broker
     from tokensvc.broker.context import RequestContext
+    from tokensvc.broker.services import Services
 
 
 def _principal(ptype: str | None, name: str | None) -> KafkaPrincipal:
     return KafkaPrincipal(ptype or "", name or "")
 
 
-def _session_check(broker: Broker, ctx: RequestContext) -> Errors | None:
+def _session_check(services: Services, ctx: RequestContext) -> Errors | None:
     if not ctx.token_requests_allowed:
         return Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
-    if not broker.config.master_keys.enabled:
+    if not services.config.master_keys.enabled:
         return Errors.DELEGATION_TOKEN_AUTH_DISABLED
     return None
 
 
-def _audit(broker: Broker, ctx: RequestContext, action: str, error: Errors, **fields) -> None:
-    broker.metrics.token_request(action, error)
-    broker.audit.emit(
+def _audit(services: Services, ctx: RequestContext, action: str, error: Errors, **fields) -> None:
+    services.metrics.token_request(action, error)
+    services.audit.emit(
         "token",
         action=action,
         outcome="success" if error == Errors.NONE else "failure",
@@ -73,9 +72,9 @@ def create_error(version: int, error: Errors, requester: KafkaPrincipal | None =
     }
 
 
-def _create_checks(broker: Broker, ctx: RequestContext, body: dict) -> tuple[Errors, KafkaPrincipal]:
+def _create_checks(services: Services, ctx: RequestContext, body: dict) -> tuple[Errors, KafkaPrincipal]:
     requester = ctx.principal.without_token_flag()
-    error = _session_check(broker, ctx)
+    error = _session_check(services, ctx)
     if error:
         return error, requester
     owner = requester
@@ -83,7 +82,7 @@ def _create_checks(broker: Broker, ctx: RequestContext, body: dict) -> tuple[Err
         owner = _principal(body.get("OwnerPrincipalType"), body.get("OwnerPrincipalName"))
     if not owner.is_user:
         return Errors.INVALID_PRINCIPAL_TYPE, owner
-    if owner != requester and not broker.authorize(
+    if owner != requester and not services.authz.authorize(
         ctx, AclOperation.CREATE_TOKENS, ResourceType.USER, str(owner)
     ):
         return Errors.DELEGATION_TOKEN_AUTHORIZATION_FAILED, owner
@@ -93,30 +92,30 @@ def _create_checks(broker: Broker, ctx: RequestContext, body: dict) -> tuple[Err
     return Errors.NONE, owner
 
 
-def precheck_create(broker: Broker, ctx: RequestContext, body: dict) -> dict | None:
-    error, owner = _create_checks(broker, ctx, body)
+def precheck_create(services: Services, ctx: RequestContext, body: dict) -> dict | None:
+    error, owner = _create_checks(services, ctx, body)
     if error:
-        _audit(broker, ctx, "create", error, owner=str(owner), token_id=None)
+        _audit(services, ctx, "create", error, owner=str(owner), token_id=None)
         return create_error(ctx.api_version, error, ctx.principal)
     return None
 
 
-async def handle_create(broker: Broker, ctx: RequestContext, body: dict) -> dict:
-    error, owner = _create_checks(broker, ctx, body)
+async def handle_create(services: Services, ctx: RequestContext, body: dict) -> dict:
+    error, owner = _create_checks(services, ctx, body)
     requester = ctx.principal.without_token_flag()
     if error:
-        _audit(broker, ctx, "create", error, owner=str(owner), token_id=None)
+        _audit(services, ctx, "create", error, owner=str(owner), token_id=None)
         return create_error(ctx.api_version, error, requester)
     renewers = [_principal(r["PrincipalType"], r["PrincipalName"]) for r in body.get("Renewers") or []]
     try:
-        token = broker.manager.create(owner, requester, renewers, int(body.get("MaxLifetimeMs", -1)))
-        await broker.write_token(token.info, create=True, request_key=broker.request_key(ctx))
+        token = services.tokens.manager.create(owner, requester, renewers, int(body.get("MaxLifetimeMs", -1)))
+        await services.tokens.create(ctx, token.info)
     except KafkaError as exc:
-        _audit(broker, ctx, "create", exc.error, owner=str(owner), token_id=None)
+        _audit(services, ctx, "create", exc.error, owner=str(owner), token_id=None)
         return create_error(ctx.api_version, exc.error, requester)
     info = token.info
     _audit(
-        broker,
+        services,
         ctx,
         "create",
         Errors.NONE,
@@ -147,7 +146,24 @@ def create_response(token: DelegationToken) -> dict:
     }
 
 
+async def replay_create(services: Services, ctx: RequestContext, outcome: dict) -> dict:
+    """The answer to a create retried after its first attempt was applied: the token the
+    first attempt created (recorded by id; the HMAC is recomputed, never stored)."""
+    requester = ctx.principal.without_token_flag()
+    token = await services.tokens.find(str(outcome.get("token_id") or ""))
+    if token is None:  # created, then expired and swept before this retry
+        return create_error(ctx.api_version, Errors.DELEGATION_TOKEN_NOT_FOUND, requester)
+    if token.info.token_requester != requester:
+        return create_error(ctx.api_version, Errors.INVALID_REQUEST, requester)
+    return create_response(token)
+
+
 # --- Renew / Expire ---------------------------------------------------------
+
+
+def _expiry_ok(expiry_ms: int) -> dict:
+    """A successful renew/expire answer; also the outcome recorded with its request key."""
+    return {"ErrorCode": 0, "ExpiryTimestampMs": expiry_ms, "ThrottleTimeMs": 0}
 
 
 def _expiry_error(version: int, error: Errors) -> dict:
@@ -155,58 +171,58 @@ def _expiry_error(version: int, error: Errors) -> dict:
 
 
 def precheck_session(action: str):
-    def precheck(broker: Broker, ctx: RequestContext, body: dict) -> dict | None:
-        error = _session_check(broker, ctx)
+    def precheck(services: Services, ctx: RequestContext, body: dict) -> dict | None:
+        error = _session_check(services, ctx)
         if error:
-            _audit(broker, ctx, action, error, owner=None, token_id=None)
+            _audit(services, ctx, action, error, owner=None, token_id=None)
             return _expiry_error(ctx.api_version, error)
         return None
 
     return precheck
 
 
-def _lookup(broker: Broker, body: dict) -> DelegationToken | None:
-    return broker.cache.by_hmac(bytes(body.get("Hmac") or b""))
+def _lookup(services: Services, body: dict) -> DelegationToken | None:
+    return services.tokens.by_hmac(bytes(body.get("Hmac") or b""))
 
 
-async def handle_renew(broker: Broker, ctx: RequestContext, body: dict) -> dict:
-    error = _session_check(broker, ctx)
+async def handle_renew(services: Services, ctx: RequestContext, body: dict) -> dict:
+    error = _session_check(services, ctx)
     if error:
-        _audit(broker, ctx, "renew", error, owner=None, token_id=None)
+        _audit(services, ctx, "renew", error, owner=None, token_id=None)
         return _expiry_error(ctx.api_version, error)
-    token = _lookup(broker, body)
+    token = _lookup(services, body)
     try:
-        info = broker.manager.renew(token, ctx.principal, int(body.get("RenewPeriodMs", -1)))
-        await broker.write_token(info)
+        info = services.tokens.manager.renew(token, ctx.principal, int(body.get("RenewPeriodMs", -1)))
+        await services.tokens.update(ctx, info, _expiry_ok(info.expiry_timestamp))
     except KafkaError as exc:
-        _audit(broker, ctx, "renew", exc.error, **_token_fields(token))
+        _audit(services, ctx, "renew", exc.error, **_token_fields(token))
         return _expiry_error(ctx.api_version, exc.error)
-    _audit(broker, ctx, "renew", Errors.NONE, **_token_fields(token), expiry_ms=info.expiry_timestamp,
+    _audit(services, ctx, "renew", Errors.NONE, **_token_fields(token), expiry_ms=info.expiry_timestamp,
            max_ms=info.max_timestamp)
-    return {"ErrorCode": 0, "ExpiryTimestampMs": info.expiry_timestamp, "ThrottleTimeMs": 0}
+    return _expiry_ok(info.expiry_timestamp)
 
 
-async def handle_expire(broker: Broker, ctx: RequestContext, body: dict) -> dict:
-    error = _session_check(broker, ctx)
+async def handle_expire(services: Services, ctx: RequestContext, body: dict) -> dict:
+    error = _session_check(services, ctx)
     if error:
-        _audit(broker, ctx, "expire", error, owner=None, token_id=None)
+        _audit(services, ctx, "expire", error, owner=None, token_id=None)
         return _expiry_error(ctx.api_version, error)
-    token = _lookup(broker, body)
+    token = _lookup(services, body)
     try:
-        info = broker.manager.expire(token, ctx.principal, int(body.get("ExpiryTimePeriodMs", -1)))
+        info = services.tokens.manager.expire(token, ctx.principal, int(body.get("ExpiryTimePeriodMs", -1)))
         if info is None:
             assert token is not None
-            await broker.delete_token(token.info)
-            expiry = broker.clock.now_ms()
+            expiry = services.clock.now_ms()
+            await services.tokens.delete(ctx, token.info, _expiry_ok(expiry))
         else:
-            await broker.write_token(info)
             expiry = info.expiry_timestamp
+            await services.tokens.update(ctx, info, _expiry_ok(expiry))
     except KafkaError as exc:
-        _audit(broker, ctx, "expire", exc.error, **_token_fields(token))
+        _audit(services, ctx, "expire", exc.error, **_token_fields(token))
         return _expiry_error(ctx.api_version, exc.error)
-    _audit(broker, ctx, "expire", Errors.NONE, **_token_fields(token), expiry_ms=expiry,
+    _audit(services, ctx, "expire", Errors.NONE, **_token_fields(token), expiry_ms=expiry,
            max_ms=token.info.max_timestamp if token else None)
-    return {"ErrorCode": 0, "ExpiryTimestampMs": expiry, "ThrottleTimeMs": 0}
+    return _expiry_ok(expiry)
 
 
 def _token_fields(token: DelegationToken | None) -> dict:
@@ -222,10 +238,10 @@ def _describe_error(version: int, error: Errors) -> dict:
     return {"ErrorCode": int(error), "Tokens": [], "ThrottleTimeMs": 0}
 
 
-async def handle_describe(broker: Broker, ctx: RequestContext, body: dict) -> dict:
-    error = _session_check(broker, ctx)
+async def handle_describe(services: Services, ctx: RequestContext, body: dict) -> dict:
+    error = _session_check(services, ctx)
     if error:
-        _audit(broker, ctx, "describe", error, owner=None, token_id=None, count=0)
+        _audit(services, ctx, "describe", error, owner=None, token_id=None, count=0)
         return _describe_error(ctx.api_version, error)
     owners_field = body.get("Owners")
     owners = None
@@ -233,25 +249,29 @@ async def handle_describe(broker: Broker, ctx: RequestContext, body: dict) -> di
         owners = [_principal(o.get("PrincipalType"), o.get("PrincipalName")) for o in owners_field]
 
     def may_describe(info: TokenInformation) -> bool:
-        return broker.authorize(
+        return services.authz.authorize(
             ctx, AclOperation.DESCRIBE, ResourceType.DELEGATION_TOKEN, info.token_id
-        ) or broker.authorize(ctx, AclOperation.DESCRIBE_TOKENS, ResourceType.USER, str(info.owner))
+        ) or services.authz.authorize(ctx, AclOperation.DESCRIBE_TOKENS, ResourceType.USER, str(info.owner))
 
     try:
-        described = await describe_tokens(
-            broker.cache, ctx.principal, owners, may_describe, ctx.api_version
-        )
+        described = await services.tokens.describe(ctx.principal, owners, may_describe, ctx.api_version)
     except KafkaError as exc:
-        _audit(broker, ctx, "describe", exc.error, owner=None, token_id=None, count=0)
+        _audit(services, ctx, "describe", exc.error, owner=None, token_id=None, count=0)
         return _describe_error(ctx.api_version, exc.error)
-    _audit(broker, ctx, "describe", Errors.NONE, owner=None, token_id=None, count=described.count)
+    _audit(services, ctx, "describe", Errors.NONE, owner=None, token_id=None, count=described.count)
     return {"ErrorCode": 0, "Tokens": described.tokens, "ThrottleTimeMs": 0}
 
 
-register(38, ApiHandler("CreateDelegationToken", handle_create, create_error, write=True,
-                        precheck=precheck_create))
-register(39, ApiHandler("RenewDelegationToken", handle_renew, _expiry_error, write=True,
-                        precheck=precheck_session("renew")))
-register(40, ApiHandler("ExpireDelegationToken", handle_expire, _expiry_error, write=True,
-                        precheck=precheck_session("expire")))
-register(41, ApiHandler("DescribeDelegationToken", handle_describe, _describe_error))
+CREATE_DELEGATION_TOKEN = ApiHandler(
+    "CreateDelegationToken", handle_create, create_error, write=True, precheck=precheck_create,
+    replay=replay_create,
+)
+RENEW_DELEGATION_TOKEN = ApiHandler(
+    "RenewDelegationToken", handle_renew, _expiry_error, write=True,
+    precheck=precheck_session("renew"), replay=replay_recorded,
+)
+EXPIRE_DELEGATION_TOKEN = ApiHandler(
+    "ExpireDelegationToken", handle_expire, _expiry_error, write=True,
+    precheck=precheck_session("expire"), replay=replay_recorded,
+)
+DESCRIBE_DELEGATION_TOKEN = ApiHandler("DescribeDelegationToken", handle_describe, _describe_error)

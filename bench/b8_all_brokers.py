@@ -1,0 +1,101 @@
+"""B8: time until usable on all 3 brokers -- a create acknowledged until the token logs in
+on every broker of the cluster.
+
+Measured: on the shared 3-broker cluster, a super-user connection creates a token on a
+non-controller (the create is forwarded); from the moment the response arrives, each of
+the 3 brokers is asked -- all at once, each on fresh connections, again and again -- to
+log the token in, until every one has succeeded. The sample is the time of the last
+broker's first success. The answering broker serves the token when it answers
+(read-your-writes), so its first login always succeeds; the two others learn of it
+through ZooKeeper (the controller's change notification). This is what
+``--wait-all-brokers`` waits for.
+
+Reference (same run): B3's single-broker propagation is not rerun here; the reference is
+the answering broker's own time to a first successful login (a login round trip).
+
+No target: reported (p50, p99) to track the cost of "done on every broker".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+
+from bench import env
+from bench.b3_propagation import GIVE_UP_S, PAUSE_S, _try_login
+from bench.suite import BenchContext, Outcome, ratio
+from bench.wire import CREATE_TOKEN, create_token_body, open_logged_in
+
+ID = "B8"
+TITLE = "usable on all 3 brokers: create acked -> login works on every broker"
+
+
+async def _first_login(address: str, token_id: str, password: str, salted: dict,
+                       acked: float) -> float:
+    attempts = 0
+    while True:
+        attempts += 1
+        if await _try_login(address, token_id, password, salted):
+            return time.perf_counter() - acked
+        if time.perf_counter() - acked > GIVE_UP_S:
+            raise RuntimeError(f"token not usable on {address} after {GIVE_UP_S}s")
+
+
+async def sample_all_brokers(
+    create_at: str, addresses: list[str], user: str, password: str, samples: int
+) -> tuple[list[float], list[float]]:
+    """Per sample: seconds until every broker logged the token in, and until the
+    answering broker did."""
+    admin = await open_logged_in(create_at, user, password)
+    salted: dict = {}
+    everywhere: list[float] = []
+    answering: list[float] = []
+    try:
+        for _ in range(samples):
+            created = await admin.request(CREATE_TOKEN, 3, create_token_body())
+            acked = time.perf_counter()
+            if created["ErrorCode"]:
+                raise RuntimeError(f"create failed with error code {created['ErrorCode']}")
+            token_id = created["TokenId"]
+            token_password = base64.b64encode(created["Hmac"]).decode("ascii")
+            times = await asyncio.gather(*(
+                _first_login(a, token_id, token_password, salted, acked) for a in addresses
+            ))
+            everywhere.append(max(times))
+            answering.append(times[addresses.index(create_at)])
+            await asyncio.sleep(PAUSE_S)
+    finally:
+        admin.close()
+    return everywhere, answering
+
+
+def run(ctx: BenchContext) -> Outcome:
+    samples = ctx.sizes.b3_samples
+    handle = env.cluster3(ctx)
+    controller, others = handle.roles()
+    create_id = others[0]
+    addresses = [handle.address(b) for b in sorted([controller, *others])]
+    everywhere, answering = asyncio.run(sample_all_brokers(
+        handle.address(create_id), addresses, handle.admin_user, handle.admin_password, samples,
+    ))
+    measured = env.summary(everywhere)
+    reference = env.summary(answering)
+    return Outcome(
+        ID,
+        TITLE,
+        measured=measured["p99_ms"],
+        unit="ms p99",
+        reference=reference["p99_ms"],
+        reference_unit="ms p99",
+        reference_label="answering broker",
+        ratio=ratio(measured["p99_ms"], reference["p99_ms"]),
+        targets=[],
+        details={
+            "create_broker_id": create_id,
+            "controller_id": controller,
+            "samples": samples,
+            "all_brokers": measured,
+            "answering_broker": reference,
+        },
+    )

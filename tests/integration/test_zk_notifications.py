@@ -1,0 +1,183 @@
+"""zk.notifications.ChangeNotifications against a real ZooKeeper: versions and the futures
+that wait for them, the reconnect policy (catch-up after a suspension, full resync after a
+session loss), purging by age and by count with the purge mark, and /config/changes staying
+bounded under 10,000 credential changes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kazoo.protocol.states import KazooState
+
+from tests.support.wait import poll_until as eventually
+from tokensvc.scram.formatter import ScramMechanism, derive_credential
+from zk.client import ZkSettings, open_client
+from zk.credential_store import (
+    CHANGES_PATH,
+    CredentialChange,
+    CredentialStore,
+    CredentialSync,
+    UserCredentialCache,
+)
+from zk.notifications import ChangeNotifications, NotificationRoot
+
+ROOT = NotificationRoot("things", "/things/changes", "thing_change_")
+
+
+@pytest.fixture
+def open_zk(zk_connect):
+    clients = []
+
+    def make():
+        c = open_client(ZkSettings(zk_connect, session_timeout_ms=6000))
+        clients.append(c)
+        return c
+
+    yield make
+    for c in clients:
+        c.stop()
+        c.close()
+
+
+class Things:
+    """A follower of /things/changes whose 'cache' is the list of payloads applied."""
+
+    def __init__(self, client, **kw) -> None:
+        self.client = client
+        self.seen: list[bytes] = []
+        self.loads = 0
+        self.recipe = ChangeNotifications(client, "things", [ROOT], load=self._load,
+                                          apply=self._apply, **kw)
+
+    def _load(self) -> None:
+        self.loads += 1
+        self.seen = [self.client.get(f"/things/items/{c}")[0]
+                     for c in sorted(self.client.get_children("/things/items"))]
+
+    def _apply(self, root, notes) -> None:
+        self.seen.extend(data for _, data in notes)
+
+
+def _write(client, payload: bytes) -> int:
+    """One change and its notification in one transaction; returns the sequence."""
+    tx = client.transaction()
+    tx.create("/things/items/item_", payload, sequence=True)
+    tx.create(ROOT.create_path(), payload, sequence=True)
+    return int(tx.commit()[-1][-10:])
+
+
+@pytest.fixture
+def things(open_zk):
+    made = []
+
+    def make(**kw) -> Things:
+        client = open_zk()
+        client.ensure_path("/things/items")
+        t = Things(client, **kw)
+        t.recipe.start()
+        made.append(t)
+        return t
+
+    yield make
+    for t in made:
+        t.recipe.close()
+
+
+def test_wait_for_a_version_is_set_once_the_follower_applied_it(things, open_zk):
+    follower = things()
+    writer = open_zk()
+    sequence = _write(writer, b"a")
+    follower.recipe.wait_for([("things", sequence)]).result(10)
+    assert follower.seen == [b"a"]
+    assert follower.recipe.applied["things"] >= sequence
+    done = follower.recipe.wait_for([("things", sequence), ("other-root", 10**9)])
+    assert done.done()  # applied already; versions of other roots are not this recipe's
+
+
+def test_a_wait_is_not_set_before_the_version_exists_and_close_cancels_it(things):
+    follower = things()
+    pending = follower.recipe.wait_for([("things", 10**6)])
+    assert not pending.done()
+    follower.recipe.close()
+    assert pending.cancelled()
+
+
+def test_catch_up_after_a_suspension_and_full_resync_after_a_session_loss(things, open_zk):
+    follower = things()
+    writer = open_zk()
+    loads = follower.loads
+    # Suspended, then connected again within the session: the watches survived, the
+    # recipe lists the root again and applies what it missed, without reloading.
+    follower.recipe._on_state(KazooState.SUSPENDED)
+    sequence = _write(writer, b"during-suspension")
+    follower.recipe._on_state(KazooState.CONNECTED)
+    follower.recipe.wait_for([("things", sequence)]).result(10)
+    assert follower.loads == loads
+    assert b"during-suspension" in follower.seen
+    # Lost, then connected (a new session): everything is reloaded.
+    follower.recipe._on_state(KazooState.LOST)
+    follower.recipe._on_state(KazooState.CONNECTED)
+    assert eventually(lambda: follower.recipe.resync_count == 2, timeout=10)
+    assert follower.loads == loads + 1
+
+
+def test_purge_deletes_by_count_and_a_follower_behind_the_mark_resyncs(things, open_zk):
+    writer = open_zk()
+    writer.ensure_path("/things/items")
+    writer.ensure_path(ROOT.path)
+    purger = ChangeNotifications(writer, "purger", [ROOT], load=lambda: None,
+                                 apply=lambda r, n: None, max_pending=5)
+    last = 0
+    for i in range(12):
+        last = _write(writer, f"x{i}".encode())
+    assert purger.purge(now_ms=0) == 7  # only the count rule: nothing is 15 minutes old
+    assert len(writer.get_children(ROOT.path)) == 5
+    assert b"purged_through" in writer.get(ROOT.path)[0]
+    # A follower whose last applied version is below the mark reloads instead of
+    # silently missing the purged changes.
+    behind = things()
+    behind.recipe._last["things"] = -1
+    behind.recipe._mark_version["things"] = -1
+    _write(writer, b"after")
+    assert eventually(lambda: behind.recipe.resync_count >= 2, timeout=10)
+    assert behind.recipe.wait_for([("things", last)]).result(10) is None
+    assert len(behind.seen) == 13
+
+
+def test_purge_by_age_keeps_young_notifications(open_zk):
+    writer = open_zk()
+    purger = ChangeNotifications(writer, "purger", [ROOT], load=lambda: None,
+                                 apply=lambda r, n: None)
+    writer.ensure_path("/things/items")
+    writer.ensure_path(ROOT.path)
+    _write(writer, b"a")
+    ctime = max(writer.exists(f"{ROOT.path}/{c}").ctime for c in writer.get_children(ROOT.path))
+    assert purger.purge(now_ms=ctime + 60_000) == 0
+    assert purger.purge(now_ms=ctime + 15 * 60 * 1000 + 1) == 1
+
+
+def test_config_changes_stay_bounded_under_10000_credential_changes(open_zk):
+    client = open_zk()
+    store = CredentialStore(client)
+    cache = UserCredentialCache()
+    sync = CredentialSync(client, store, cache, is_purger=lambda: True, max_pending=1_000)
+    sync.start()
+    credential = derive_credential("pw", ScramMechanism.SCRAM_SHA_256, 4096)
+    observed = []
+    try:
+        for batch in range(100):
+            changes = [CredentialChange(f"bulk-{batch}-{i}", ScramMechanism.SCRAM_SHA_256,
+                                        credential) for i in range(100)]
+            store.alter(changes)  # one transaction, 100 notifications
+            if batch % 10 == 9:
+                observed.append(len(client.get_children(CHANGES_PATH)))
+        assert sync.wait_caught_up(30)
+        sync.purge(int(time.time() * 1000))
+        final = len(client.get_children(CHANGES_PATH))
+    finally:
+        sync.close()
+    assert len(cache) >= 10_000
+    assert final <= 1_000, final
+    # While the changes streamed in, the controller's follower kept the list bounded.
+    assert max(observed) <= 3_000, observed

@@ -1,0 +1,146 @@
+"""Handlers against fake services and a fake clock: no broker object, no ZooKeeper.
+
+The token handlers run Kafka's rules (the real TokenManager and TokenCache, pure) and hand
+their writes to a fake write path; the envelope handler's sender check (who may send an
+EnvelopeRequest at all) is exercised case by case.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+from tokensvc.broker.context import RequestContext
+from tokensvc.broker.handlers import HANDLERS
+from tokensvc.broker.handlers.envelope import handle_envelope, sender_refusal
+from tokensvc.broker.handlers.tokens import handle_create, handle_expire, handle_renew
+from tokensvc.core.cache import TokenCache
+from tokensvc.core.clock import FakeClock
+from tokensvc.core.errors import Errors
+from tokensvc.core.keys import MasterKeys
+from tokensvc.core.manager import TokenManager
+from tokensvc.core.principal import KafkaPrincipal
+from tokensvc.protocol import RequestHeader
+
+ALICE = KafkaPrincipal.user("alice")
+BOB = KafkaPrincipal.user("bob")
+HOUR = 3_600_000
+
+
+class FakeTokens:
+    """The token service: the real cache and manager, writes recorded (and cached)."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        keys = MasterKeys("k")
+        self.cache = TokenCache(keys)
+        self.manager = TokenManager(keys, max_lifetime_ms=7 * 24 * HOUR, renew_period_ms=24 * HOUR,
+                                    clock=clock)
+        self.writes: list[tuple] = []
+
+    def by_hmac(self, hmac):
+        return self.cache.by_hmac(hmac)
+
+    async def create(self, ctx, info):
+        self.writes.append(("create", info.token_id))
+        self.cache.upsert(info)
+
+    async def update(self, ctx, info, outcome):
+        self.writes.append(("update", info.token_id, outcome))
+        self.cache.upsert(info)
+
+    async def delete(self, ctx, info, outcome):
+        self.writes.append(("delete", info.token_id, outcome))
+        self.cache.remove(info.token_id)
+
+
+def _services(clock: FakeClock, *, cluster_action: bool = False):
+    events: list[dict] = []
+    return SimpleNamespace(
+        config=SimpleNamespace(master_keys=MasterKeys("k"), inter_broker_listener_name="BROKER",
+                               inter_broker_sasl_username="broker"),
+        clock=clock,
+        audit=SimpleNamespace(emit=lambda kind, **f: events.append({"type": kind, **f}),
+                              events=events),
+        metrics=SimpleNamespace(token_request=lambda action, error: None),
+        authz=SimpleNamespace(authorize=lambda ctx, op, rtype, name: cluster_action),
+        tokens=FakeTokens(clock),
+    )
+
+
+def _ctx(api: int, principal=ALICE, listener: str = "SASL_PLAINTEXT") -> RequestContext:
+    return RequestContext(RequestHeader(api, 2, 1, "c"), principal, listener, "SASL_PLAINTEXT",
+                          "127.0.0.1", 1, b"")
+
+
+def _create(services) -> dict:
+    body = {"Renewers": [], "MaxLifetimeMs": -1}
+    return asyncio.run(handle_create(services, _ctx(38), body))
+
+
+def test_create_writes_through_the_token_service_and_audits_once():
+    s = _services(FakeClock())
+    created = _create(s)
+    assert created["ErrorCode"] == 0
+    assert s.tokens.writes == [("create", created["TokenId"])]
+    assert [e["action"] for e in s.audit.events] == ["create"]
+
+
+def test_renew_records_its_answer_as_the_outcome_of_the_write():
+    clock = FakeClock()
+    s = _services(clock)
+    created = _create(s)
+    clock.advance(HOUR)
+    renewed = asyncio.run(handle_renew(s, _ctx(39), {"Hmac": created["Hmac"], "RenewPeriodMs": HOUR}))
+    assert renewed["ExpiryTimestampMs"] == clock.now_ms() + HOUR
+    assert s.tokens.writes[-1] == ("update", created["TokenId"], renewed)
+
+
+def test_renew_by_a_non_renewer_is_owner_mismatch_and_writes_nothing():
+    s = _services(FakeClock())
+    created = _create(s)
+    refused = asyncio.run(handle_renew(s, _ctx(39, BOB), {"Hmac": created["Hmac"], "RenewPeriodMs": 1}))
+    assert refused["ErrorCode"] == Errors.DELEGATION_TOKEN_OWNER_MISMATCH
+    assert len(s.tokens.writes) == 1
+
+
+def test_expire_now_deletes_with_the_answer_as_outcome():
+    clock = FakeClock()
+    s = _services(clock)
+    created = _create(s)
+    expired = asyncio.run(handle_expire(s, _ctx(40), {"Hmac": created["Hmac"],
+                                                      "ExpiryTimePeriodMs": -1}))
+    assert expired == {"ErrorCode": 0, "ExpiryTimestampMs": clock.now_ms(), "ThrottleTimeMs": 0}
+    assert s.tokens.writes[-1] == ("delete", created["TokenId"], expired)
+    assert s.tokens.by_hmac(created["Hmac"]) is None
+
+
+def test_only_a_broker_session_on_the_inter_broker_listener_may_send_an_envelope():
+    s = _services(FakeClock())
+    broker = KafkaPrincipal.user("broker")
+    admin_token = KafkaPrincipal("User", "admin", token_authenticated=True)
+    assert sender_refusal(s, _ctx(58, broker, "BROKER")) is None
+    assert sender_refusal(s, _ctx(58, broker, "SASL_PLAINTEXT")) == "client_listener"
+    assert sender_refusal(s, _ctx(58, admin_token, "BROKER")) == "token_session"
+    assert sender_refusal(s, _ctx(58, ALICE, "BROKER")) == "not_a_broker"
+    with_action = _services(FakeClock(), cluster_action=True)
+    assert sender_refusal(with_action, _ctx(58, ALICE, "BROKER")) is None
+    # CLUSTER_ACTION does not make a token session a broker.
+    assert sender_refusal(with_action, _ctx(58, admin_token, "BROKER")) == "token_session"
+
+
+def test_the_table_routes_every_write_with_a_replay():
+    writes = {key: h for key, h in HANDLERS.items() if h.write}
+    assert set(writes) == {30, 31, 38, 39, 40, 51}
+    assert all(h.replay is not None and h.precheck is not None for h in writes.values())
+
+
+def test_a_refused_envelope_is_cluster_authorization_failed_and_audited():
+    s = _services(FakeClock(), cluster_action=True)
+    s.cluster = SimpleNamespace(is_controller=True)
+    s.ledger = SimpleNamespace(apply=None)  # must not be reached
+    admin_token = KafkaPrincipal("User", "admin", token_authenticated=True)
+    answer = asyncio.run(handle_envelope(s, _ctx(58, admin_token, "BROKER"), {}))
+    assert answer == {"ResponseData": None, "ErrorCode": int(Errors.CLUSTER_AUTHORIZATION_FAILED)}
+    (event,) = s.audit.events
+    assert (event["type"], event["api"], event["outcome"]) == ("forward", "Envelope", "failure")
+    assert event["error_code"] == Errors.CLUSTER_AUTHORIZATION_FAILED

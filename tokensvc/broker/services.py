@@ -1,0 +1,476 @@
+"""The services a request handler may use: the narrow seam between handlers and the broker.
+
+Owns :class:`Services` (what a handler gets instead of the broker) and the services in it:
+
+* :class:`TokenService` -- token reads (cache), the token rules (manager) and the token
+  write path;
+* :class:`CredentialService` and :class:`AclService` -- reads from their caches and the
+  credential / ACL write paths;
+* :class:`Authorization` -- the authorizer facade (``authorize``, cluster operations);
+* :class:`ClusterView` -- cluster id, controller, broker endpoints;
+* :class:`AuthService` -- what SASL needs (credential lookup, fake-salt secret, session
+  lifetime, the session registry);
+* ``audit``, ``metrics``, ``config``, ``clock``.
+
+The write path (:class:`WritePath`) is the controller's: every write runs its store call
+in a worker thread under the controller guard, with the request record of its
+:class:`~tokensvc.broker.context.WriteTicket` in the same ZooKeeper transaction, then
+*waits until this broker's own caches have applied the notification versions it
+committed* (futures set by the followers: no sleep, no polling) and adds them to the
+ticket, so the answering broker -- this one, or the forwarding broker that waits for the
+same versions -- serves the write before it answers. Two outcomes are not answers and
+leave the handler as exceptions, for :class:`tokensvc.broker.ledger.WriteLedger`:
+:class:`AlreadyApplied` (the request key was recorded: a retry) and
+:class:`OutcomeUnknown` (ZooKeeper failed during the commit, or the cache did not catch
+up in time: the ledger looks the key up and retries).
+
+Stores are reached through the small protocols below, so handlers and the write path are
+unit-testable with fakes and a fake clock.
+
+Must not: be imported by ``zk``; let a handler reach the broker object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from tokensvc.authz.acl import (
+    AclBinding,
+    AclBindingFilter,
+    AclCreateResult,
+    AclDeleteResult,
+    AclOperation,
+    ResourceType,
+)
+from tokensvc.authz.authorizer import ALL_OPERATIONS_BITFIELD, AclAuthorizer
+from tokensvc.broker.describe import describe_tokens
+from tokensvc.core.clock import Clock
+from tokensvc.core.errors import AUTHORIZER_NOT_READY, Errors, KafkaError
+from tokensvc.core.token import DelegationToken, TokenInformation
+from tokensvc.scram.formatter import ScramCredential, ScramMechanism
+
+if TYPE_CHECKING:
+    from tokensvc.audit.writer import AuditLog
+    from tokensvc.broker.context import RequestContext
+    from tokensvc.broker.metrics import BrokerMetrics
+    from tokensvc.core.cache import TokenCache
+    from tokensvc.core.config import BrokerConfig
+    from tokensvc.core.manager import TokenManager
+
+CLUSTER_RESOURCE = "kafka-cluster"
+CREATE_DELEGATION_TOKEN = 38
+RENEW_DELEGATION_TOKEN = 39
+EXPIRE_DELEGATION_TOKEN = 40
+CREATE_ACLS = 30
+DELETE_ACLS = 31
+ALTER_USER_SCRAM_CREDENTIALS = 51
+
+Version = tuple[str, int]
+Guard = tuple[str, int]
+
+
+class AlreadyApplied(Exception):
+    """The write's request key is already recorded: an earlier attempt was applied."""
+
+
+class OutcomeUnknown(Exception):
+    """The write may or may not have been committed (ZooKeeper failed during the
+    commit), or was committed but this broker's cache did not catch up in time."""
+
+
+@dataclass(frozen=True)
+class CredentialChange:
+    """Set (``credential``) or delete (None) one user's SCRAM credential for one mechanism."""
+
+    user: str
+    mechanism: ScramMechanism
+    credential: ScramCredential | None
+
+
+# --- what the services need from ZooKeeper (implemented in zk/, faked in tests) --------
+
+
+class VersionFollower(Protocol):
+    """The change-notification followers (:class:`zk.notifications.VersionWaiter`)."""
+
+    def wait_for(self, versions: Iterable[Version]) -> list[concurrent.futures.Future]: ...
+
+    def latest(self) -> list[Version]: ...
+
+
+class Records(Protocol):
+    """Request records (:mod:`zk.requests`): ``op(key, api, outcome)`` builds the record
+    a store adds to its transaction; ``put`` records a request that changed nothing."""
+
+    def op(self, key: str, api: int, outcome: Any) -> Any: ...
+
+    def put(self, op: Any) -> None: ...
+
+
+class TokenStoreWrites(Protocol):
+    def create(self, info: TokenInformation, *, guard: Guard, record: Any) -> int: ...
+
+    def update(self, info: TokenInformation, *, guard: Guard, record: Any) -> int: ...
+
+    def delete(self, token_id: str, *, guard: Guard, record: Any) -> int | None: ...
+
+    def get(self, token_id: str) -> TokenInformation | None: ...
+
+
+class CredentialStoreWrites(Protocol):
+    def alter(
+        self, changes: Sequence[CredentialChange], *, guard: Guard, record: Any
+    ) -> tuple[dict[str, bool], list[int]]: ...
+
+
+class AclStoreWrites(Protocol):
+    def add(
+        self, bindings: Sequence[AclBinding], *, guard: Guard, record: Any
+    ) -> tuple[list[AclCreateResult], list[Version]]: ...
+
+    def remove(
+        self, filters: Sequence[AclBindingFilter], *, guard: Guard, record: Any
+    ) -> tuple[list[AclDeleteResult], list[Version]]: ...
+
+
+# --- the write path ---------------------------------------------------------------------
+
+
+class WritePath:
+    """Runs one store write as the controller and waits for this broker's caches.
+
+    ``guard()`` is the controller guard (None when this broker is not the controller);
+    ``unknown`` are the store errors after which a write's outcome is unknown;
+    ``exists`` the store error of an already recorded request key.
+    """
+
+    def __init__(
+        self,
+        *,
+        guard: Callable[[], Guard | None],
+        followers: VersionFollower,
+        records: Records,
+        cache_timeout_s: float,
+        unknown: tuple[type[BaseException], ...],
+        exists: type[BaseException],
+    ) -> None:
+        self._guard = guard
+        self._followers = followers
+        self.records = records
+        self._cache_timeout_s = cache_timeout_s
+        self._unknown = unknown
+        self._exists = exists
+
+    def record(self, ctx: RequestContext, api: int, outcome: Any) -> Any:
+        """The record op of ``ctx``'s write (None for a write without a ticket)."""
+        if ctx.write is None:
+            return None
+        return self.records.op(ctx.write.key, api, outcome)
+
+    async def commit(self, ctx: RequestContext, fn: Callable[..., Any], *args: Any,
+                     **kwargs: Any) -> Any:
+        """``fn(*args, guard=..., **kwargs)`` in a thread; returns ``(result, versions)``
+        as the store does, after waiting until this broker has applied ``versions``."""
+        guard = self._guard()
+        if guard is None:
+            raise KafkaError(Errors.NOT_CONTROLLER, "this broker is not the controller")
+        try:
+            result, versions = await asyncio.to_thread(fn, *args, guard=guard, **kwargs)
+        except self._exists as exc:
+            raise AlreadyApplied(str(exc)) from None
+        except self._unknown as exc:
+            raise OutcomeUnknown(f"ZooKeeper failed during the write: {exc}") from None
+        except KafkaError as exc:
+            if exc.error == Errors.REQUEST_TIMED_OUT:
+                raise OutcomeUnknown(f"ZooKeeper failed during the write: {exc}") from None
+            raise
+        if ctx.write is not None:
+            ctx.write.committed.extend(versions)
+        if not await self.reach(versions, self._cache_timeout_s):
+            raise OutcomeUnknown("committed, but this broker's cache did not catch up in time")
+        return result
+
+    async def reach(self, versions: Iterable[Version], timeout_s: float) -> bool:
+        """Wait (event-driven) until this broker has applied ``versions``; False on timeout."""
+        versions = list(versions)
+        if not versions:
+            return True
+        futures = [asyncio.wrap_future(f) for f in self._followers.wait_for(versions)]
+        try:
+            async with asyncio.timeout(timeout_s):
+                await asyncio.gather(*futures)
+        except TimeoutError:
+            for fut in futures:
+                fut.cancel()
+            return False
+        except asyncio.CancelledError:
+            if asyncio.current_task() is not None and asyncio.current_task().cancelling():
+                raise
+            return False
+        return True
+
+    async def latest(self) -> list[Version]:
+        """Every root's newest version in ZooKeeper now (sync + listing; blocking I/O in
+        a thread). What a replay reports, and what a catch-up waits for."""
+        return await asyncio.to_thread(self._followers.latest)
+
+    async def catch_up(self, timeout_s: float) -> bool:
+        """Wait until this broker has applied every change ZooKeeper holds now; False
+        when ZooKeeper cannot be read or the wait times out."""
+        try:
+            versions = await self.latest()
+        except Exception:  # noqa: BLE001 - ZooKeeper unreachable: answer from the cache
+            return False
+        return await self.reach(versions, timeout_s)
+
+    async def record_alone(self, ctx: RequestContext, api: int, outcome: Any) -> None:
+        """Record a request that changed nothing (so a retry is answered the same)."""
+        op = self.record(ctx, api, outcome)
+        if op is None:
+            return
+        try:
+            await asyncio.to_thread(self.records.put, op)
+        except self._exists as exc:
+            raise AlreadyApplied(str(exc)) from None
+        except self._unknown as exc:
+            raise OutcomeUnknown(str(exc)) from None
+
+
+# --- the services ---------------------------------------------------------------------
+
+
+class TokenService:
+    """Token reads from this broker's cache, the rules, and the token write path."""
+
+    def __init__(
+        self,
+        cache: TokenCache,
+        manager: TokenManager,
+        store: TokenStoreWrites,
+        writes: WritePath,
+    ) -> None:
+        self._cache = cache
+        self.manager = manager
+        self._store = store
+        self._writes = writes
+
+    def by_hmac(self, hmac: bytes) -> DelegationToken | None:
+        return self._cache.by_hmac(hmac)
+
+    def info(self, token_id: str) -> TokenInformation | None:
+        return self._cache.info(token_id)
+
+    def all(self) -> Iterable[DelegationToken]:
+        return self._cache.tokens()
+
+    async def describe(self, principal: Any, owners: Any, may_describe: Callable[..., bool],
+                       version: int) -> Any:
+        """DescribeDelegationToken's selection and encoding through the cache's principal
+        index, in slices that yield to the loop (:func:`tokensvc.broker.describe.describe_tokens`)."""
+        return await describe_tokens(self._cache, principal, owners, may_describe, version)
+
+    async def find(self, token_id: str) -> DelegationToken | None:
+        """The token from the cache, else from ZooKeeper (then cached); None if gone."""
+        token = self._cache.by_id(token_id) if token_id else None
+        if token is None and token_id:
+            info = await asyncio.to_thread(self._store.get, token_id)
+            token = self._cache.upsert(info) if info is not None else None
+        return token
+
+    async def create(self, ctx: RequestContext, info: TokenInformation) -> None:
+        record = self._writes.record(ctx, CREATE_DELEGATION_TOKEN, {"token_id": info.token_id})
+        await self._writes.commit(ctx, _one_version(self._store.create), info, record=record)
+
+    async def update(self, ctx: RequestContext, info: TokenInformation, outcome: dict) -> None:
+        api = EXPIRE_DELEGATION_TOKEN if ctx.api_key == EXPIRE_DELEGATION_TOKEN else RENEW_DELEGATION_TOKEN
+        record = self._writes.record(ctx, api, outcome)
+        await self._writes.commit(ctx, _one_version(self._store.update), info, record=record)
+
+    async def delete(self, ctx: RequestContext, info: TokenInformation, outcome: dict) -> None:
+        record = self._writes.record(ctx, EXPIRE_DELEGATION_TOKEN, outcome)
+        await self._writes.commit(ctx, _one_version(self._store.delete), info.token_id,
+                                  record=record)
+
+
+def _one_version(fn: Callable[..., int | None]) -> Callable[..., tuple[None, list[Version]]]:
+    """A token store write (which returns its notification's sequence) as a write that
+    returns ``(None, versions)``."""
+
+    def call(*args: Any, **kwargs: Any) -> tuple[None, list[Version]]:
+        sequence = fn(*args, **kwargs)
+        return None, ([] if sequence is None else [("tokens", sequence)])
+
+    return call
+
+
+class CredentialService:
+    """SCRAM user credentials: reads from this broker's cache, and the write path."""
+
+    def __init__(self, users: Any, store: CredentialStoreWrites, writes: WritePath,
+                 follower_root: str = "credentials") -> None:
+        self._users = users
+        self._store = store
+        self._writes = writes
+        self._root = follower_root
+
+    def users(self) -> list[str]:
+        return self._users.users()
+
+    def credentials(self, user: str) -> dict[ScramMechanism, ScramCredential]:
+        return self._users.credentials(user)
+
+    async def catch_up(self, timeout_s: float) -> bool:
+        return await self._writes.catch_up(timeout_s)
+
+    async def alter(
+        self,
+        ctx: RequestContext,
+        changes: Sequence[CredentialChange],
+        answer: Callable[[dict[str, bool]], dict],
+    ) -> dict[str, bool]:
+        """Apply ``changes`` in one transaction; ``answer(effects)`` is the response
+        recorded with the request key. Returns ``{user: changed}``."""
+        if not changes:
+            await self._writes.record_alone(ctx, ALTER_USER_SCRAM_CREDENTIALS, answer({}))
+            return {}
+
+        def record(effects: dict[str, bool]) -> Any:
+            return self._writes.record(ctx, ALTER_USER_SCRAM_CREDENTIALS, answer(effects))
+
+        def alter(changes: Sequence[CredentialChange], *, guard: Guard, record: Any) -> Any:
+            effects, sequences = self._store.alter(changes, guard=guard, record=record)
+            return effects, [(self._root, s) for s in sequences]
+
+        return await self._writes.commit(ctx, alter, list(changes),
+                                         record=record if ctx.write else None)
+
+
+class AclService:
+    """ACLs: this broker's authorizer (reads) and the ACL write path."""
+
+    def __init__(self, authorizer: AclAuthorizer | None, store: AclStoreWrites,
+                 writes: WritePath) -> None:
+        self._authorizer = authorizer
+        self._store = store
+        self._writes = writes
+
+    @property
+    def enabled(self) -> bool:
+        return self._authorizer is not None
+
+    @property
+    def ready(self) -> bool:
+        return self._authorizer is not None and self._authorizer.ready
+
+    def describe(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
+        assert self._authorizer is not None
+        return list(self._authorizer.describe(acl_filter))
+
+    async def catch_up(self, timeout_s: float) -> bool:
+        return await self._writes.catch_up(timeout_s)
+
+    async def add(
+        self, ctx: RequestContext, bindings: Sequence[AclBinding],
+        answer: Callable[[list[AclCreateResult]], dict],
+    ) -> list[AclCreateResult]:
+        def record(results: list[AclCreateResult]) -> Any:
+            return self._writes.record(ctx, CREATE_ACLS, answer(results))
+
+        return await self._writes.commit(ctx, self._store.add, list(bindings),
+                                         record=record if ctx.write else None)
+
+    async def remove(
+        self, ctx: RequestContext, filters: Sequence[AclBindingFilter],
+        answer: Callable[[list[AclDeleteResult]], dict],
+    ) -> list[AclDeleteResult]:
+        def record(results: list[AclDeleteResult]) -> Any:
+            return self._writes.record(ctx, DELETE_ACLS, answer(results))
+
+        return await self._writes.commit(ctx, self._store.remove, list(filters),
+                                         record=record if ctx.write else None)
+
+
+class Authorization:
+    """The authorizer facade handlers use (AUTHORIZER_NOT_READY while ACLs load)."""
+
+    def __init__(self, authorizer: AclAuthorizer | None, super_users: Iterable[Any]) -> None:
+        self._authorizer = authorizer
+        self._super_users = frozenset(super_users)
+
+    def authorize(
+        self, ctx: RequestContext, operation: AclOperation, resource_type: ResourceType, name: str
+    ) -> bool:
+        if self._authorizer is None:
+            return True
+        principal = ctx.principal.without_token_flag()
+        if not self._authorizer.ready:
+            if principal in self._super_users:
+                return True
+            raise KafkaError(AUTHORIZER_NOT_READY, "the authorizer is still loading ACLs; retry")
+        return self._authorizer.authorize(principal, ctx.client_host, operation, resource_type,
+                                          name)
+
+    def cluster_operations(self, ctx: RequestContext) -> int:
+        if self._authorizer is None:
+            return ALL_OPERATIONS_BITFIELD(ResourceType.CLUSTER)
+        return self._authorizer.authorized_operations_bitfield(
+            ctx.principal.without_token_flag(), ctx.client_host, ResourceType.CLUSTER,
+            CLUSTER_RESOURCE,
+        )
+
+
+class ClusterView(Protocol):
+    """What handlers may know about the cluster."""
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def is_controller(self) -> bool: ...
+
+    def controller_id(self) -> int | None: ...
+
+    def broker_endpoints(self, listener: str) -> dict[int, tuple[str, int]]: ...
+
+
+class AuthService(Protocol):
+    """What the SASL handlers need beyond config, clock, audit and metrics."""
+
+    credentials: Any
+    fake_salt_secret: bytes
+    fingerprint_key: bytes
+    repeated_nonce_notices: Any
+    sessions: Any
+
+    def session_lifetime_ms(self, server: Any) -> int: ...
+
+
+class Ledger(Protocol):
+    """The controller's exactly-once ledger (:class:`tokensvc.broker.ledger.WriteLedger`)."""
+
+    async def apply(self, ctx: RequestContext, body: dict) -> tuple[bytes, int]: ...
+
+    def writes_api(self, api_key: int) -> bool: ...
+
+    def valid_key(self, key: str) -> bool: ...
+
+
+@dataclass
+class Services:
+    """Everything a handler may use. Built once per broker (see ``Broker.start``)."""
+
+    config: BrokerConfig
+    clock: Clock
+    audit: AuditLog
+    metrics: BrokerMetrics
+    authz: Authorization
+    tokens: TokenService
+    credentials: CredentialService
+    acls: AclService
+    cluster: ClusterView
+    auth: AuthService
+    ledger: Ledger | None = None

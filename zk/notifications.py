@@ -1,0 +1,492 @@
+"""ChangeNotifications: the one recipe that follows ZooKeeper change notifications.
+
+Owns the follow/resync/purge cycle of sequential change-notification znodes (Kafka's
+``ZkNodeChangeNotificationListener`` shape), for any number of *roots*. Tokens
+(``/delegation_token/token_changes``), credentials (``/config/changes``) and ACLs
+(``/kafka-acl-changes`` and ``/kafka-acl-extended-changes``) all use it; what a
+notification *means* is the caller's ``apply`` callback, what "everything" is is its
+``load`` callback.
+
+Versions. A notification's *version* is ``(root name, sequence number)``. Within one
+root ZooKeeper assigns sequence numbers in commit order, and every change is written in
+the same transaction as its notification, so "this broker has applied version V" means
+"its cache reflects every change of that root up to and including V". The controller
+reports the versions it committed; :meth:`ChangeNotifications.wait_for` returns a future
+that is set when this follower has applied them (event-driven: no polling).
+
+Lifecycle (kazoo-recipe style): :meth:`start` (blocking) lists every root, calls
+``load()``, and follows the roots with children watches; :meth:`close` stops following
+and cancels pending waits. The kazoo client belongs to the caller.
+
+Reconnect policy:
+
+* SUSPENDED: nothing changes (the caches keep serving what they have).
+* CONNECTED again within the same session (watches kept by ZooKeeper): *catch-up* -- each
+  root is listed again and the notifications above the last applied one are applied. This
+  is safe because a session outlives a suspension by at most its timeout, far below the
+  purge age.
+* CONNECTED after LOST (a new session, every watch gone): *full resync* -- list every root
+  (re-arming the watches), ``load()``, and continue from the listed sequence numbers.
+* A notification gone between its listing and its read, or a purge mark beyond the last
+  applied version (see below), also means a full resync. Any ZooKeeper failure in the
+  worker schedules a full resync, retried with a backoff up to 1 s until it succeeds.
+
+Purging (only where ``is_purger()`` is true: the controller). Every
+``purge_interval_s``, or as soon as a listing holds more than 1.5 x ``max_pending``
+notifications, the purger deletes notifications older than ``retention_ms`` (znode
+ctime) and the oldest beyond ``max_pending``. Before deleting it writes the highest
+sequence it deletes into the root znode's data (``{"purged_through": N}``): a follower
+whose last applied version is below that mark may have missed a change and resyncs.
+Kafka ignores the data of these parents, so the layout stays compatible.
+
+Listings of one root are spaced at least ``MIN_LISTING_INTERVAL_S`` apart: under a
+stream of writes the changes of one interval share a listing; an isolated change is
+applied at once.
+
+Must not: decide what a notification means, block kazoo's event thread, or read the
+wall clock for anything but the purge cutoff it is handed (``now_ms``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import KazooState
+
+from zk.worker import SerialWorker
+
+log = logging.getLogger(__name__)
+
+# The shortest gap between two listings of one root (see the module docstring).
+MIN_LISTING_INTERVAL_S = 0.01
+RETENTION_MS = 15 * 60 * 1000
+MAX_PENDING = 1_000
+PURGE_INTERVAL_S = 60.0
+_MAX_BACKOFF_S = 1.0
+_WINDOW = 2_000
+_STAT_WINDOW = 64
+
+# (root name, sequence number): what the controller reports and followers wait for.
+Version = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class NotificationRoot:
+    """One parent of sequential notifications: ``<path>/<prefix><10-digit seq>``."""
+
+    name: str
+    path: str
+    prefix: str
+
+    def sequence(self, child: str) -> int | None:
+        if not child.startswith(self.prefix):
+            return None
+        digits = child[len(self.prefix):]
+        return int(digits) if len(digits) == 10 and digits.isdigit() else None
+
+    def child(self, sequence: int) -> str:
+        return f"{self.prefix}{sequence:010d}"
+
+    def create_path(self) -> str:
+        return f"{self.path}/{self.prefix}"
+
+
+def sequence_of_created(path: str) -> int:
+    """The sequence number ZooKeeper appended to a created sequential znode's path."""
+    return int(path[-10:])
+
+
+class FollowError(Exception):
+    """ZooKeeper failed inside the recipe (the worker resyncs after it)."""
+
+
+# apply(root, [(sequence, data), ...]) with sequences ascending; load() reloads all.
+ApplyChanges = Callable[[NotificationRoot, list[tuple[int, bytes]]], None]
+
+
+class ChangeNotifications:
+    """Follow ``roots``; see the module docstring for the contract.
+
+    Stats: ``resync_count``, ``last_resync_ms``, ``applied_changes``, ``listings``,
+    ``purged``.
+    """
+
+    def __init__(
+        self,
+        client: KazooClient,
+        name: str,
+        roots: Sequence[NotificationRoot],
+        *,
+        load: Callable[[], None],
+        apply: ApplyChanges,
+        is_purger: Callable[[], bool] | None = None,
+        now_ms: Callable[[], int] | None = None,
+        retention_ms: int = RETENTION_MS,
+        max_pending: int = MAX_PENDING,
+        purge_interval_s: float = PURGE_INTERVAL_S,
+        on_resync: Callable[[int], None] | None = None,
+        recoverable: tuple[type[BaseException], ...] = (),
+    ) -> None:
+        self._client = client
+        self.name = name
+        self.roots = {r.name: r for r in roots}
+        self._load = load
+        self._apply = apply
+        self._is_purger = is_purger or (lambda: False)
+        self._now_ms = now_ms or (lambda: int(time.time() * 1000))
+        self._retention_ms = retention_ms
+        self._max_pending = max_pending
+        self._purge_interval_s = purge_interval_s
+        self._on_resync = on_resync
+        self._recoverable = (KazooException, KazooTimeoutError, FollowError, *recoverable)
+        self._worker = SerialWorker(f"{name}-notifications")
+        self._lock = threading.Lock()
+        self._last: dict[str, int] = {r.name: -1 for r in roots}
+        self._mark_version: dict[str, int] = {r.name: -1 for r in roots}
+        self._waiters: dict[str, list[tuple[int, int, Future]]] = {r.name: [] for r in roots}
+        self._waiter_ids = 0
+        self._last_listing: dict[str, float] = {r.name: 0.0 for r in roots}
+        self._last_purge = time.monotonic()
+        self._dirty = False
+        self._suspended = False
+        self._lost = False
+        self._started = False
+        self._closed = False
+        self.resync_count = 0
+        self.last_resync_ms = 0
+        self.applied_changes = 0
+        self.listings = 0
+        self.purged = 0
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Create the roots, load everything (on this thread), then follow changes.
+        Raises what ``load`` or kazoo raise if the first load fails."""
+        if self._started:
+            return
+        self._started = True
+        for root in self.roots.values():
+            self._client.ensure_path(root.path)
+        self._client.add_listener(self._on_state)
+        try:
+            self._resync()
+        except Exception:
+            self._client.remove_listener(self._on_state)
+            self._started = False
+            raise
+        self._worker.start()
+
+    def close(self) -> None:
+        """Stop following; pending waits are cancelled. Safe to call more than once."""
+        self._closed = True
+        self._client.remove_listener(self._on_state)
+        self._worker.close()
+        with self._lock:
+            pending = [fut for waiters in self._waiters.values() for _, _, fut in waiters]
+            for waiters in self._waiters.values():
+                waiters.clear()
+        for fut in pending:
+            fut.cancel()
+
+    # --- versions ----------------------------------------------------------------------
+
+    @property
+    def applied(self) -> dict[str, int]:
+        """The last applied sequence number of each root (-1: none seen yet)."""
+        with self._lock:
+            return dict(self._last)
+
+    def wait_for(self, versions: Iterable[Version]) -> Future:
+        """A future set (to None) once every version of ``versions`` that names one of
+        this recipe's roots has been applied; versions of other roots are ignored."""
+        result: Future = Future()
+        pending: list[Future] = []
+        with self._lock:
+            for root, sequence in versions:
+                if root not in self._last or self._last[root] >= sequence:
+                    continue
+                fut: Future = Future()
+                self._waiter_ids += 1
+                heapq.heappush(self._waiters[root], (sequence, self._waiter_ids, fut))
+                pending.append(fut)
+        if not pending:
+            result.set_result(None)
+            return result
+        remaining = [len(pending)]
+        count_lock = threading.Lock()
+
+        def one_done(fut: Future) -> None:
+            if fut.cancelled():
+                if not result.done():
+                    result.cancel()
+                return
+            with count_lock:
+                remaining[0] -= 1
+                done = remaining[0] == 0
+            if done and not result.done():
+                result.set_result(None)
+
+        for fut in pending:
+            fut.add_done_callback(one_done)
+        return result
+
+    def latest(self, timeout_s: float = 10.0) -> list[Version]:
+        """The newest version of every root in ZooKeeper now, after a ``sync`` so the
+        answer is at least as new as any write committed before this call (blocking; each
+        call bounded by ``timeout_s``: kazoo's timeout error past it)."""
+        versions = []
+        for root in self.roots.values():
+            self._client.sync_async(root.path).get(timeout=timeout_s)
+            children = self._client.get_children_async(root.path).get(timeout=timeout_s)
+            sequences = [s for s in map(root.sequence, children) if s is not None]
+            versions.append((root.name, max(sequences, default=-1)))
+        return versions
+
+    def wait_caught_up(self, timeout: float = 5.0) -> bool:
+        """Block until every notification present in ZooKeeper now has been applied."""
+        try:
+            self.wait_for(self.latest()).result(timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def _advance(self, root: str, sequence: int) -> None:
+        ready: list[Future] = []
+        with self._lock:
+            self._last[root] = max(self._last[root], sequence)
+            waiters = self._waiters[root]
+            while waiters and waiters[0][0] <= self._last[root]:
+                ready.append(heapq.heappop(waiters)[2])
+        for fut in ready:
+            if not fut.done():
+                fut.set_result(None)
+
+    # --- kazoo callbacks (kazoo's thread: never block) ----------------------------------
+
+    def _on_state(self, state: str) -> None:
+        if state == KazooState.LOST:
+            self._lost = True
+        elif state == KazooState.SUSPENDED:
+            self._suspended = True
+        elif state == KazooState.CONNECTED:
+            if self._lost:
+                self._lost = self._suspended = False
+                self._request_resync()
+            elif self._suspended:
+                self._suspended = False
+                for root in self.roots.values():
+                    self._submit_changes(root)
+
+    def _watch_for(self, root: NotificationRoot) -> Callable[[object], None]:
+        def on_event(_event: object) -> None:
+            self._submit_changes(root)
+
+        return on_event
+
+    def _submit_changes(self, root: NotificationRoot) -> None:
+        self._worker.submit(f"changes:{root.name}", lambda: self._changes_task(root))
+
+    # --- worker tasks ------------------------------------------------------------------
+
+    def _request_resync(self) -> None:
+        with self._lock:
+            self._dirty = True
+        self._worker.submit("resync", self._resync_task)
+
+    def _resync_task(self) -> None:
+        backoff = 0.05
+        while not self._worker.closed:
+            try:
+                self._resync()
+                return
+            except self._recoverable as exc:
+                log.warning("%s resync failed (%s); retrying", self.name, exc)
+                with self._lock:
+                    self._dirty = True
+            if self._worker.sleep(backoff):
+                return
+            backoff = min(backoff * 2, _MAX_BACKOFF_S)
+
+    def _changes_task(self, root: NotificationRoot) -> None:
+        with self._lock:
+            dirty = self._dirty
+        if dirty:
+            return  # a resync is pending or retrying; it covers these changes
+        wait = self._last_listing[root.name] + MIN_LISTING_INTERVAL_S - time.monotonic()
+        if wait > 0 and self._worker.sleep(wait):
+            return
+        try:
+            self._apply_changes(root)
+        except self._recoverable as exc:
+            log.warning("%s: applying %s failed (%s); resynchronising", self.name, root.path, exc)
+            self._request_resync()
+
+    def _list(self, root: NotificationRoot) -> tuple[list[tuple[int, str]], object]:
+        children, stat = self._client.get_children(
+            root.path, watch=self._watch_for(root), include_data=True
+        )
+        listed = sorted((s, c) for c in children if (s := root.sequence(c)) is not None)
+        return listed, stat
+
+    def _purge_mark(self, root: NotificationRoot, stat: object) -> int | None:
+        """The root's purge mark if its data changed since last read, else None."""
+        version = stat.version  # type: ignore[attr-defined]
+        if version == self._mark_version[root.name]:
+            return None
+        data, stat = self._client.get(root.path)
+        self._mark_version[root.name] = stat.version
+        try:
+            return int(json.loads(data.decode("utf-8"))["purged_through"]) if data else -1
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            return -1
+
+    def _resync(self) -> None:
+        started = time.monotonic()
+        with self._lock:
+            self._dirty = False
+        # Note the newest notification of each root BEFORE loading: the load reflects
+        # at least those; anything newer is applied after it (again, harmlessly).
+        marks = {}
+        for root in self.roots.values():
+            listed, stat = self._list(root)
+            self._purge_mark(root, stat)
+            marks[root.name] = listed[-1][0] if listed else -1
+        self._load()
+        for name, sequence in marks.items():
+            with self._lock:
+                self._last[name] = -1
+            self._advance(name, sequence)
+        self.resync_count += 1
+        self.last_resync_ms = int((time.monotonic() - started) * 1000)
+        log.info("%s resynchronised in %d ms", self.name, self.last_resync_ms)
+        if self._on_resync is not None:
+            self._on_resync(self.last_resync_ms)
+
+    def _apply_changes(self, root: NotificationRoot) -> None:
+        self._last_listing[root.name] = time.monotonic()
+        self.listings += 1
+        listed, stat = self._list(root)
+        with self._lock:
+            last = self._last[root.name]
+        mark = self._purge_mark(root, stat)
+        if mark is not None and mark > last:
+            log.info("%s: notifications of %s purged past version %d; resynchronising",
+                     self.name, root.path, last)
+            self._request_resync()
+            return
+        fresh = [(s, c) for s, c in listed if s > last]
+        if fresh:
+            notes = self._read(root, fresh)
+            if notes is None:
+                log.info("%s: a notification was purged before it was read; resynchronising",
+                         self.name)
+                self._request_resync()
+                return
+            self._apply(root, notes)
+            self.applied_changes += len(notes)
+            self._advance(root.name, fresh[-1][0])
+        # Purge in batches (above 1.5x the bound), not one znode per listing; the age
+        # rule (stats) only on the periodic purge.
+        if self._is_purger():
+            if time.monotonic() - self._last_purge >= self._purge_interval_s:
+                self.purge(self._now_ms())
+            elif len(listed) > self._max_pending + self._max_pending // 2:
+                self.purged += self._purge_root(root, self._now_ms(), by_age=False)
+
+    def _older_than(self, root: NotificationRoot, children: list[str], cutoff_ms: int) -> list[str]:
+        """The leading children created before ``cutoff_ms`` (ctimes grow with the
+        sequence, so the first young one ends the scan), stat-ed in small windows."""
+        old: list[str] = []
+        for lo in range(0, len(children), _STAT_WINDOW):
+            window = children[lo:lo + _STAT_WINDOW]
+            stats = [self._client.exists_async(f"{root.path}/{c}") for c in window]
+            for child, async_stat in zip(window, stats):
+                stat = async_stat.get()
+                if stat is not None and stat.ctime >= cutoff_ms:
+                    return old
+                if stat is not None:
+                    old.append(child)
+        return old
+
+    def _read(
+        self, root: NotificationRoot, names: list[tuple[int, str]]
+    ) -> list[tuple[int, bytes]] | None:
+        out: list[tuple[int, bytes]] = []
+        for lo in range(0, len(names), _WINDOW):
+            window = names[lo:lo + _WINDOW]
+            pending = [(s, self._client.get_async(f"{root.path}/{c}")) for s, c in window]
+            for sequence, async_result in pending:
+                try:
+                    data, _stat = async_result.get()
+                except NoNodeError:
+                    return None
+                out.append((sequence, data or b""))
+        return out
+
+    # --- purging (the controller) ------------------------------------------------------
+
+    def purge(self, now_ms: int) -> int:
+        """Delete, in every root, notifications older than the retention and the oldest
+        beyond ``max_pending``, after recording the purge mark. Returns how many."""
+        self._last_purge = time.monotonic()
+        total = 0
+        for root in self.roots.values():
+            total += self._purge_root(root, now_ms)
+        self.purged += total
+        return total
+
+    def _purge_root(self, root: NotificationRoot, now_ms: int, *, by_age: bool = True) -> int:
+        children = self._client.get_children(root.path)
+        listed = sorted((s, c) for c in children if (s := root.sequence(c)) is not None)
+        if not listed:
+            return 0
+        excess = max(0, len(listed) - self._max_pending)
+        doomed = [c for _, c in listed[:excess]]
+        if by_age:
+            doomed += self._older_than(root, [c for _, c in listed[excess:]],
+                                       now_ms - self._retention_ms)
+        if not doomed:
+            return 0
+        through = root.sequence(doomed[-1])
+        self._client.set(root.path, json.dumps({"purged_through": through}).encode("utf-8"))
+        deleted = 0
+        for lo in range(0, len(doomed), _WINDOW):
+            pending = [self._client.delete_async(f"{root.path}/{c}") for c in doomed[lo:lo + _WINDOW]]
+            for async_result in pending:
+                try:
+                    async_result.get()
+                    deleted += 1
+                except NoNodeError:
+                    continue
+        return deleted
+
+
+class VersionWaiter:
+    """Several recipes seen as one: ``wait_for`` across all their roots."""
+
+    def __init__(self, recipes: Iterable[ChangeNotifications]) -> None:
+        self._recipes = list(recipes)
+
+    def wait_for(self, versions: Iterable[Version]) -> list[Future]:
+        wanted = list(versions)
+        return [r.wait_for(wanted) for r in self._recipes]
+
+    def latest(self) -> list[Version]:
+        return [v for r in self._recipes for v in r.latest()]
+
+    def applied(self) -> Mapping[str, int]:
+        out: dict[str, int] = {}
+        for r in self._recipes:
+            out.update(r.applied)
+        return out
