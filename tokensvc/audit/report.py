@@ -629,6 +629,11 @@ def _write_html(out: Path, summary: dict[str, Any], frames: dict[str, DataFrame]
 # --- running it ----------------------------------------------------------------
 
 
+# A deeper thread stack for the driver: the streaming thread of `audit watch` once
+# overflowed the default (a regular expression over a long plan description).
+DRIVER_JAVA_OPTIONS = "-Xss16m"
+
+
 def create_session(master: str | None = None, app_name: str = "tokensvc-audit-report"
                    ) -> SparkSession:
     """A SparkSession for the report: the active one if there is one (tests, notebooks),
@@ -643,7 +648,11 @@ def create_session(master: str | None = None, app_name: str = "tokensvc-audit-re
         builder = builder.master(master)
         if master.startswith("local"):
             builder = (builder.config("spark.sql.shuffle.partitions", "8")
-                       .config("spark.driver.memory", "2g"))
+                       .config("spark.driver.memory", "2g")
+                       .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS))
+    # Python workers (watch's pandas state function) run this interpreter, so they
+    # find the same packages as the driver (pyspark reads the variable at start).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (builder.config("spark.sql.session.timeZone", "UTC")
                .config("spark.ui.showConsoleProgress", "false"))
     spark = builder.getOrCreate()
