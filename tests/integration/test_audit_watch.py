@@ -22,7 +22,7 @@ from tests.support.wait import wait_for
 from tokensvc.audit.events import authentication_event, stamp
 from tokensvc.audit.generator import GROUND_TRUTH_FILE, generate
 from tokensvc.audit.rules import RuleSettings
-from tokensvc.audit.watch import WATCH_RULES, WatchOptions, run_watch
+from tokensvc.audit.watch import WATCH_RULES, WatchError, WatchOptions, run_watch
 
 pytestmark = pytest.mark.spark
 
@@ -40,14 +40,14 @@ class Watcher:
 
     def __init__(self, spark: SparkSession, audit: Path, alerts: Path) -> None:
         self.stop = threading.Event()
-        self.errors: list[BaseException] = []
+        self.errors: list[WatchError] = []
         self.printed: list[str] = []
         options = WatchOptions(str(audit), str(alerts), SETTINGS, trigger_s=0.5, poll_s=0.25)
 
         def run() -> None:
             try:
                 run_watch(spark, options, stop=self.stop, echo=self.printed.append)
-            except BaseException as exc:  # reported by the test
+            except WatchError as exc:  # reported by the test
                 self.errors.append(exc)
         self.thread = threading.Thread(target=run, name="watch", daemon=True)
         self.thread.start()

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
@@ -241,12 +242,11 @@ def run_ingest(spark: SparkSession, options: IngestOptions, *,
                 break
             if not options.once:
                 spool_pass()
+    except StreamingQueryException as exc:
+        raise IngestError(f"ingest query failed: {exc.getMessage()}") from None
     finally:
         if query.isActive:
             query.stop()
-    error = query.exception()
-    if error is not None:
-        raise IngestError(f"ingest query failed: {error}")
     totals.elapsed_s = time.monotonic() - started
     return totals
 

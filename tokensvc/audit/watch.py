@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -290,10 +291,9 @@ def run_watch(spark: SparkSession, options: WatchOptions, *,
     try:
         while not stop.is_set() and not query.awaitTermination(options.poll_s):
             spool.collect()
+    except StreamingQueryException as exc:
+        raise WatchError(f"watch query failed: {exc.getMessage()}") from None
     finally:
         if query.isActive:
             query.stop()
-    error = query.exception()
-    if error is not None:
-        raise WatchError(f"watch query failed: {error}")
     return sink.raised
