@@ -37,6 +37,7 @@ import heapq
 import json
 import os
 import secrets
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -155,6 +156,12 @@ def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def _progress(text: str) -> None:
+    """A step's figure as soon as it is known (the full run takes many minutes)."""
+    print(f"  B6 {time.strftime('%H:%M:%S')} {text} (load {_load()})", file=sys.stderr,
+          flush=True)
+
+
 def run(ctx: BenchContext) -> Outcome:
     from tokensvc.audit.generator import generate
     from tokensvc.audit.ingest import IngestOptions, run_ingest
@@ -165,6 +172,7 @@ def run(ctx: BenchContext) -> Outcome:
     for events in sizes:
         directory = ctx.directory(f"b6-events-{events}")
         datasets[events] = generate(directory / "audit", events, seed=7)
+        _progress(f"generated {events:,} in {datasets[events].elapsed_s:.1f}s")
 
     started = time.monotonic()
     spark = create_session(MASTER, app_name="tokensvc-bench-b6")
@@ -181,6 +189,8 @@ def run(ctx: BenchContext) -> Outcome:
                                                      closed_after_s=0), echo=lambda line: None)
             ingest_s[events] = totals.elapsed_s
             spool_s[events] = totals.spool_s
+            _progress(f"ingest {events:,}: {totals.elapsed_s:.1f}s "
+                      f"(spool {totals.spool_s:.1f}s, {totals.batches} batches)")
             if totals.events != events:
                 raise RuntimeError(f"ingest wrote {totals.events} events, not {events}")
             load[f"after_ingest_{events}"] = _load()
@@ -189,12 +199,14 @@ def run(ctx: BenchContext) -> Outcome:
             started = time.monotonic()
             summary = run_report(spark, options)
             report_s[events] = time.monotonic() - started
+            _progress(f"report over the lake {events:,}: {report_s[events]:.1f}s")
             load[f"after_report_{events}"] = _load()
             rows[events] = dict(summary["rows"], events=summary["events"],
                                 duplicates=summary["duplicates"], malformed=summary["malformed"])
         latency = alert_latency(ctx, spark, bursts=4 if ctx.quick else 15,
                                 gap_s=1.0 if ctx.quick else 3.0)
         load["after_alerts"] = _load()
+        _progress(f"alert latency: {latency}")
     finally:
         spark.stop()
 
@@ -204,6 +216,7 @@ def run(ctx: BenchContext) -> Outcome:
         started = time.monotonic()
         counts = python_report(data.files, data.snapshot)
         python_s[events] = time.monotonic() - started
+        _progress(f"plain Python {events:,}: {python_s[events]:.1f}s")
         agree = agree and all(rows[events][k] == v for k, v in counts.items())
         rows[events]["python"] = counts
     load["end"] = _load()
