@@ -1,7 +1,8 @@
 """The token audit report: a Spark job over the brokers' audit files.
 
 This module owns reading audit lines (any Spark-readable path; malformed lines
-are classified and counted, never fatal), the report DataFrames (token_usage,
+are classified and counted, never fatal) or the lake of ``tokensvc audit ingest``
+(:mod:`tokensvc.audit.lake`, the same rows from there on), the report DataFrames (token_usage,
 owner_usage, lifecycle, logins_hourly, findings), writing each as Parquet and
 CSV, ``summary.json``, ``report.html`` with its PNG charts, and the text summary
 the CLI prints. The rules are those of :mod:`tokensvc.audit.rules`, whose pure
