@@ -203,8 +203,8 @@ def run(ctx: BenchContext) -> Outcome:
             load[f"after_report_{events}"] = _load()
             rows[events] = dict(summary["rows"], events=summary["events"],
                                 duplicates=summary["duplicates"], malformed=summary["malformed"])
-        latency = alert_latency(ctx, spark, bursts=4 if ctx.quick else 15,
-                                gap_s=1.0 if ctx.quick else 3.0)
+        latency = alert_latency(ctx, spark, bursts=2 if ctx.quick else 15,
+                                gap_s=0.5 if ctx.quick else 3.0)
         load["after_alerts"] = _load()
         _progress(f"alert latency: {latency}")
     finally:
