@@ -12,7 +12,10 @@
   ``_batches/`` (a batch being written), which belong to
   :mod:`tokensvc.audit.ingest`.
 
-Files are named by the micro-batch that wrote them, which is what makes a batch
+Both tables are written by one pass over a batch's lines, so their files share one
+Parquet schema (an event file's quarantine columns are null and the other way
+round); readers name the columns they want. Files are named by the micro-batch
+that wrote them, which is what makes a batch
 that is run again after a crash replace its own leftovers instead of adding to
 them. This module must not write to the lake; it only names and reads it.
 """
