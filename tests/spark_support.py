@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import atexit
 import functools
+import os
+import sys
 
 from pyspark.sql import SparkSession
+
+from tokensvc.audit.report import DRIVER_JAVA_OPTIONS
 
 
 @functools.cache
 def shared_spark() -> SparkSession:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers see the venv
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("tokensvc-tests")
@@ -25,6 +30,7 @@ def shared_spark() -> SparkSession:
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.default.parallelism", "2")
         .config("spark.driver.memory", "1g")
+        .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.codegen.wholeStage", "false")
         .getOrCreate()

@@ -35,7 +35,7 @@ from tokensvc.audit.report import (
     parse_time,
     run_report,
 )
-from tokensvc.audit.rules import FINDING_COLUMNS, RULES, TOKEN_USAGE_COLUMNS
+from tokensvc.audit.rules import FINDING_COLUMNS, RULES, SEVERITIES, TOKEN_USAGE_COLUMNS
 
 pytestmark = pytest.mark.spark
 
@@ -135,13 +135,34 @@ def test_html_report_shows_tables_and_charts_that_exist(known: tuple) -> None:
     out, _, truth = known
     page = (out / "report.html").read_text()
     images = re.findall(r'<img src="([^"]+)"', page)
-    assert images == ["logins_per_hour.png", "lifecycle_per_hour.png"]
+    assert images == ["findings_per_hour.png", "logins_per_hour.png", "lifecycle_per_hour.png"]
     for image in images:
         assert (out / image).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert truth["findings"][0]["rule"] in page
     top = max(truth["token_usage"].values(),
               key=lambda u: (u["logins_ok"] + u["logins_failed"], u["token_id"]))
     assert top["token_id"] in page
+
+
+def test_html_puts_findings_first_by_severity_and_groups_unused_per_owner(
+        known: tuple) -> None:
+    out, _, truth = known
+    page = (out / "report.html").read_text()
+    order = [page.index(f'id="{section}"') for section in (
+        "findings", "over-time", "unused", "lifecycle", "top-tokens", "counts")]
+    assert order == sorted(order)
+    findings = page[page.index('id="findings"'):page.index('id="over-time"')]
+    severities = re.findall(r'<tr class="(high|medium|low)">', findings)
+    listed = [f for f in truth["findings"] if f["rule"] != "unused_before_expiry"]
+    assert len(severities) == len(listed)
+    assert severities == sorted(severities, key=SEVERITIES.index)
+    for finding in listed:  # its evidence: token or host, and its count
+        assert (finding["token_id"] or finding["client_host"]) in findings
+    unused = [f for f in truth["findings"] if f["rule"] == "unused_before_expiry"]
+    owners = {f["owner"] for f in unused}
+    section = page[page.index('id="unused"'):page.index('id="lifecycle"')]
+    assert section.count("<tr><td>") == len(owners)
+    assert f"{len(unused):,} tokens expired" in section
+    assert "unused_before_expiry" not in findings
 
 
 # --- malformed lines, duplicates, time range, through the CLI --------------------
@@ -252,7 +273,7 @@ def test_empty_input_gives_every_output_with_zero_rows(spark: SparkSession,
         assert parquet(spark, out, name) == []
         header, rows = csv_rows(out, name)
         assert header and rows == []
-    assert {"report.html", "summary.json", "logins_per_hour.png",
+    assert {"report.html", "summary.json", "logins_per_hour.png", "findings_per_hour.png",
             "lifecycle_per_hour.png"} <= {p.name for p in out.iterdir()}
 
 

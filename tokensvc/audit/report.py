@@ -1,7 +1,8 @@
 """The token audit report: a Spark job over the brokers' audit files.
 
 This module owns reading audit lines (any Spark-readable path; malformed lines
-are classified and counted, never fatal), the report DataFrames (token_usage,
+are classified and counted, never fatal) or the lake of ``tokensvc audit ingest``
+(:mod:`tokensvc.audit.lake`, the same rows from there on), the report DataFrames (token_usage,
 owner_usage, lifecycle, logins_hourly, findings), writing each as Parquet and
 CSV, ``summary.json``, ``report.html`` with its PNG charts, and the text summary
 the CLI prints. The rules are those of :mod:`tokensvc.audit.rules`, whose pure
@@ -18,12 +19,10 @@ from __future__ import annotations
 
 import argparse
 import glob as globlib
-import html
 import json
 import os
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,7 +34,10 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from tokensvc.audit.events import EVENT_TYPES, SCHEMA_VERSION, WRITER_EVENT_TYPE
+from tokensvc.audit.events import WRITER_EVENT_TYPE
+from tokensvc.audit.html import HTML_FINDINGS, HTML_TOP_TOKENS, HTML_UNUSED_SAMPLE, PageData, render
+from tokensvc.audit.lake import LakeError, read_lake
+from tokensvc.audit.lines import EVENT_SCHEMA, MALFORMED_REASONS, classify
 from tokensvc.audit.rules import (
     DEFAULT_SETTINGS,
     FINDING_COLUMNS,
@@ -48,7 +50,9 @@ from tokensvc.audit.rules import (
     OWNER_FROM_SWEEP,
     OWNER_FROM_TOKEN,
     OWNER_USAGE_COLUMNS,
+    RULE_SEVERITY,
     RULES,
+    SEVERITIES,
     TOKEN_USAGE_COLUMNS,
     UNUSED_DETAIL,
     RuleSettings,
@@ -56,35 +60,7 @@ from tokensvc.audit.rules import (
 
 DEFAULT_GLOB = "audit-*.jsonl*"
 REPORTS = ("token_usage", "owner_usage", "lifecycle", "logins_hourly", "findings")
-MALFORMED_REASONS = ("not_json", "wrong_types", "unknown_schema", "unknown_type",
-                     "missing_fields")
-HTML_TOP_TOKENS = 25
-HTML_FINDINGS = 500
-
-_S, _L, _I, _B = T.StringType(), T.LongType(), T.IntegerType(), T.BooleanType()
-# Every field of every event type (schema 1), as Spark reads it. A value of the
-# wrong JSON type lands the raw line in _corrupt_record.
-EVENT_SCHEMA = T.StructType([
-    T.StructField(name, kind) for name, kind in (
-        ("schema", _I), ("ts", _L), ("broker_id", _I), ("event_id", _S), ("type", _S),
-        ("outcome", _S), ("mechanism", _S), ("kind", _S), ("username", _S), ("token_id", _S),
-        ("principal", _S), ("client_host", _S), ("client_port", _I), ("listener", _S),
-        ("reason", _S), ("action", _S), ("error_code", _I), ("error", _S), ("requester", _S),
-        ("token_authenticated", _B), ("owner", _S), ("renewers", T.ArrayType(_S)),
-        ("expiry_ms", _L), ("max_ms", _L), ("count", _L), ("forwarded", _B), ("api", _S),
-        ("client_id", _S), ("controller_id", _I), ("attempts", _I),
-        ("latency_ms", T.DoubleType()), ("resource_type", _S), ("resource_name", _S),
-        ("pattern_type", _S), ("acl_principal", _S), ("host", _S), ("operation", _S),
-        ("permission", _S), ("user", _S), ("iterations", _I), ("dropped", _L),
-        ("dropped_total", _L), ("_corrupt_record", _S),
-    )
-])
-# What the reports read; the rest is only type-checked (fewer columns to shuffle).
-REPORT_FIELDS = (
-    "ts", "broker_id", "event_id", "type", "outcome", "kind", "username", "token_id",
-    "principal", "client_host", "reason", "action", "requester", "token_authenticated",
-    "owner", "dropped",
-)
+_S, _L, _I = T.StringType(), T.LongType(), T.IntegerType()
 SNAPSHOT_SCHEMA = T.StructType([
     T.StructField("token_id", _S), T.StructField("owner", _S), T.StructField("requester", _S),
     T.StructField("renewers", T.ArrayType(_S)), T.StructField("issue_ms", _L),
@@ -98,13 +74,17 @@ class ReportError(Exception):
 
 @dataclass(frozen=True)
 class ReportOptions:
-    input: str
+    """``input`` is the audit files (JSON lines), or ``lake`` the Parquet lake of
+    ``tokensvc audit ingest``: exactly one of them."""
+
+    input: str | None
     output: str
     since_ms: int | None = None
     until_ms: int | None = None
     settings: RuleSettings = DEFAULT_SETTINGS
     tokens: str | None = None
     glob: str = DEFAULT_GLOB
+    lake: str | None = None
 
 
 def parse_time(text: str) -> int:
@@ -169,28 +149,6 @@ def read_events(spark: SparkSession, path: str, glob: str = DEFAULT_GLOB) -> Dat
         return reader.json(path)
     except AnalysisException as exc:
         raise ReportError(f"cannot read input {path}: {exc.getMessage()}") from None
-
-
-def classify(raw: DataFrame) -> DataFrame:
-    """Column ``status`` (``ok`` or a malformed reason), then the fields the reports
-    use (:data:`REPORT_FIELDS`).
-
-    The JSON source parses each line once into plain columns, so filters on
-    ``status`` stay cheap; only lines that failed are parsed again, to tell garbage
-    (``not_json``) from a field of the wrong type (``wrong_types``).
-    """
-    raw_text = F.col("_corrupt_record")
-    is_object = F.from_json(raw_text, T.MapType(_S, _S)).isNotNull()
-    status = (
-        F.when(raw_text.isNotNull() & ~is_object, "not_json")
-        .when(raw_text.isNotNull(), "wrong_types")
-        .when(F.col("schema").isNull() | (F.col("schema") != SCHEMA_VERSION), "unknown_schema")
-        .when(~F.col("type").isin(*sorted(EVENT_TYPES)), "unknown_type")
-        .when(F.col("ts").isNull() | F.col("broker_id").isNull()
-              | F.col("event_id").isNull(), "missing_fields")
-        .otherwise("ok")
-    )
-    return raw.select(status.alias("status"), *REPORT_FIELDS)
 
 
 def read_snapshot(spark: SparkSession, path: str) -> DataFrame:
@@ -522,9 +480,18 @@ def run_report(spark: SparkSession, options: ReportOptions) -> dict[str, Any]:
 
 
 def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, Any]:
-    # Each line is parsed once, into a cache every later step reads.
-    classified = classify(read_events(spark, options.input, options.glob)).persist()
-    cached: list[DataFrame] = [classified]
+    cached: list[DataFrame] = []
+    if options.lake is not None:
+        # Parquet: reading the columns again is cheaper than caching them.
+        try:
+            classified = read_lake(spark, options.lake)
+        except LakeError as exc:
+            raise ReportError(str(exc)) from None
+    else:
+        # Each line is parsed once, into a cache every later step reads.
+        assert options.input is not None
+        classified = classify(read_events(spark, options.input, options.glob)).persist()
+        cached.append(classified)
     try:
         # Line statuses, and whether an event id repeats: distinct 64-bit hashes of
         # the ids (a collision only costs an unneeded exact de-duplication below).
@@ -587,6 +554,7 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
         valid_count = statuses.get("ok", 0)
         summary: dict[str, Any] = {
             "input": options.input,
+            "lake": options.lake,
             "output": str(out),
             "tokens_snapshot": options.tokens,
             "lines": sum(statuses.values()),
@@ -607,120 +575,64 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
             "rows": rows,
             "findings_by_rule": findings_by_rule,
         }
-        _write_html(out, summary, frames)
+        _write_html(out, summary, frames, reports)
         return summary
     finally:
         for df in cached:
             df.unpersist()
 
 
-# --- report.html and charts ----------------------------------------------------
+# --- report.html ---------------------------------------------------------------
 
 
-def _hours(rows: list[Any]) -> list[datetime]:
-    return [datetime.fromtimestamp(r["hour_ms"] / 1000, UTC) for r in rows]
+def _severity_rank() -> Column:
+    rank = F.lit(len(SEVERITIES))
+    for rule, severity in RULE_SEVERITY.items():
+        rank = F.when(F.col("rule") == rule, SEVERITIES.index(severity)).otherwise(rank)
+    return rank
 
 
-def _chart(path: Path, title: str, rows: list[Any], series: Sequence[tuple[str, str]],
-           stacked: bool) -> None:
-    from matplotlib.dates import DateFormatter
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(10, 3.6), dpi=100)
-    ax = fig.subplots()
-    if rows:
-        hours = _hours(rows)
-        width = 1 / 24 * 0.9
-        bottom = [0] * len(rows)
-        for column, label in series:
-            values = [r[column] for r in rows]
-            if stacked:
-                ax.bar(hours, values, width=width, bottom=bottom, label=label, align="edge")
-                bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-            else:
-                ax.plot(hours, values, marker=".", label=label)
-        ax.xaxis.set_major_formatter(DateFormatter("%m-%d %H:00"))
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        fig.autofmt_xdate()
-    else:
-        ax.text(0.5, 0.5, "no events", ha="center", va="center", transform=ax.transAxes)
-    ax.set_title(title)
-    ax.set_xlabel("hour (UTC)")
-    fig.tight_layout()
-    fig.savefig(path, format="png")
-
-
-def _table(columns: Sequence[str], rows: list[dict[str, Any]]) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(_cell(c, row.get(c)))}</td>" for c in columns)
-        + "</tr>"
-        for row in rows
-    )
-    if not rows:
-        body = f'<tr><td colspan="{len(columns)}">none</td></tr>'
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
-def _cell(column: str, value: Any) -> str:
-    if value is None:
-        return ""
-    if column in ("first_use", "last_use", "first_ts", "last_ts") and isinstance(value, int):
-        return iso(value) or ""
-    if isinstance(value, list):
-        return ", ".join(str(v) for v in value)
-    return str(value)
-
-
-def _write_html(out: Path, summary: dict[str, Any], frames: dict[str, DataFrame]) -> None:
-    # The frames are one sorted partition each: collect() and limit() keep the order.
-    logins = frames["logins_hourly"].collect()
-    lifecycle = frames["lifecycle"].collect()
-    _chart(out / "logins_per_hour.png", "Logins per hour", logins,
-           [("ok", "ok"), ("failed", "failed")], stacked=True)
-    _chart(out / "lifecycle_per_hour.png", "Token lifecycle per hour", lifecycle,
-           [("creates", "creates"), ("renews", "renews"), ("expiries", "expiries"),
-            ("sweeps", "sweep removals")], stacked=False)
-    top_tokens = [r.asDict() for r in frames["token_usage"].orderBy(
-        (F.col("logins_ok") + F.col("logins_failed")).desc(), "token_id"
-    ).limit(HTML_TOP_TOKENS).collect()]
-    findings = [r.asDict() for r in frames["findings"].limit(HTML_FINDINGS).collect()]
-    by_rule = [{"rule": k, "findings": v} for k, v in summary["findings_by_rule"].items()]
-    counts = [{"what": k, "value": summary[k]} for k in (
-        "lines", "events", "malformed", "duplicates", "outside_time_range",
-        "writer_dropped")]
-    counts += [{"what": f"{k} rows", "value": v} for k, v in summary["rows"].items()]
-    tr = summary["time_range"]
-    more = summary["rows"]["findings"] - len(findings)
-    page = f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>tokensvc token audit</title>
-<style>
-body {{ font-family: sans-serif; margin: 2em; }}
-table {{ border-collapse: collapse; margin-bottom: 1.5em; font-size: 0.9em; }}
-th, td {{ border: 1px solid #bbb; padding: 0.25em 0.6em; text-align: left; }}
-th {{ background: #eee; }}
-</style></head><body>
-<h1>Token audit report</h1>
-<p>Input <code>{html.escape(summary["input"])}</code>, events from
-{html.escape(str(tr["first"]))} to {html.escape(str(tr["last"]))} (UTC).</p>
-<h2>Counts</h2>
-{_table(["what", "value"], counts)}
-<h2>Findings by rule</h2>
-{_table(["rule", "findings"], by_rule)}
-<h2>Charts</h2>
-<p><img src="logins_per_hour.png" alt="logins per hour, ok and failed"></p>
-<p><img src="lifecycle_per_hour.png" alt="token lifecycle per hour"></p>
-<h2>Top tokens by logins</h2>
-{_table(TOKEN_USAGE_COLUMNS, top_tokens)}
-<h2>Findings</h2>
-{_table(FINDING_COLUMNS, findings)}
-{f"<p>{more} more in findings/csv.</p>" if more > 0 else ""}
-</body></html>
-"""
-    (out / "report.html").write_text(page, encoding="utf-8")
+def _write_html(out: Path, summary: dict[str, Any], frames: dict[str, DataFrame],
+                reports: Reports) -> None:
+    """Collect what the page shows (small: limited or aggregated) and render it."""
+    findings = frames["findings"]
+    listed = findings.filter(F.col("rule") != "unused_before_expiry")
+    shown = [r.asDict() for r in listed.orderBy(
+        _severity_rank(), F.col("count").desc(), "first_ts", F.coalesce("token_id", F.lit("")),
+        F.coalesce("client_host", F.lit(""))).limit(HTML_FINDINGS).collect()]
+    many_hosts = [f["token_id"] for f in shown if f["rule"] == "too_many_hosts"]
+    hosts = {r["token_id"]: sorted(r["hosts"]) for r in reports.tokens.filter(
+        F.col("token_id").isin(many_hosts)).select("token_id", "hosts").collect()
+    } if many_hosts else {}
+    unused = [r.asDict() for r in findings.filter(F.col("rule") == "unused_before_expiry")
+              .groupBy(F.coalesce("owner", F.lit("(unknown owner)")).alias("owner")).agg(
+                  F.count("*").alias("tokens"), F.min("first_ts").alias("first_ts"),
+                  F.max("last_ts").alias("last_ts"),
+                  F.slice(F.sort_array(F.collect_list("token_id")), 1, HTML_UNUSED_SAMPLE)
+                  .alias("sample"))
+              .orderBy(F.col("tokens").desc(), "owner").collect()]
+    severity = F.element_at(F.create_map(*[
+        x for rule, sev in RULE_SEVERITY.items() for x in (F.lit(rule), F.lit(sev))]),
+        F.col("rule"))
+    hourly = findings.groupBy(_hour(F.col("first_ts")).alias("hour_ms")).agg(*[
+        F.count(F.when(severity == s, 1)).alias(s) for s in SEVERITIES]).orderBy("hour_ms")
+    top = frames["token_usage"].orderBy(
+        (F.col("logins_ok") + F.col("logins_failed")).desc(), "token_id").limit(HTML_TOP_TOKENS)
+    render(out, PageData(
+        summary=summary, findings=shown, finding_hosts=hosts, unused_by_owner=unused,
+        findings_hourly=[r.asDict() for r in hourly.collect()],
+        logins_hourly=[r.asDict() for r in frames["logins_hourly"].collect()],
+        lifecycle=[r.asDict() for r in frames["lifecycle"].collect()],
+        top_tokens=[r.asDict() for r in top.collect()],
+    ))
 
 
 # --- running it ----------------------------------------------------------------
+
+
+# A deeper thread stack for the driver: the streaming thread of `audit watch` once
+# overflowed the default (a regular expression over a long plan description).
+DRIVER_JAVA_OPTIONS = "-Xss16m"
 
 
 def create_session(master: str | None = None, app_name: str = "tokensvc-audit-report"
@@ -737,7 +649,11 @@ def create_session(master: str | None = None, app_name: str = "tokensvc-audit-re
         builder = builder.master(master)
         if master.startswith("local"):
             builder = (builder.config("spark.sql.shuffle.partitions", "8")
-                       .config("spark.driver.memory", "2g"))
+                       .config("spark.driver.memory", "2g")
+                       .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS))
+    # Python workers (watch's pandas state function) run this interpreter, so they
+    # find the same packages as the driver (pyspark reads the variable at start).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (builder.config("spark.sql.session.timeZone", "UTC")
                .config("spark.ui.showConsoleProgress", "false"))
     spark = builder.getOrCreate()
@@ -762,7 +678,7 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 def build_options(
-    input_path: str,
+    input_path: str | None,
     output: str,
     *,
     since: str | None = None,
@@ -772,8 +688,11 @@ def build_options(
     burst_window_s: int = DEFAULT_SETTINGS.burst_window_s,
     tokens: str | None = None,
     glob: str = DEFAULT_GLOB,
+    lake: str | None = None,
 ) -> ReportOptions:
     """Validated options from command-line values (raises ReportError)."""
+    if (input_path is None) == (lake is None):
+        raise ReportError("give exactly one of --input (audit files) and --lake (lake directory)")
     try:
         settings = RuleSettings(host_threshold, burst_threshold, burst_window_s)
     except ValueError as exc:
@@ -782,17 +701,22 @@ def build_options(
     until_ms = parse_time(until) if until else None
     if since_ms is not None and until_ms is not None and since_ms >= until_ms:
         raise ReportError("--since must be before --until")
-    _check_exists(input_path, "input path")  # before a JVM starts, where we can tell
+    if input_path is not None:
+        _check_exists(input_path, "input path")  # before a JVM starts, where we can tell
+    elif lake is not None and not os.path.isdir(lake):
+        raise ReportError(f"lake directory does not exist: {lake}")
     if tokens:
         _check_exists(tokens, "token snapshot")
-    return ReportOptions(input_path, output, since_ms, until_ms, settings, tokens, glob)
+    return ReportOptions(input_path, output, since_ms, until_ms, settings, tokens, glob, lake)
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m tokensvc.audit.report`` / ``spark-submit tokensvc/audit/report.py``."""
     parser = argparse.ArgumentParser(prog="tokensvc-audit-report", description=__doc__.split(
         "\n\n")[0])
-    parser.add_argument("--input", required=True, help="audit files: any Spark-readable path")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--input", help="audit files: any Spark-readable path")
+    source.add_argument("--lake", help="the lake directory of `tokensvc audit ingest`")
     parser.add_argument("--output", required=True, help="local directory for the reports")
     parser.add_argument("--master", default=None, help="Spark master (default local[*])")
     parser.add_argument("--since", help="first time included (ISO-8601 or epoch ms)")
@@ -808,6 +732,7 @@ def main(argv: list[str] | None = None) -> int:
             args.input, args.output, since=args.since, until=args.until,
             host_threshold=args.host_threshold, burst_threshold=args.burst_threshold,
             burst_window_s=args.burst_window_s, tokens=args.tokens, glob=args.glob,
+            lake=args.lake,
         )
         summary = run_report(create_session(args.master), options)
     except ReportError as exc:

@@ -41,6 +41,19 @@ RULES = (
     "unused_before_expiry",
 )
 
+# How urgently a person should look: attacks in progress and misuse first, noise last.
+SEVERITIES = ("high", "medium", "low")
+RULE_SEVERITY = {
+    "failed_login_burst_token": "high",
+    "expired_token_use": "high",
+    "token_session_token_request": "high",
+    "too_many_hosts": "high",
+    "failed_login_burst_host": "medium",
+    "unknown_token": "medium",
+    "created_for_other_owner": "medium",
+    "unused_before_expiry": "low",
+}
+
 HOUR_MS = 3_600_000
 
 TOKEN_USAGE_COLUMNS = (

@@ -1,0 +1,218 @@
+"""The lake: streaming ingest against real Spark, the lake report against the JSON report,
+and exactly-once after kill -9 in the middle of a batch (a real subprocess).
+
+One SparkSession (tests/spark_support.py) serves the in-process runs; the crash test
+runs ``tokensvc audit ingest`` in its own process group, as a person would.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from pyspark.sql import SparkSession
+
+from cli.audit_cmd import audit
+from tests.spark_support import shared_spark
+from tests.support.wait import wait_for
+from tokensvc.audit.events import authentication_event, stamp
+from tokensvc.audit.generator import SNAPSHOT_FILE, generate
+from tokensvc.audit.ingest import STALL_ENV, IngestOptions, run_ingest
+from tokensvc.audit.lake import lake_layout
+from tokensvc.audit.report import REPORTS, build_options, run_report
+
+pytestmark = pytest.mark.spark
+
+T0 = 1_704_067_200_000  # 2024-01-01T00:00:00Z
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def spark() -> SparkSession:
+    return shared_spark()
+
+
+def login_line(ts: int, token: int, broker: int = 4, host: str = "10.9.9.9") -> str:
+    body = authentication_event(outcome="failure", mechanism="SCRAM-SHA-256", kind="token",
+                                username=f"tok{token:019d}", token_id=f"tok{token:019d}",
+                                client_host=host, reason="bad_proof")
+    return json.dumps(stamp(body, ts=ts, broker_id=broker, event_id=f"{broker:04d}{ts:028d}"))
+
+
+BAD_LINES = [
+    "this is not json",
+    '{"schema":1,"ts":"yesterday","broker_id":4,"event_id":"x1","type":"authentication"}',
+    '{"schema":2,"ts":1704067200000,"broker_id":4,"event_id":"x2","type":"authentication"}',
+    '{"schema":1,"ts":1704067200000,"broker_id":4,"event_id":"x3","type":"mystery"}',
+    '{"schema":1,"ts":1704067200000,"event_id":"x4","type":"authentication"}',
+]
+
+
+def lake_rows(spark: SparkSession, lake: Path) -> list[Any]:
+    return spark.read.parquet(str(lake_layout(lake).events)).select("event_id").collect()
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> dict[str, Any]:
+    """Generated events plus a compressed rotated file, extra fields and bad lines;
+    ingested once, and reported both from the lake and from the JSON files."""
+    data = tmp_path_factory.mktemp("audit")
+    generate(data, 2_500, seed=21, brokers=3)
+    with gzip.open(data / "audit-4-20240101T000000-0.jsonl.1.gz", "wt") as fh:
+        for n in range(12):  # a burst on one token from a fourth broker, rotated away
+            fh.write(login_line(T0 + 3_600_000 + n * 1000, 7) + "\n")
+    with open(data / "audit-4-20240101T020000-0.jsonl", "w") as fh:
+        for n, bad in enumerate(BAD_LINES):
+            event = json.loads(login_line(T0 + 7_200_000 + n, 100 + n))
+            event["implicit"] = True
+            event["fingerprint"] = "k1:9f2c"  # a field this reader does not know
+            fh.write(json.dumps(event) + "\n" + bad + "\n\n")
+    lake = tmp_path_factory.mktemp("lake")
+    totals = run_ingest(spark, IngestOptions(str(data), str(lake), once=True), echo=print)
+    from_lake = tmp_path_factory.mktemp("from-lake")
+    from_json = tmp_path_factory.mktemp("from-json")
+    snapshot = str(data / SNAPSHOT_FILE)
+    return {
+        "data": data, "lake": lake, "totals": totals, "out_lake": from_lake,
+        "out_json": from_json,
+        "lake_summary": run_report(spark, build_options(None, str(from_lake), lake=str(lake),
+                                                        tokens=snapshot)),
+        "json_summary": run_report(spark, build_options(str(data), str(from_json),
+                                                        tokens=snapshot)),
+    }
+
+
+def test_every_valid_event_is_in_the_lake_once(spark: SparkSession, both: dict) -> None:
+    ids = [r["event_id"] for r in lake_rows(spark, both["lake"])]
+    assert len(ids) == len(set(ids)) == both["json_summary"]["events_read"] == 2_500 + 12 + 5
+    assert both["totals"].events == len(ids)
+
+
+def test_malformed_lines_are_quarantined_with_their_reason(spark: SparkSession,
+                                                           both: dict) -> None:
+    rows = spark.read.parquet(str(lake_layout(both["lake"]).quarantine)).collect()
+    by_reason: dict[str, int] = {}
+    for row in rows:
+        by_reason[row["malformed_reason"]] = by_reason.get(row["malformed_reason"], 0) + 1
+    assert by_reason == {"not_json": 1, "wrong_types": 1, "unknown_schema": 1,
+                         "unknown_type": 1, "missing_fields": 1}
+    assert {r["line"] for r in rows} == set(BAD_LINES)
+    assert all(r["source"].startswith("audit-4-20240101T020000-0.jsonl.") for r in rows)
+    assert both["totals"].quarantined == 5
+    assert both["lake_summary"]["malformed_by_reason"] == \
+        both["json_summary"]["malformed_by_reason"]
+
+
+def test_lake_is_partitioned_by_event_date(both: dict) -> None:
+    dates = sorted(p.name for p in lake_layout(both["lake"]).events.iterdir())
+    assert dates == ["date=2024-01-01", "date=2024-01-02"]
+
+
+def test_report_from_lake_agrees_with_json_row_for_row(spark: SparkSession,
+                                                       both: dict) -> None:
+    for name in REPORTS:
+        lake_rows_ = spark.read.parquet(str(both["out_lake"] / name / "parquet")).collect()
+        json_rows = spark.read.parquet(str(both["out_json"] / name / "parquet")).collect()
+        assert [r.asDict() for r in lake_rows_] == [r.asDict() for r in json_rows], name
+        assert json_rows or name == "lifecycle"
+    for name in REPORTS:
+        csv_lake = next((both["out_lake"] / name / "csv").glob("part-*.csv")).read_text()
+        assert csv_lake == next((both["out_json"] / name / "csv").glob("part-*.csv")).read_text()
+    skip = {"input", "lake", "output", "elapsed_s"}
+    lake_summary = {k: v for k, v in both["lake_summary"].items() if k not in skip}
+    assert lake_summary == {k: v for k, v in both["json_summary"].items() if k not in skip}
+    assert both["lake_summary"]["findings_by_rule"]["failed_login_burst_token"] >= 2
+
+
+def test_ingest_again_adds_only_new_lines(tmp_path: Path, spark: SparkSession) -> None:
+    data, lake = tmp_path / "audit", tmp_path / "lake"
+    data.mkdir()
+    live = data / "audit-5-20240101T000000-0.jsonl"
+    live.write_text("".join(login_line(T0 + n, n, broker=5) + "\n" for n in range(30))
+                    + login_line(T0 + 30, 30, broker=5)[:25])  # a line still being written
+    options = IngestOptions(str(data), str(lake), once=True)
+    first = run_ingest(spark, options, echo=print)
+    assert (first.events, first.quarantined) == (30, 0)
+    assert run_ingest(spark, options, echo=print).events == 0
+    with open(live, "a") as fh:
+        fh.write(login_line(T0 + 30, 30, broker=5)[25:] + "\n")
+        fh.write(login_line(T0 + 31, 31, broker=5) + "\n")
+    assert run_ingest(spark, options, echo=print).events == 2
+    ids = [r["event_id"] for r in lake_rows(spark, lake)]
+    assert len(ids) == len(set(ids)) == 32
+
+
+def test_ingest_refuses_a_missing_input_and_changes_nothing(tmp_path: Path) -> None:
+    result = CliRunner().invoke(audit, ["ingest", "--input", str(tmp_path / "nope"),
+                                        "--lake", str(tmp_path / "lake"), "--once"])
+    assert result.exit_code == 1
+    assert "input directory does not exist" in result.output
+    assert not (tmp_path / "lake").exists()
+
+
+def test_report_needs_exactly_one_source(tmp_path: Path) -> None:
+    result = CliRunner().invoke(audit, ["report", "--input", str(tmp_path), "--lake",
+                                        str(tmp_path), "--output", str(tmp_path / "o")])
+    assert result.exit_code == 1 and "exactly one of --input" in result.output
+    result = CliRunner().invoke(audit, ["report", "--lake", str(tmp_path / "none"),
+                                        "--output", str(tmp_path / "o")])
+    assert result.exit_code == 1 and "lake directory does not exist" in result.output
+
+
+def _ingest_process(data: Path, lake: Path, log: Path, *, once: bool,
+                    stall: int | None) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    env.pop(STALL_ENV, None)
+    if stall is not None:
+        env[STALL_ENV] = str(stall)
+    args = [sys.executable, "-m", "cli.tokensvc", "audit", "ingest", "--input", str(data),
+            "--lake", str(lake), "--master", "local[1]", "--max-files-per-batch", "1",
+            "--trigger-s", "0.5"]
+    with open(log, "wb") as out:
+        return subprocess.Popen(args + (["--once"] if once else []), cwd=ROOT, env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def test_kill_9_in_the_middle_of_a_batch_then_run_again_loses_and_repeats_nothing(
+        tmp_path: Path, spark: SparkSession) -> None:
+    data, lake = tmp_path / "audit", tmp_path / "lake"
+    generate(data, 1_500, seed=3, brokers=3)  # three files: three one-chunk batches
+    layout = lake_layout(lake)
+    first = _ingest_process(data, lake, tmp_path / "first.log", once=True, stall=1)
+    try:
+        wait_for(lambda: (lake / "stalled-1").exists() or first.poll() is not None, 300,
+                 "batch 1 half written")
+        assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+        # Mid-batch: batch 1 is planned, not committed, and part of it is in the lake.
+        assert (layout.checkpoint / "offsets" / "1").exists()
+        assert not (layout.checkpoint / "commits" / "1").exists()
+        assert list(layout.events.rglob("b000000000001-*.parquet"))
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(60)
+
+    # Run again, this time as a long-running job stopped by SIGTERM.
+    second = _ingest_process(data, lake, tmp_path / "second.log", once=False, stall=None)
+    log = tmp_path / "second.log"
+    try:
+        wait_for(lambda: "batch 2:" in log.read_text() or second.poll() is not None, 300,
+                 "batch 2 of the second run")
+        assert second.poll() is None, log.read_text()[-3000:]
+        os.kill(second.pid, signal.SIGTERM)  # the tokensvc process, as `kill PID` does
+        assert second.wait(120) == 0, log.read_text()[-3000:]
+    finally:
+        if second.poll() is None:
+            os.killpg(second.pid, signal.SIGKILL)
+    text = log.read_text()
+    assert "SIGTERM: stopping" in text and "ingested" in text
+    ids = [r["event_id"] for r in lake_rows(spark, lake)]
+    assert len(ids) == len(set(ids)) == 1_500
+    assert not list(layout.batches.iterdir())

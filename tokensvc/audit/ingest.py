@@ -1,0 +1,266 @@
+"""``tokensvc audit ingest``: the brokers' audit files into the Parquet lake, exactly once.
+
+This module owns the streaming job: a :class:`~tokensvc.audit.spool.Spool` pass
+copies whole new lines of the audit files into ``LAKE_DIR/_spool``; Spark
+Structured Streaming's file source reads the spool (its offsets in
+``LAKE_DIR/_checkpoint``); each micro-batch parses and classifies its lines
+(:mod:`tokensvc.audit.lines`) and commits them to the lake
+(:mod:`tokensvc.audit.lake` names the layout).
+
+Exactly once, step by step:
+
+1. a spool chunk appears atomically (rename) and covers a byte range of one
+   audit file that no other chunk covers;
+2. the file source writes the set of chunks of batch *N* to the offset log
+   before running it, and marks *N* committed only after the batch returns; a
+   restarted query runs an uncommitted *N* again with the same chunks and the
+   same *N*;
+3. batch *N* first deletes every lake file whose name starts with its prefix
+   (``b<N>-``: leftovers of a run of *N* that was killed), writes into
+   ``_batches/<N>``, then moves the files into the lake under that prefix.
+
+So a kill -9 anywhere, then a new run, leaves each event in the lake once. A
+reader that lists the lake while a batch is moving its files in sees part of
+that batch; the report is meant to run between ingests or on dates already
+complete.
+
+It must not be imported by the broker (pyspark).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+
+from tokensvc.audit.lake import LakeLayout, lake_layout
+from tokensvc.audit.lines import EVENT_FIELDS, MALFORMED_REASONS, parse_text, status_column
+from tokensvc.audit.spool import DEFAULT_CLOSED_AFTER_S, DEFAULT_GLOB, Spool
+
+QUARANTINE_PART = "__quarantine__"
+_WRITERS_KEY = "spark.sql.maxConcurrentOutputFileWriters"
+# Test hook: the batch with this id stops (blocks) after moving its first file into
+# the lake, so a test can kill -9 the process in the middle of a batch.
+STALL_ENV = "TOKENSVC_AUDIT_INGEST_STALL_BATCH"
+
+
+class IngestError(Exception):
+    """A problem the person running ingest can fix (bad path, bad option)."""
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    input: str
+    lake: str
+    once: bool = False
+    glob: str = DEFAULT_GLOB
+    closed_after_s: float = DEFAULT_CLOSED_AFTER_S
+    trigger_s: float = 5.0
+    max_files_per_batch: int | None = None
+
+
+@dataclass
+class IngestTotals:
+    batches: int = 0
+    events: int = 0
+    quarantined: int = 0
+    quarantined_by_reason: dict[str, int] = field(default_factory=dict)
+    spooled_bytes: int = 0
+    spool_s: float = 0.0
+    elapsed_s: float = 0.0
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+def _move_batch(src: Path, dst: Path, prefix: str, stall: Callable[[], None]) -> int:
+    """Move the Parquet part files of ``src`` (and its ``k=v`` subdirectories) into
+    ``dst`` with ``prefix`` on their names; the number moved."""
+    moved = 0
+    for root, _dirs, files in os.walk(src):
+        rel = Path(root).relative_to(src)
+        for name in sorted(files):
+            if not (name.startswith("part-") and name.endswith(".parquet")):
+                continue
+            target = dst / rel
+            target.mkdir(parents=True, exist_ok=True)
+            os.replace(Path(root) / name, target / f"{prefix}{name}")
+            moved += 1
+            stall()
+    return moved
+
+
+def _remove_batch(lake: LakeLayout, batch_id: int) -> None:
+    """Delete what an earlier, killed run of ``batch_id`` left in the lake."""
+    prefix = lake.batch_prefix(batch_id)
+    for directory in (lake.events, lake.quarantine):
+        for root, _dirs, files in os.walk(directory):
+            for name in files:
+                if name.startswith(prefix):
+                    os.unlink(Path(root) / name)
+    shutil.rmtree(lake.batches / str(batch_id), ignore_errors=True)
+
+
+class BatchCommitter:
+    """The ``foreachBatch`` function of the ingest query (see the module docstring)."""
+
+    def __init__(self, lake: LakeLayout, totals: IngestTotals,
+                 echo: Callable[[str], None]) -> None:
+        self.lake = lake
+        self.totals = totals
+        self.echo = echo
+        self.started = time.monotonic()
+        stall = os.environ.get(STALL_ENV)
+        self._stall_batch = int(stall) if stall else None
+
+    def _stall(self, batch_id: int) -> Callable[[], None]:
+        if batch_id != self._stall_batch:
+            return lambda: None
+
+        def block() -> None:
+            (self.lake.root / f"stalled-{batch_id}").touch()
+            threading.Event().wait()
+        return block
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        started = time.monotonic()
+        lake = self.lake
+        _remove_batch(lake, batch_id)
+        staging = lake.batches / str(batch_id)
+        parsed = parse_text(batch)
+        status = status_column()
+        now_ms = int(time.time() * 1000)
+        rows = parsed.select(
+            *[F.col(f.name) for f in EVENT_FIELDS.fields],
+            status.alias("status"), "line", "source",
+        )
+        ok = F.col("status") == "ok"
+        observation = Observation(f"ingest-{batch_id}")
+        rows = rows.observe(
+            observation, F.count(F.when(ok, 1)).alias("ok"),
+            *[F.count(F.when(F.col("status") == r, 1)).alias(r) for r in MALFORMED_REASONS])
+        part = F.when(ok, F.date_format(F.timestamp_millis("ts"), "yyyy-MM-dd")).otherwise(
+            F.lit(QUARANTINE_PART))
+        out = rows.select(
+            *[F.col(f.name) for f in EVENT_FIELDS.fields],
+            F.when(~ok, F.col("status")).alias("malformed_reason"),
+            F.when(~ok, F.col("line")).alias("line"),
+            F.when(~ok, F.col("source")).alias("source"),
+            F.when(~ok, F.lit(now_ms)).alias("ingested_ms"),
+            part.alias("date"),
+        )
+        out.write.mode("overwrite").partitionBy("date").parquet(str(staging))
+        counts = observation.get
+        prefix = lake.batch_prefix(batch_id)
+        stall = self._stall(batch_id)
+        quarantine_dir = staging / f"date={QUARANTINE_PART}"
+        if quarantine_dir.is_dir():
+            _move_batch(quarantine_dir, lake.quarantine, prefix, stall)
+            shutil.rmtree(quarantine_dir)
+        _move_batch(staging, lake.events, prefix, stall)
+        shutil.rmtree(staging, ignore_errors=True)
+
+        events = int(counts.get("ok", 0))
+        bad = {r: int(counts.get(r, 0)) for r in MALFORMED_REASONS}
+        totals = self.totals
+        totals.batches += 1
+        totals.events += events
+        totals.quarantined += sum(bad.values())
+        for reason, n in bad.items():
+            totals.quarantined_by_reason[reason] = totals.quarantined_by_reason.get(reason, 0) + n
+        took = time.monotonic() - started
+        elapsed = time.monotonic() - self.started
+        self.echo(
+            f"batch {batch_id}: {events:,} events, {sum(bad.values()):,} quarantined, "
+            f"{events / took if took > 0 else 0:,.0f} events/s; total {totals.events:,} events "
+            f"in {totals.batches} batches, {totals.events / elapsed if elapsed else 0:,.0f} "
+            f"events/s")
+
+
+def check_options(options: IngestOptions) -> None:
+    if not Path(options.input).is_dir():
+        raise IngestError(f"input directory does not exist: {options.input}")
+    lake = Path(options.lake)
+    if lake.exists() and not lake.is_dir():
+        raise IngestError(f"lake is not a directory: {options.lake}")
+    if Path(options.input).resolve() == lake.resolve():
+        raise IngestError("the lake must not be the audit directory")
+    if options.closed_after_s < 0 or options.trigger_s <= 0:
+        raise IngestError("--closed-after-s must be >= 0 and --trigger-s > 0")
+    if options.max_files_per_batch is not None and options.max_files_per_batch < 1:
+        raise IngestError("--max-files-per-batch must be >= 1")
+
+
+def run_ingest(spark: SparkSession, options: IngestOptions, *,
+               stop: threading.Event | None = None,
+               echo: Callable[[str], None] = print) -> IngestTotals:
+    """Run the ingest query: to the end of what is there (``once``), else until
+    ``stop`` is set. Returns the totals of this run."""
+    check_options(options)
+    stop = stop or threading.Event()
+    started = time.monotonic()
+    lake = lake_layout(options.lake)
+    for directory in (lake.events, lake.quarantine, lake.batches):
+        directory.mkdir(parents=True, exist_ok=True)
+    totals = IngestTotals()
+    spool = Spool(options.input, lake.spool, glob=options.glob,
+                  closed_after_s=options.closed_after_s)
+
+    def spool_pass() -> None:
+        done = spool.collect()
+        totals.spooled_bytes += done.bytes
+        totals.spool_s += done.elapsed_s
+
+    spool_pass()
+    reader = (spark.readStream.format("text")
+              .option("pathGlobFilter", "*.chunk")
+              .option("maxFileAge", "36500d"))
+    if options.max_files_per_batch:
+        reader = reader.option("maxFilesPerTrigger", str(options.max_files_per_batch))
+    lines = reader.load(str(lake.spool)).select(
+        "value", F.col("_metadata.file_name").alias("source"))
+    writer = (lines.writeStream
+              .foreachBatch(BatchCommitter(lake, totals, echo))
+              .option("checkpointLocation", str(lake.checkpoint))
+              .queryName("tokensvc-audit-ingest"))
+    if options.once:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{int(options.trigger_s * 1000)} milliseconds")
+    # A batch holds a few dates per task: a file writer per date avoids sorting the
+    # batch by date before writing it.
+    previous = spark.conf.get(_WRITERS_KEY)
+    spark.conf.set(_WRITERS_KEY, "16")
+    query = writer.start()
+    try:
+        while not query.awaitTermination(1.0 if options.once else options.trigger_s):
+            if stop.is_set():
+                break
+            if not options.once:
+                spool_pass()
+    except StreamingQueryException as exc:
+        raise IngestError(f"ingest query failed: {exc.getMessage()}") from None
+    finally:
+        if query.isActive:
+            query.stop()
+        spark.conf.set(_WRITERS_KEY, previous)
+    totals.elapsed_s = time.monotonic() - started
+    return totals
+
+
+def format_totals(totals: IngestTotals) -> str:
+    reasons = ", ".join(f"{r} {n}" for r, n in totals.quarantined_by_reason.items() if n)
+    return (f"ingested {totals.events:,} events in {totals.batches} batches, "
+            f"{totals.elapsed_s:.1f}s ({totals.events_per_s:,.0f} events/s); "
+            f"quarantined {totals.quarantined:,} malformed lines"
+            + (f" ({reasons})" if reasons else ""))
+
