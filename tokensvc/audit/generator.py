@@ -63,7 +63,7 @@ _BUFFER_LINES = 8192
 
 _COMMON = '{"schema":1,"ts":%d,"broker_id":%d,"event_id":"%032x","type":'
 _AUTH = (_COMMON + '"authentication","outcome":"%s","mechanism":"SCRAM-SHA-256","kind":"%s",'
-         '"username":"%s","token_id":%s,"principal":%s,"client_host":"%s","client_port":%d,'
+         '"implicit":false,"username":"%s","token_id":%s,"principal":%s,"client_host":"%s","client_port":%d,'
          '"listener":"SASL_PLAINTEXT","reason":%s}\n')
 _TOKEN = (_COMMON + '"token","action":"%s","outcome":"%s","error_code":%d,"error":"%s",'
           '"requester":"%s","token_authenticated":%s,"owner":%s,"token_id":%s,"renewers":%s,'
@@ -390,7 +390,7 @@ class _Simulation:
         if token.login_line is None:
             token.login_line = (
                 '"authentication","outcome":"success","mechanism":"SCRAM-SHA-256",'
-                f'"kind":"token","username":"{token.token_id}","token_id":"{token.token_id}",'
+                f'"kind":"token","implicit":false,"username":"{token.token_id}","token_id":"{token.token_id}",'
                 f'"principal":"{token.owner}","client_host":"'
             )
         return self._write(broker, "".join((
