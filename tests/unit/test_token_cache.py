@@ -313,3 +313,18 @@ def test_scram_iterations_are_configurable() -> None:
     cache = TokenCache(MasterKeys(KEY), scram_iterations=8192)
     cache.upsert(info("t1"))
     assert cache.scram_credential("t1", SHA256)[0].iterations == 8192
+
+
+def test_batch_listener_hears_a_resync_in_one_call_and_each_change_alone(
+    cache: TokenCache,
+) -> None:
+    batches: list[list[tuple[str, str]]] = []
+    cache.add_batch_listener(lambda events: batches.append([(k, i.token_id) for k, i in events]))
+    cache.upsert(info("gone"))
+    cache.replace_all([info("a"), info("b"), info("c")])
+    cache.remove("a")
+    cache.upsert(info("b"))  # unchanged: not reported
+    assert batches[0] == [("upsert", "gone")]
+    assert sorted(batches[1]) == [("remove", "gone"), ("upsert", "a"), ("upsert", "b"),
+                                  ("upsert", "c")]
+    assert batches[2:] == [[("remove", "a")]]

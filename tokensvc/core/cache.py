@@ -44,6 +44,11 @@ from tokensvc.scram.formatter import (
 log = logging.getLogger("tokensvc.core.cache")
 
 Listener = Callable[[str, TokenInformation], None]
+BatchListener = Callable[[list[tuple[str, TokenInformation]]], None]
+
+# A resync that adds or changes at least this many tokens freezes the collector's
+# view of the heap afterwards (gc.freeze): a cold start of many tokens.
+FREEZE_AFTER = 50_000
 
 UPSERT = "upsert"
 REMOVE = "remove"
@@ -198,6 +203,8 @@ class TokenCache:
 
     Listeners get ``("upsert", info)`` or ``("remove", info)`` after each
     change, outside the lock; an upsert that changes nothing is not reported.
+    Batch listeners get the same events as one list per call (a resync of a
+    million tokens is one call, not a million).
     """
 
     def __init__(self, keys: MasterKeys, *, scram_iterations: int = MIN_ITERATIONS) -> None:
@@ -213,6 +220,7 @@ class TokenCache:
         self._unknown_key = 0
         self._derived = 0
         self._listeners: list[Listener] = []
+        self._batch_listeners: list[BatchListener] = []
 
     # -- changes ---------------------------------------------------------------
 
@@ -246,17 +254,24 @@ class TokenCache:
         Made for a cold start of a million tokens: the expiry heap is built once,
         and the cyclic garbage collector is paused while entries are inserted
         (they all live on, so collections would only walk them again and again:
-        at a million tokens that made the fill grow faster than the data).
+        at a million tokens that made the fill grow faster than the data). After a
+        fill of :data:`FREEZE_AFTER` tokens or more, ``gc.freeze()`` moves the heap
+        to the collector's permanent generation (later full collections skip it).
         """
         paused = gc.isenabled()
         gc.disable()
         try:
-            self._replace_all(infos)
+            added = self._replace_all(infos)
+            if added >= FREEZE_AFTER:
+                # The tokens just loaded live until they expire: move them (and what
+                # else exists now) out of the collector's reach, so no later full
+                # collection walks a million entries in one pause on the event loop.
+                gc.freeze()
         finally:
             if paused:
                 gc.enable()
 
-    def _replace_all(self, infos: Iterable[TokenInformation]) -> None:
+    def _replace_all(self, infos: Iterable[TokenInformation]) -> int:
         wanted = {info.token_id: info for info in infos}
         with self._lock:
             entries = self._entries
@@ -278,11 +293,18 @@ class TokenCache:
                     events.append((UPSERT, info))
             self._expiry.put_many(deadlines)
         self._notify(events)
+        return len(keyed)
 
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener(kind, info)`` after each change (kind: "upsert" or "remove")."""
         with self._lock:
             self._listeners.append(listener)
+
+    def add_batch_listener(self, listener: BatchListener) -> None:
+        """Call ``listener(events)`` after each change with its ``(kind, info)`` events
+        (one call per upsert or remove, one per resync with all of its changes)."""
+        with self._lock:
+            self._batch_listeners.append(listener)
 
     # -- lookups ---------------------------------------------------------------
 
@@ -487,6 +509,12 @@ class TokenCache:
             return
         with self._lock:
             listeners = list(self._listeners)
+            batch_listeners = list(self._batch_listeners)
+        for batch_listener in batch_listeners:
+            try:
+                batch_listener(events)
+            except Exception:
+                log.exception("token cache batch listener failed on %d changes", len(events))
         for kind, info in events:
             for listener in listeners:
                 try:

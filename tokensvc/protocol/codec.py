@@ -105,13 +105,23 @@ def encode_request(header: RequestHeader, body: dict) -> bytes:
 
 def encode_response(header: RequestHeader, body: dict) -> bytes:
     """The response payload (without size prefix) answering the request ``header``."""
+    return _response_writer(header, body).value()
+
+
+def encode_response_segments(header: RequestHeader, body: dict) -> list[bytes]:
+    """:func:`encode_response` as bytes objects to send in order, pre-encoded parts
+    (:class:`~tokensvc.protocol.schema.EncodedElements`) left unjoined."""
+    return _response_writer(header, body).segments()
+
+
+def _response_writer(header: RequestHeader, body: dict) -> Writer:
     schema = _schema(RESPONSES, header.api_key, header.api_version, header)
     w = Writer()
     w.int32(header.correlation_id)
     if response_header_version(header.api_key, header.api_version) >= 1:
         w.uvarint(0)
     schema.write(w, body, header.api_version, flexible(header.api_key, header.api_version))
-    return w.value()
+    return w
 
 
 def decode_response(api_key: int, api_version: int, payload: bytes) -> tuple[int, dict]:
