@@ -319,7 +319,9 @@ def test_batch_listener_hears_a_resync_in_one_call_and_each_change_alone(
     cache: TokenCache,
 ) -> None:
     batches: list[list[tuple[str, str]]] = []
-    cache.add_batch_listener(lambda events: batches.append([(k, i.token_id) for k, i in events]))
+    cache.add_batch_listener(lambda upserted, removed: batches.append(
+        [("remove", i.token_id) for i in removed] + [("upsert", i.token_id) for i in upserted]
+    ))
     cache.upsert(info("gone"))
     cache.replace_all([info("a"), info("b"), info("c")])
     cache.remove("a")

@@ -155,17 +155,23 @@ class SessionRegistry:
 
     def on_token_change(self, kind: str, info: TokenInformation) -> None:
         """TokenCache listener (any thread): hand the change to the event loop."""
-        self.on_token_changes([(kind, info)])
+        if kind == "remove":
+            self.on_token_changes([], [info])
+        else:
+            self.on_token_changes([info], [])
 
-    def on_token_changes(self, events: list[tuple[str, TokenInformation]]) -> None:
+    def on_token_changes(
+        self, upserted: list[TokenInformation], removed: list[TokenInformation]
+    ) -> None:
         """TokenCache batch listener (any thread): hand the changes of tokens that have
         sessions to the event loop in one call. A cold start's million upserts cost one
-        pass under the lock (no session can exist before the cache is complete)."""
+        check (no session can exist before the cache is complete)."""
         with self._lock:
             by_token = self._by_token
             if not by_token:
                 return
-            mine = [(kind, info) for kind, info in events if info.token_id in by_token]
+            mine = [("remove", info) for info in removed if info.token_id in by_token]
+            mine += [("upsert", info) for info in upserted if info.token_id in by_token]
         if not mine:
             return
         try:
