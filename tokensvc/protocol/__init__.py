@@ -26,6 +26,7 @@ from tokensvc.protocol.codec import (
     decode_response,
     encode_request,
     encode_response,
+    encode_response_elements,
     encode_response_segments,
     frame,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "decode_response",
     "encode_request",
     "encode_response",
+    "encode_response_elements",
     "encode_response_segments",
     "flexible",
     "frame",
