@@ -123,7 +123,7 @@ class _MultiGetData:
     GetDataRequest (string path, bool watch); then MultiHeader(-1, true, -1). The reply
     holds per op a MultiHeader and either a GetDataResponse (buffer data, Stat) or, for
     type -1, an ErrorResponse (int err). Results are ``(data, stat)`` or an error code;
-    with ``with_stat=False`` the Stat is skipped unparsed and results are ``(data, None)``
+    with ``with_stat=False`` the Stat is skipped unparsed and a result is the data alone
     (the cold start reads a million znodes and needs none of their 11-field stats).
     """
 
@@ -149,8 +149,8 @@ class _MultiGetData:
 
     def deserialize(
         self, buffer: bytes, offset: int
-    ) -> list[tuple[bytes, ZnodeStat | None] | int]:
-        results: list[tuple[bytes, ZnodeStat | None] | int] = []
+    ) -> list[tuple[bytes, ZnodeStat] | bytes | int]:
+        results: list[tuple[bytes, ZnodeStat] | bytes | int] = []
         with_stat = self.with_stat
         while True:
             op, done, _err = _MULTI_HEADER.unpack_from(buffer, offset)
@@ -162,9 +162,11 @@ class _MultiGetData:
                 offset += _INT.size
                 data = b"" if length < 0 else bytes(buffer[offset : offset + length])
                 offset += max(length, 0)
-                stat = ZnodeStat._make(_STAT.unpack_from(buffer, offset)) if with_stat else None
+                if with_stat:
+                    results.append((data, ZnodeStat._make(_STAT.unpack_from(buffer, offset))))
+                else:
+                    results.append(data)
                 offset += _STAT.size
-                results.append((data, stat))
             elif op == self._ERROR:
                 results.append(_INT.unpack_from(buffer, offset)[0])
                 offset += _INT.size
@@ -434,10 +436,7 @@ class TokenStore:
         """
         ids = self.token_ids()
         _warn_listing_size(ids)
-        found = self._pipelined_get(
-            [layout.token_path(i) for i in ids], ids, "load tokens", with_stat=False
-        )
-        tokens, failed = layout.decode_tokens([(token_id, data) for data, _stat, token_id in found])
+        tokens, failed = layout.decode_tokens(self._read_all_data(ids))
         for token_id, reason in failed:
             log.warning("skipping token znode %s: %s", token_id, reason)
         return tokens
@@ -496,18 +495,34 @@ class TokenStore:
 
     # --- pipelining --------------------------------------------------------------------
 
+    def _read_all_data(self, token_ids: Sequence[str]) -> list[tuple[str, bytes]]:
+        """``(token id, data)`` of every token that still exists, in order: the cold
+        start's reads. With multi-read, no stat is parsed and no object made per token
+        beyond its data and this pair (a million of them would be freed after the load,
+        but keep the memory they sat on)."""
+        paths = [layout.token_path(i) for i in token_ids]
+        if self._multi_read:
+            try:
+                return self._multi_read_get(paths, token_ids, "load tokens", with_stat=False)
+            except StoreError as exc:
+                if not isinstance(exc.__cause__, (UnimplementedError, MarshallingError)):
+                    raise
+                log.warning("ZooKeeper does not support multi-read; using pipelined reads")
+                self._multi_read = False
+        found = self._pipelined_get(paths, token_ids, "load tokens")
+        return [(token_id, data) for data, _stat, token_id in found]
+
     def _pipelined_get(
-        self, paths: Sequence[str], keys: Sequence[str], what: str, *, with_stat: bool = True
+        self, paths: Sequence[str], keys: Sequence[str], what: str
     ) -> list[tuple[bytes, ZnodeStat, str]]:
-        """``(data, stat, key)`` for every path that exists, in order (``stat`` may be
-        None when ``with_stat`` is False and multi-read is used).
+        """``(data, stat, key)`` for every path that exists, in order.
 
         With multi-read, each batch of ``_MULTI_READ_BATCH`` reads is one request (and
         the batches themselves are pipelined); otherwise one pipelined ``get`` per path.
         """
         if self._multi_read:
             try:
-                return self._multi_read_get(paths, keys, what, with_stat)
+                return self._multi_read_get(paths, keys, what)
             except StoreError as exc:
                 if not isinstance(exc.__cause__, (UnimplementedError, MarshallingError)):
                     raise
@@ -519,8 +534,9 @@ class TokenStore:
         ]
 
     def _multi_read_get(
-        self, paths: Sequence[str], keys: Sequence[str], what: str, with_stat: bool = True
-    ) -> list[tuple[bytes, ZnodeStat, str]]:
+        self, paths: Sequence[str], keys: Sequence[str], what: str, *, with_stat: bool = True
+    ) -> list[Any]:
+        """``(data, stat, key)`` per existing znode, or ``(key, data)`` without stats."""
         chroot = self._client.chroot or ""
         pending = []
         for lo in range(0, len(paths), _MULTI_READ_BATCH):
@@ -530,11 +546,13 @@ class TokenStore:
             async_result = self._client.handler.async_result()
             self._client._call(batch, async_result)  # kazoo has no public multi-read call
             pending.append((lo, async_result))
-        found: list[tuple[bytes, ZnodeStat, str]] = []
+        found: list[Any] = []
         for lo, async_result in pending:
             for i, result in enumerate(self._wait(what, async_result), start=lo):
                 if isinstance(result, tuple):
                     found.append((result[0], result[1], keys[i]))
+                elif isinstance(result, bytes):
+                    found.append((keys[i], result))
                 elif result != NoNodeError.code:
                     error = EXCEPTIONS[result]()
                     raise translate(what, error) from error
