@@ -50,6 +50,8 @@ BatchListener = Callable[[list[TokenInformation], list[TokenInformation]], None]
 # A resync that adds or changes at least this many tokens freezes the collector's
 # view of the heap afterwards (gc.freeze): a cold start of many tokens.
 FREEZE_AFTER = 50_000
+# Tokens compared per hold of the lock while a resync looks for what changed.
+RESYNC_CHUNK = 10_000
 
 UPSERT = "upsert"
 REMOVE = "remove"
@@ -286,19 +288,29 @@ class TokenCache:
         # each of a million tokens would be freed after the load, but leave the memory
         # pages they sat on to the broker for good (interleaved with the entries).
         wanted = {info.token_id: info for info in infos}
+        # Finding what changed reads the whole cache: in chunks, so a resync of a
+        # million unchanged tokens never holds the lock (and the logins) for a second.
+        entries = self._entries
+        fresh = list(wanted.values())
+        changed: list[TokenInformation] = []
+        for lo in range(0, len(fresh), RESYNC_CHUNK):
+            with self._lock:
+                changed.extend(
+                    info for info in fresh[lo : lo + RESYNC_CHUNK]
+                    if (entry := entries.get(info.token_id)) is None or entry.info != info
+                )
+        del fresh
         with self._lock:
-            entries = self._entries
-            changed = [
-                info for tid, info in wanted.items()
-                if (entry := entries.get(tid)) is None or entry.info != info
-            ]
+            held = list(entries)
+        gone = [tid for tid in held if tid not in wanted]
+        del held
         hmac_or_none = self._hmac_or_none
         hmacs = [hmac_or_none(info) for info in changed]
         upserted: list[TokenInformation] = []
         removed: list[TokenInformation] = []
         deadlines: list[tuple[int, str]] = []
         with self._lock:
-            for tid in [tid for tid in self._entries if tid not in wanted]:
+            for tid in gone:
                 entry = self._apply_remove(tid)
                 if entry is not None:
                     removed.append(entry.info)
