@@ -44,6 +44,7 @@ import asyncio
 import contextlib
 import multiprocessing
 import os
+import re
 import statistics
 import subprocess
 import threading
@@ -363,11 +364,23 @@ def _measure_size(ctx: BenchContext, zk: ManagedZooKeeper, connect: str,
             figures["sweep_error"] = str(exc)
         if cluster is not None:
             figures.update(_from_log(cluster.broker_info(1)["log"]))
+            figures.update(_load_from_log(cluster.broker_info(1)["log"]))
     figures["load_avg_1m_after"] = _load()
     figures["zookeeper_heap_used_mb"] = _zk_heap_used_mb(zk.pid) if zk.pid else None
     figures["zookeeper_data_mb"] = _dir_mb(zk.data_dir / "data")
     figures.update(_cache_memory(tokens, ctx.master_key))
     return figures
+
+
+# The token sync's first full load, as the broker logs it (B4's pattern is older).
+_SYNC_LOADED = re.compile(r"token-sync resynchronised in (\d+) ms")
+
+
+def _load_from_log(path: str) -> dict[str, int]:
+    """``cache_load_ms``: the token sync's first load (listing, reads, decode, fill)."""
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    match = _SYNC_LOADED.search(text)
+    return {"cache_load_ms": int(match.group(1))} if match else {}
 
 
 @contextlib.contextmanager

@@ -69,6 +69,9 @@ Guard = tuple[str, int]
 
 _PIPELINE_WINDOW = 5_000
 _MULTI_READ_BATCH = 1_000
+# Tokens deleted (with their notifications) per transaction by delete_many: the
+# transaction stays far below jute.maxbuffer (about 200 bytes per token).
+_DELETE_GROUP = 100
 
 _MULTI_HEADER = struct.Struct("!iBi")
 _INT = struct.Struct("!i")
@@ -119,15 +122,18 @@ class _MultiGetData:
     own. Wire format (jute): per op a MultiHeader (int type, bool done, int err) and a
     GetDataRequest (string path, bool watch); then MultiHeader(-1, true, -1). The reply
     holds per op a MultiHeader and either a GetDataResponse (buffer data, Stat) or, for
-    type -1, an ErrorResponse (int err). Results are ``(data, stat)`` or an error code.
+    type -1, an ErrorResponse (int err). Results are ``(data, stat)`` or an error code;
+    with ``with_stat=False`` the Stat is skipped unparsed and a result is the data alone
+    (the cold start reads a million znodes and needs none of their 11-field stats).
     """
 
     type = 22
     _GET_DATA = 4
     _ERROR = -1
 
-    def __init__(self, paths: list[str]) -> None:
+    def __init__(self, paths: list[str], *, with_stat: bool = True) -> None:
         self.paths = paths
+        self.with_stat = with_stat
 
     def __repr__(self) -> str:
         return f"_MultiGetData({len(self.paths)} paths)"
@@ -141,8 +147,11 @@ class _MultiGetData:
         out += _MULTI_HEADER.pack(-1, 1, -1)
         return bytes(out)
 
-    def deserialize(self, buffer: bytes, offset: int) -> list[tuple[bytes, ZnodeStat] | int]:
-        results: list[tuple[bytes, ZnodeStat] | int] = []
+    def deserialize(
+        self, buffer: bytes, offset: int
+    ) -> list[tuple[bytes, ZnodeStat] | bytes | int]:
+        results: list[tuple[bytes, ZnodeStat] | bytes | int] = []
+        with_stat = self.with_stat
         while True:
             op, done, _err = _MULTI_HEADER.unpack_from(buffer, offset)
             offset += _MULTI_HEADER.size
@@ -153,9 +162,11 @@ class _MultiGetData:
                 offset += _INT.size
                 data = b"" if length < 0 else bytes(buffer[offset : offset + length])
                 offset += max(length, 0)
-                stat = ZnodeStat._make(_STAT.unpack_from(buffer, offset))
+                if with_stat:
+                    results.append((data, ZnodeStat._make(_STAT.unpack_from(buffer, offset))))
+                else:
+                    results.append(data)
                 offset += _STAT.size
-                results.append((data, stat))
             elif op == self._ERROR:
                 results.append(_INT.unpack_from(buffer, offset)[0])
                 offset += _INT.size
@@ -277,10 +288,45 @@ class TokenStore:
     def delete_many(
         self, versions: Sequence[tuple[str, int]], *, guard: Guard | None = None
     ) -> list[str]:
-        """Delete each ``(token id, version)`` as :meth:`delete` does -- one transaction
-        with its notification, conditional on the version -- but pipelined, up to
-        ``_PIPELINE_WINDOW`` in flight. Returns the ids deleted; tokens gone or changed
-        meanwhile are skipped. A failed guard raises NotControllerError."""
+        """Delete each ``(token id, version)`` as :meth:`delete` does -- conditional on
+        the version, with its change notification -- for many tokens at once: up to
+        ``_DELETE_GROUP`` tokens per transaction (the guard's check once, then each
+        token's delete and notification), the transactions pipelined. A group in which
+        one token changed or vanished meanwhile commits nothing and is retried token by
+        token. Returns the ids deleted (tokens gone or changed meanwhile are skipped);
+        a failed guard raises NotControllerError."""
+        deleted: list[str] = []
+        alone: list[tuple[str, int]] = []
+        groups = [versions[lo : lo + _DELETE_GROUP] for lo in range(0, len(versions), _DELETE_GROUP)]
+        window = max(1, _PIPELINE_WINDOW // _DELETE_GROUP)
+        for lo in range(0, len(groups), window):
+            pending = []
+            for group in groups[lo : lo + window]:
+                tx = self._client.transaction()
+                if guard is not None:
+                    tx.check(guard[0], guard[1])
+                for token_id, version in group:
+                    tx.delete(layout.token_path(token_id), version)
+                    tx.create(
+                        layout.token_change_create_path(),
+                        layout.encode_token_change(token_id),
+                        sequence=True,
+                    )
+                what = f"delete {len(group)} tokens"
+                pending.append((group, what, zk_call(what, tx.commit_async)))
+            for group, what, async_result in pending:
+                try:
+                    self._check_results(what, guard, self._wait(what, async_result))
+                except (TokenNotFoundError, _VersionMismatch):
+                    alone.extend(group)
+                    continue
+                deleted.extend(token_id for token_id, _ in group)
+        if alone:
+            deleted.extend(self._delete_each(alone, guard))
+        return deleted
+
+    def _delete_each(self, versions: Sequence[tuple[str, int]], guard: Guard | None) -> list[str]:
+        """:meth:`delete_many` one transaction per token, pipelined (a group's retry)."""
         deleted: list[str] = []
         for lo in range(0, len(versions), _PIPELINE_WINDOW):
             pending = []
@@ -390,8 +436,7 @@ class TokenStore:
         """
         ids = self.token_ids()
         _warn_listing_size(ids)
-        found = self._pipelined_get([layout.token_path(i) for i in ids], ids, "load tokens")
-        tokens, failed = layout.decode_tokens([(token_id, data) for data, _stat, token_id in found])
+        tokens, failed = layout.decode_tokens(self._read_all_data(ids))
         for token_id, reason in failed:
             log.warning("skipping token znode %s: %s", token_id, reason)
         return tokens
@@ -450,6 +495,23 @@ class TokenStore:
 
     # --- pipelining --------------------------------------------------------------------
 
+    def _read_all_data(self, token_ids: Sequence[str]) -> list[tuple[str, bytes]]:
+        """``(token id, data)`` of every token that still exists, in order: the cold
+        start's reads. With multi-read, no stat is parsed and no object made per token
+        beyond its data and this pair (a million of them would be freed after the load,
+        but keep the memory they sat on)."""
+        paths = [layout.token_path(i) for i in token_ids]
+        if self._multi_read:
+            try:
+                return self._multi_read_get(paths, token_ids, "load tokens", with_stat=False)
+            except StoreError as exc:
+                if not isinstance(exc.__cause__, (UnimplementedError, MarshallingError)):
+                    raise
+                log.warning("ZooKeeper does not support multi-read; using pipelined reads")
+                self._multi_read = False
+        found = self._pipelined_get(paths, token_ids, "load tokens")
+        return [(token_id, data) for data, _stat, token_id in found]
+
     def _pipelined_get(
         self, paths: Sequence[str], keys: Sequence[str], what: str
     ) -> list[tuple[bytes, ZnodeStat, str]]:
@@ -472,20 +534,25 @@ class TokenStore:
         ]
 
     def _multi_read_get(
-        self, paths: Sequence[str], keys: Sequence[str], what: str
-    ) -> list[tuple[bytes, ZnodeStat, str]]:
+        self, paths: Sequence[str], keys: Sequence[str], what: str, *, with_stat: bool = True
+    ) -> list[Any]:
+        """``(data, stat, key)`` per existing znode, or ``(key, data)`` without stats."""
         chroot = self._client.chroot or ""
         pending = []
         for lo in range(0, len(paths), _MULTI_READ_BATCH):
-            batch = _MultiGetData([chroot + p for p in paths[lo : lo + _MULTI_READ_BATCH]])
+            batch = _MultiGetData(
+                [chroot + p for p in paths[lo : lo + _MULTI_READ_BATCH]], with_stat=with_stat
+            )
             async_result = self._client.handler.async_result()
             self._client._call(batch, async_result)  # kazoo has no public multi-read call
             pending.append((lo, async_result))
-        found: list[tuple[bytes, ZnodeStat, str]] = []
+        found: list[Any] = []
         for lo, async_result in pending:
             for i, result in enumerate(self._wait(what, async_result), start=lo):
                 if isinstance(result, tuple):
                     found.append((result[0], result[1], keys[i]))
+                elif isinstance(result, bytes):
+                    found.append((keys[i], result))
                 elif result != NoNodeError.code:
                     error = EXCEPTIONS[result]()
                     raise translate(what, error) from error

@@ -144,6 +144,35 @@ def test_conditional_delete_leaves_a_token_rewritten_since_it_was_read(store):
     assert store.get("t1") is not None
 
 
+def test_delete_many_groups_tokens_and_retries_a_group_with_a_changed_token_one_by_one(
+    client, store
+):
+    for i in range(250):  # three groups of up to 100
+        client.create(layout.token_path(f"d{i:03d}"), layout.encode_token(_info(f"d{i:03d}")))
+    client.create("/guard", b"0")
+    versions = [(f"d{i:03d}", store.get_versioned(f"d{i:03d}")[1]) for i in range(250)]
+    store.update(_info("d150", expiry_timestamp=1_700_200_000_000))  # renewed meanwhile
+    client.delete(layout.token_path("d160"))  # deleted meanwhile
+    before = len(_changes(client))
+    deleted = store.delete_many(versions, guard=("/guard", 0))
+    assert sorted(deleted) == [f"d{i:03d}" for i in range(250) if i not in (150, 160)]
+    assert client.get_children(layout.TOKENS) == ["d150"]
+    changes = _changes(client)[before:]
+    assert sorted(data.decode() for _, data in changes) == sorted(deleted)
+
+
+def test_delete_many_with_a_stale_guard_is_not_controller_and_deletes_nothing(client, store):
+    for i in range(3):
+        store.create(_info(f"g{i}"))
+    client.create("/guard", b"0")
+    client.set("/guard", b"1")
+    before = _changes(client)
+    with pytest.raises(NotControllerError):
+        store.delete_many([(f"g{i}", 0) for i in range(3)], guard=("/guard", 0))
+    assert sorted(client.get_children(layout.TOKENS)) == ["g0", "g1", "g2"]
+    assert _changes(client) == before
+
+
 def test_write_with_stale_guard_fails_as_not_controller_and_changes_nothing(client, store):
     client.create("/guard", b"0")
     client.set("/guard", b"1")  # version 1: a newer controller moved it on

@@ -18,7 +18,12 @@ from tokensvc.core.keys import MasterKeys, key_id
 from tokensvc.core.manager import TokenManager
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import DelegationToken, TokenInformation
-from tokensvc.protocol import RequestHeader, decode_response, encode_response
+from tokensvc.protocol import (
+    RequestHeader,
+    decode_response,
+    encode_response,
+    encode_response_segments,
+)
 
 KEY = "describe-master-key"
 PEOPLE = [KafkaPrincipal.user(n) for n in ("ann", "bob", "cyd", "dée", "e" * 40)]
@@ -117,3 +122,17 @@ def test_a_large_describe_yields_to_the_loop_between_slices():
     assert count == len(cache.tokens())
     # budget 0: every slice of tokens yields, and the other task runs each time.
     assert ticks >= count // 128
+
+
+def test_a_sliced_describe_is_encoded_as_segments_that_reuse_the_slices():
+    cache = _cache(3_000, seed=2)
+    me = PEOPLE[2]
+    described = asyncio.run(describe_tokens(cache, me, None, _may_describe, 3, budget_s=0.0))
+    assert len(described.tokens.parts) > 1
+    header = RequestHeader(DESCRIBE, 3, 9, "test")
+    body = {"ErrorCode": 0, "Tokens": described.tokens, "ThrottleTimeMs": 0}
+    segments = encode_response_segments(header, body)
+    assert b"".join(segments) == encode_response(header, body)
+    # The slices are sent as they are: the same objects, not copies.
+    slice_ids = {id(part) for part in described.tokens.parts}
+    assert sum(id(s) in slice_ids for s in segments) == len(described.tokens.parts)

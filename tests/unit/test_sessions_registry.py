@@ -242,6 +242,16 @@ def test_changes_to_tokens_without_sessions_do_not_reach_the_loop():
     assert h.loop.ready == []
 
 
+def test_a_batch_of_changes_reaches_the_loop_once_with_only_the_tokens_that_have_sessions():
+    h = Harness()
+    conn = h.login(token("tok1"))
+    others = [token(f"other{i}") for i in range(1_000)]
+    h.registry.on_token_changes(others, [*others, token("tok1")])
+    assert len(h.loop.ready) == 1
+    h.loop.run()
+    assert conn.aborted == [REASON_REMOVED]
+
+
 def test_change_from_another_thread_is_applied_on_the_loop():
     h = Harness()
     conn = h.login(token())

@@ -313,3 +313,56 @@ def test_scram_iterations_are_configurable() -> None:
     cache = TokenCache(MasterKeys(KEY), scram_iterations=8192)
     cache.upsert(info("t1"))
     assert cache.scram_credential("t1", SHA256)[0].iterations == 8192
+
+
+def test_batch_listener_hears_a_resync_in_one_call_and_each_change_alone(
+    cache: TokenCache,
+) -> None:
+    batches: list[list[tuple[str, str]]] = []
+    cache.add_batch_listener(lambda upserted, removed: batches.append(
+        [("remove", i.token_id) for i in removed] + [("upsert", i.token_id) for i in upserted]
+    ))
+    cache.upsert(info("gone"))
+    cache.replace_all([info("a"), info("b"), info("c")])
+    cache.remove("a")
+    cache.upsert(info("b"))  # unchanged: not reported
+    assert batches[0] == [("upsert", "gone")]
+    assert sorted(batches[1]) == [("remove", "gone"), ("upsert", "a"), ("upsert", "b"),
+                                  ("upsert", "c")]
+    assert batches[2:] == [[("remove", "a")]]
+
+
+def test_a_resync_compares_in_chunks_releasing_the_lock_between_them(monkeypatch) -> None:
+    import tokensvc.core.cache as cache_module
+
+    monkeypatch.setattr(cache_module, "RESYNC_CHUNK", 2)
+    cache = TokenCache(MasterKeys(KEY))
+    cache.replace_all([info(f"t{i}") for i in range(10)])
+    holds = 0
+    real = cache._lock
+
+    class Counting:
+        def __enter__(self):
+            nonlocal holds
+            holds += 1
+            return real.__enter__()
+
+        def __exit__(self, *exc):
+            return real.__exit__(*exc)
+
+    cache._lock = Counting()
+    events = record(cache)
+    cache.replace_all([info(f"t{i}", expiry=3000 if i % 3 == 0 else 2000) for i in range(1, 12)])
+    cache._lock = real
+    # 11 tokens in chunks of 2: 6 holds to compare, one to list the ids, one to apply.
+    assert holds >= 8
+    assert sorted(cache.token_ids()) == sorted(f"t{i}" for i in range(1, 12))
+    assert sorted(events) == sorted(
+        [("remove", "t0"), ("upsert", "t3"), ("upsert", "t6"), ("upsert", "t9"),
+         ("upsert", "t10"), ("upsert", "t11")]
+    )
+    assert cache.info("t3").expiry_timestamp == 3000
+    assert sorted(i.token_id for i in cache.due(2001)) == sorted(
+        ["t1", "t2", "t4", "t5", "t7", "t8", "t10", "t11"]
+    )
+    assert sorted(i.token_id for i in cache.due(3001)) == sorted(cache.token_ids())

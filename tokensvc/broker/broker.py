@@ -51,7 +51,7 @@ from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.keys import AUDIT_FINGERPRINT_LABEL, SCRAM_SALT_LABEL, derived_secret
 from tokensvc.core.manager import TokenManager
 from tokensvc.core.token import TokenInformation
-from tokensvc.protocol import encode_response
+from tokensvc.protocol import encode_response, encode_response_segments
 from tokensvc.scram.formatter import ScramCredential, ScramMechanism, TokenSalt
 from zk.acl_store import AclStore, AclSync
 from zk.brokers import BrokerRegistry
@@ -223,7 +223,7 @@ class Broker:
             on_revoked=self._audit_revoked,
             clock=self.clock,
         )
-        self.cache.add_listener(self.sessions.on_token_change)
+        self.cache.add_batch_listener(self.sessions.on_token_changes)
 
         async def raw_sasl(session: Session, payload: bytes) -> bytes:
             assert self.services is not None
@@ -454,8 +454,11 @@ class Broker:
         handler = HANDLERS.get(api_key)
         return handler.name if handler else str(api_key)
 
-    async def dispatch(self, ctx: RequestContext, body: dict) -> tuple[bytes, int]:
+    async def dispatch(self, ctx: RequestContext, body: dict) -> tuple[bytes | list[bytes], int]:
         """Handle one request; returns the encoded response and its top-level error code.
+
+        A response with pre-encoded parts (a large describe) comes as the list of its
+        bytes objects, in order, for the connection to write without joining them.
 
         Writes (KIP-590): on a non-controller, the handler's ``precheck`` then the
         forwarder; on the controller, the exactly-once ledger with a fresh request key.
@@ -485,7 +488,9 @@ class Broker:
         except Exception:
             log.exception("%s failed", handler.name)
             response = handler.error_body(version, Errors.UNKNOWN_SERVER_ERROR)
-        return encode_response(ctx.header, response), int(response.get("ErrorCode", 0) or 0)
+        segments = encode_response_segments(ctx.header, response)
+        encoded = segments[0] if len(segments) == 1 else segments
+        return encoded, int(response.get("ErrorCode", 0) or 0)
 
     # -- sessions -------------------------------------------------------------
 

@@ -72,7 +72,7 @@ SIZE_PREFIX = 4
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 ANONYMOUS = KafkaPrincipal("User", "ANONYMOUS")
 
-Dispatch = Callable[[RequestContext, dict], Coroutine[Any, Any, tuple[bytes, int]]]
+Dispatch = Callable[[RequestContext, dict], Coroutine[Any, Any, tuple[bytes | list[bytes], int]]]
 RawSasl = Callable[[Session, bytes], Awaitable[bytes]]
 Handshake = Callable[[Session, str, int], Errors]
 
@@ -586,8 +586,21 @@ class Connection(asyncio.BufferedProtocol):
             return
         response, error = result
         self._svc.metrics.request(api, error, time.perf_counter() - started)
-        self._write(INT32.pack(len(response)) + response)
+        if isinstance(response, list):
+            self._write_parts(response)
+        else:
+            self._write(INT32.pack(len(response)) + response)
         self._after_response(True)
+
+    def _write_parts(self, parts: list[bytes]) -> None:
+        """A large response given as parts: framed and written part by part, never
+        joined (joining a 137 MB describe would hold the loop for the copy)."""
+        transport = self._transport
+        if not transport.is_closing():
+            transport.write(INT32.pack(sum(map(len, parts))))
+            for part in parts:
+                transport.write(part)
+        self._last_activity = self._loop.time()
 
     def _write(self, data: bytes) -> None:
         transport = self._transport

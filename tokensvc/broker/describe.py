@@ -8,7 +8,8 @@ or renewer, or ``may_describe`` allows it (see ``TokenManager.describe``, the sa
 rule over a list). The array is encoded here, in slices: after each slice that has
 held the event loop for :data:`SLICE_BUDGET_S`, :func:`describe_tokens` yields to the
 loop, so logins and other requests keep being answered while a large describe is
-built. Encoding is direct (``struct`` and byte joins, each principal encoded once per
+built; the slices stay separate bytes objects up to the socket (the broker writes a
+response's parts without joining them). Encoding is direct (``struct`` and byte joins, each principal encoded once per
 describe); ``tests/unit/test_broker_describe.py`` checks it against the schema codec.
 
 Must not: change the cache, authorize on its own (the handler passes
@@ -130,7 +131,7 @@ async def describe_tokens(
     state. Tokens whose master key is unknown have no HMAC and are never shown.
     """
     if owners is not None and not owners:
-        return Described(0, EncodedElements(0, b""))
+        return Described(0, EncodedElements(0, ()))
     me = principal.without_token_flag()
     ids = selected_ids(cache, owners)
     await asyncio.sleep(0)
@@ -145,11 +146,13 @@ async def describe_tokens(
             if info.owner_or_renewer(me) or may_describe(info):
                 elements.append(encoder.element(token))
         if time.perf_counter() - started >= budget_s:
-            count += len(elements)
-            slices.append(b"".join(elements))
-            elements = []
+            if elements:
+                count += len(elements)
+                slices.append(b"".join(elements))
+                elements = []
             await asyncio.sleep(0)
             started = time.perf_counter()
     count += len(elements)
-    slices.append(b"".join(elements))
-    return Described(count, EncodedElements(count, b"".join(slices)))
+    if elements:
+        slices.append(b"".join(elements))
+    return Described(count, EncodedElements(count, tuple(slices)))

@@ -155,13 +155,33 @@ class SessionRegistry:
 
     def on_token_change(self, kind: str, info: TokenInformation) -> None:
         """TokenCache listener (any thread): hand the change to the event loop."""
+        if kind == "remove":
+            self.on_token_changes([], [info])
+        else:
+            self.on_token_changes([info], [])
+
+    def on_token_changes(
+        self, upserted: list[TokenInformation], removed: list[TokenInformation]
+    ) -> None:
+        """TokenCache batch listener (any thread): hand the changes of tokens that have
+        sessions to the event loop in one call. A cold start's million upserts cost one
+        check (no session can exist before the cache is complete)."""
         with self._lock:
-            if info.token_id not in self._by_token:
+            by_token = self._by_token
+            if not by_token:
                 return
+            mine = [("remove", info) for info in removed if info.token_id in by_token]
+            mine += [("upsert", info) for info in upserted if info.token_id in by_token]
+        if not mine:
+            return
         try:
-            self._loop.call_soon_threadsafe(self._apply, kind, info)
+            self._loop.call_soon_threadsafe(self._apply_all, mine)
         except RuntimeError:
-            log.debug("event loop closed; token %s change not applied to sessions", info.token_id)
+            log.debug("event loop closed; %d token changes not applied to sessions", len(mine))
+
+    def _apply_all(self, events: list[tuple[str, TokenInformation]]) -> None:
+        for kind, info in events:
+            self._apply(kind, info)
 
     def _apply(self, kind: str, info: TokenInformation) -> None:
         if kind == "remove":

@@ -12,8 +12,9 @@ master keys; ZooKeeper never has them.
 
 Entries are compact, for a million tokens per broker: one slotted record per
 token holding its details, its HMAC and its credentials packed as one bytes
-object per mechanism; ``DelegationToken`` and ``ScramCredential`` objects are
-built when asked for, not kept.
+object per mechanism in a slot of its own (a derived salt is not stored);
+``DelegationToken`` and ``ScramCredential`` objects are built when asked for,
+not kept.
 
 It must not do I/O or read a clock (callers pass ``now_ms``), and it holds its
 one lock only for dictionary and heap work: PBKDF2 and listener callbacks run
@@ -44,6 +45,13 @@ from tokensvc.scram.formatter import (
 log = logging.getLogger("tokensvc.core.cache")
 
 Listener = Callable[[str, TokenInformation], None]
+BatchListener = Callable[[list[TokenInformation], list[TokenInformation]], None]
+
+# A resync that adds or changes at least this many tokens freezes the collector's
+# view of the heap afterwards (gc.freeze): a cold start of many tokens.
+FREEZE_AFTER = 50_000
+# Tokens compared per hold of the lock while a resync looks for what changed.
+RESYNC_CHUNK = 10_000
 
 UPSERT = "upsert"
 REMOVE = "remove"
@@ -144,39 +152,46 @@ class ExpiryIndex:
 
 
 _MECHANISMS = tuple(ScramMechanism)
-_SLOT = {mechanism: i for i, mechanism in enumerate(_MECHANISMS)}
-_NO_CREDENTIALS: tuple[bytes | None, ...] = (None,) * len(_MECHANISMS)
+# One slot of _Entry per mechanism (left unset until that credential is derived).
+_CREDENTIAL_SLOTS = tuple(f"credential{i}" for i in range(len(_MECHANISMS)))
+_SLOT = dict(zip(_MECHANISMS, _CREDENTIAL_SLOTS, strict=True))
 
 
-def _pack(credential: ScramCredential) -> bytes:
-    """salt | stored key | server key (the salt's length goes first, one byte)."""
-    return bytes((len(credential.salt),)) + credential.salt + credential.stored_key + credential.server_key
+def _pack(credential: ScramCredential, salt_derived: bool) -> bytes:
+    """salt | stored key | server key, the salt's length first (one byte); a derived
+    salt is left out (length 0): it is computed again from the token id when needed."""
+    salt = b"" if salt_derived else credential.salt
+    return bytes((len(salt),)) + salt + credential.stored_key + credential.server_key
 
 
-def _unpack(blob: bytes, iterations: int) -> ScramCredential:
+def _unpack(blob: bytes, iterations: int, derived: bytes | None) -> ScramCredential:
     salt_end = 1 + blob[0]
     half = (len(blob) - salt_end) // 2
-    return ScramCredential(
-        blob[1:salt_end], blob[salt_end:salt_end + half], blob[salt_end + half:], iterations
-    )
+    salt = blob[1:salt_end] if salt_end > 1 or derived is None else derived
+    return ScramCredential(salt, blob[salt_end:salt_end + half], blob[salt_end + half:], iterations)
 
 
 class _Entry:
     """One token as the cache holds it. ``hmac`` is None when its key is unknown;
-    ``credentials`` holds one packed credential (or None) per SCRAM mechanism."""
+    ``credential0``, ``credential1``, ... hold the packed credential of each SCRAM
+    mechanism once derived (unset until then: no tuple, no placeholder)."""
 
-    __slots__ = ("credentials", "hmac", "info")
+    __slots__ = ("hmac", "info", *_CREDENTIAL_SLOTS)
 
-    def __init__(
-        self, info: TokenInformation, hmac: bytes | None, credentials: tuple[bytes | None, ...]
-    ) -> None:
+    def __init__(self, info: TokenInformation, hmac: bytes | None) -> None:
         self.info = info
         self.hmac = hmac
-        self.credentials = credentials
 
     @property
     def token(self) -> DelegationToken | None:
         return DelegationToken(self.info, self.hmac) if self.hmac is not None else None
+
+    def keep_credentials(self, old: _Entry) -> None:
+        """Take over ``old``'s derived credentials (same HMAC: a renewal)."""
+        for name in _CREDENTIAL_SLOTS:
+            packed = getattr(old, name, None)
+            if packed is not None:
+                setattr(self, name, packed)
 
 
 def principals_of(info: TokenInformation) -> tuple[KafkaPrincipal, ...]:
@@ -198,6 +213,9 @@ class TokenCache:
 
     Listeners get ``("upsert", info)`` or ``("remove", info)`` after each
     change, outside the lock; an upsert that changes nothing is not reported.
+    Batch listeners get the same events as two lists per call, ``(upserted,
+    removed)``: a resync of a million tokens is one call, not a million, and
+    builds no event object per token.
     """
 
     def __init__(self, keys: MasterKeys, *, scram_iterations: int = MIN_ITERATIONS) -> None:
@@ -208,11 +226,13 @@ class TokenCache:
         self._lock = threading.Lock()
         self._entries: dict[str, _Entry] = {}
         self._by_hmac: dict[bytes, str] = {}
-        self._by_principal: dict[KafkaPrincipal, set[str]] = {}
+        # Each principal's token ids as the keys of a dict: more compact than a set.
+        self._by_principal: dict[KafkaPrincipal, dict[str, None]] = {}
         self._expiry = ExpiryIndex()
         self._unknown_key = 0
         self._derived = 0
         self._listeners: list[Listener] = []
+        self._batch_listeners: list[BatchListener] = []
 
     # -- changes ---------------------------------------------------------------
 
@@ -224,7 +244,7 @@ class TokenCache:
             entry = self._entries[info.token_id]
             token = entry.token
         if changed:
-            self._notify([(UPSERT, info)])
+            self._notify([info], [])
         return token
 
     def remove(self, token_id: str) -> TokenInformation | None:
@@ -233,7 +253,7 @@ class TokenCache:
             entry = self._apply_remove(token_id)
         if entry is None:
             return None
-        self._notify([(REMOVE, entry.info)])
+        self._notify([], [entry.info])
         return entry.info
 
     def replace_all(self, infos: Iterable[TokenInformation]) -> None:
@@ -246,43 +266,75 @@ class TokenCache:
         Made for a cold start of a million tokens: the expiry heap is built once,
         and the cyclic garbage collector is paused while entries are inserted
         (they all live on, so collections would only walk them again and again:
-        at a million tokens that made the fill grow faster than the data).
+        at a million tokens that made the fill grow faster than the data). After a
+        fill of :data:`FREEZE_AFTER` tokens or more, ``gc.freeze()`` moves the heap
+        to the collector's permanent generation (later full collections skip it).
         """
         paused = gc.isenabled()
         gc.disable()
         try:
-            self._replace_all(infos)
+            added = self._replace_all(infos)
+            if added >= FREEZE_AFTER:
+                # The tokens just loaded live until they expire: move them (and what
+                # else exists now) out of the collector's reach, so no later full
+                # collection walks a million entries in one pause on the event loop.
+                gc.freeze()
         finally:
             if paused:
                 gc.enable()
 
-    def _replace_all(self, infos: Iterable[TokenInformation]) -> None:
+    def _replace_all(self, infos: Iterable[TokenInformation]) -> int:
+        # No per-token temporaries beyond the lists of pointers: tuples made here for
+        # each of a million tokens would be freed after the load, but leave the memory
+        # pages they sat on to the broker for good (interleaved with the entries).
         wanted = {info.token_id: info for info in infos}
+        # Finding what changed reads the whole cache: in chunks, so a resync of a
+        # million unchanged tokens never holds the lock (and the logins) for a second.
+        entries = self._entries
+        fresh = list(wanted.values())
+        changed: list[TokenInformation] = []
+        for lo in range(0, len(fresh), RESYNC_CHUNK):
+            with self._lock:
+                changed.extend(
+                    info for info in fresh[lo : lo + RESYNC_CHUNK]
+                    if (entry := entries.get(info.token_id)) is None or entry.info != info
+                )
+        del fresh
         with self._lock:
-            entries = self._entries
-            changed = [
-                info for tid, info in wanted.items()
-                if (entry := entries.get(tid)) is None or entry.info != info
-            ]
+            held = list(entries)
+        gone = [tid for tid in held if tid not in wanted]
+        del held
         hmac_or_none = self._hmac_or_none
-        keyed = [(info, hmac_or_none(info)) for info in changed]
-        events: list[tuple[str, TokenInformation]] = []
+        hmacs = [hmac_or_none(info) for info in changed]
+        upserted: list[TokenInformation] = []
+        removed: list[TokenInformation] = []
         deadlines: list[tuple[int, str]] = []
         with self._lock:
-            for tid in [tid for tid in self._entries if tid not in wanted]:
+            for tid in gone:
                 entry = self._apply_remove(tid)
                 if entry is not None:
-                    events.append((REMOVE, entry.info))
-            for info, hmac in keyed:
-                if self._apply_upsert(info, hmac, deadlines):
-                    events.append((UPSERT, info))
+                    removed.append(entry.info)
+            del wanted
+            apply_upsert = self._apply_upsert
+            for i, info in enumerate(changed):
+                if apply_upsert(info, hmacs[i], deadlines):
+                    upserted.append(info)
+            del hmacs
             self._expiry.put_many(deadlines)
-        self._notify(events)
+        self._notify(upserted, removed)
+        return len(changed)
 
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener(kind, info)`` after each change (kind: "upsert" or "remove")."""
         with self._lock:
             self._listeners.append(listener)
+
+    def add_batch_listener(self, listener: BatchListener) -> None:
+        """Call ``listener(upserted, removed)`` after each change with the tokens it
+        upserted and removed (one call per upsert or remove, one per resync with all
+        of its changes)."""
+        with self._lock:
+            self._batch_listeners.append(listener)
 
     # -- lookups ---------------------------------------------------------------
 
@@ -327,7 +379,7 @@ class TokenCache:
             for principal in principals:
                 ids = self._by_principal.get(principal.without_token_flag())
                 if ids:
-                    found |= ids
+                    found.update(ids)
         return found
 
     def tokens_by_ids(self, token_ids: Iterable[str]) -> list[DelegationToken]:
@@ -390,28 +442,27 @@ class TokenCache:
         token is removed. None when the token is unknown or its master key is. Matches ``CredentialLookup.token_credential``.
         """
         slot = _SLOT[mechanism]
+        secret = self._salt_secret
+        salt = derived_salt(secret, mechanism, token_id) if secret else None
         with self._lock:
             entry = self._entries.get(token_id)
             if entry is None or entry.hmac is None:
                 return None
-            packed = entry.credentials[slot]
+            packed = getattr(entry, slot, None)
             if packed is not None:
-                return _unpack(packed, self._iterations), entry.info
+                return _unpack(packed, self._iterations, salt), entry.info
             token = DelegationToken(entry.info, entry.hmac)
-        salt = derived_salt(self._salt_secret, mechanism, token_id) if self._salt_secret else None
         credential = derive_credential(token.hmac_b64, mechanism, self._iterations, salt)
         with self._lock:
             entry = self._entries.get(token_id)
             if entry is None or entry.hmac != token.hmac:
                 return None
-            packed = entry.credentials[slot]
+            packed = getattr(entry, slot, None)
             if packed is None:
-                packed = _pack(credential)
-                credentials = list(entry.credentials)
-                credentials[slot] = packed
-                entry.credentials = tuple(credentials)
+                packed = _pack(credential, salt is not None)
+                setattr(entry, slot, packed)
                 self._derived += 1
-            return _unpack(packed, self._iterations), entry.info
+            return _unpack(packed, self._iterations, salt), entry.info
 
     # -- internals (callers hold the lock unless noted) ---------------------------
 
@@ -434,12 +485,11 @@ class TokenCache:
         old = self._entries.get(token_id)
         if old is not None and old.info == info:
             return False
-        credentials = _NO_CREDENTIALS
+        entry = self._entries[token_id] = _Entry(info, hmac)
         if old is not None:
             if old.hmac is not None and old.hmac == hmac:
-                credentials = old.credentials
+                entry.keep_credentials(old)
             self._unindex(old)
-        self._entries[token_id] = _Entry(info, hmac, credentials)
         if hmac is not None:
             self._by_hmac[hmac] = token_id
         else:
@@ -448,9 +498,9 @@ class TokenCache:
         for principal in principals_of(info):
             ids = by_principal.get(principal)
             if ids is None:
-                by_principal[principal] = {token_id}
+                by_principal[principal] = {token_id: None}
             else:
-                ids.add(token_id)
+                ids[token_id] = None
         deadline = min(info.expiry_timestamp, info.max_timestamp)
         if deadlines is None:
             self._expiry.put(token_id, deadline)
@@ -477,19 +527,29 @@ class TokenCache:
         for principal in principals_of(entry.info):
             ids = by_principal.get(principal)
             if ids is not None:
-                ids.discard(token_id)
+                ids.pop(token_id, None)
                 if not ids:
                     del by_principal[principal]
 
-    def _notify(self, events: list[tuple[str, TokenInformation]]) -> None:
-        """Tell every listener about ``events``. Runs without the lock."""
-        if not events:
+    def _notify(self, upserted: list[TokenInformation], removed: list[TokenInformation]) -> None:
+        """Tell every listener about the tokens ``upserted`` and ``removed``. Runs
+        without the lock."""
+        if not upserted and not removed:
             return
         with self._lock:
             listeners = list(self._listeners)
-        for kind, info in events:
-            for listener in listeners:
-                try:
-                    listener(kind, info)
-                except Exception:
-                    log.exception("token cache listener failed on %s of %s", kind, info.token_id)
+            batch_listeners = list(self._batch_listeners)
+        for batch_listener in batch_listeners:
+            try:
+                batch_listener(upserted, removed)
+            except Exception:
+                log.exception("token cache batch listener failed on %d changes",
+                              len(upserted) + len(removed))
+        for kind, infos in ((REMOVE, removed), (UPSERT, upserted)):
+            for info in infos:
+                for listener in listeners:
+                    try:
+                        listener(kind, info)
+                    except Exception:
+                        log.exception("token cache listener failed on %s of %s", kind,
+                                      info.token_id)

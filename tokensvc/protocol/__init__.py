@@ -26,6 +26,8 @@ from tokensvc.protocol.codec import (
     decode_response,
     encode_request,
     encode_response,
+    encode_response_elements,
+    encode_response_segments,
     frame,
 )
 
@@ -43,6 +45,8 @@ __all__ = [
     "decode_response",
     "encode_request",
     "encode_response",
+    "encode_response_elements",
+    "encode_response_segments",
     "flexible",
     "frame",
     "request_header_version",

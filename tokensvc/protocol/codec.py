@@ -16,6 +16,8 @@ This module must not touch sockets, and holds no state between calls.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tokensvc.protocol.api import (
     ApiKey,
     flexible,
@@ -33,7 +35,7 @@ from tokensvc.protocol.framing import FrameDecoder, frame
 from tokensvc.protocol.header import RequestHeader
 from tokensvc.protocol.messages import REQUESTS, RESPONSES
 from tokensvc.protocol.primitives import Reader, Writer
-from tokensvc.protocol.schema import STRING, Struct
+from tokensvc.protocol.schema import STRING, Array, EncodedElements, Struct
 
 __all__ = [
     "EncodeError",
@@ -105,13 +107,41 @@ def encode_request(header: RequestHeader, body: dict) -> bytes:
 
 def encode_response(header: RequestHeader, body: dict) -> bytes:
     """The response payload (without size prefix) answering the request ``header``."""
+    return _response_writer(header, body).value()
+
+
+def encode_response_segments(header: RequestHeader, body: dict) -> list[bytes]:
+    """:func:`encode_response` as bytes objects to send in order, pre-encoded parts
+    (:class:`~tokensvc.protocol.schema.EncodedElements`) left unjoined."""
+    return _response_writer(header, body).segments()
+
+
+def encode_response_elements(
+    api_key: int, api_version: int, field: str, items: Sequence[dict]
+) -> EncodedElements:
+    """The elements of the top-level array ``field`` of a response, encoded apart from
+    the rest (in a worker thread, say) for :func:`encode_response` to put in by
+    reference: a large answer then costs the event loop no encoding."""
+    schema = RESPONSES[ApiKey(api_key)]
+    found = [f for f in schema.fields if f.name == field and f.present_in(api_version)]
+    if not found or not isinstance(found[0].type, Array):
+        raise ValueError(f"{schema.name} v{api_version} has no array field {field}")
+    element = found[0].type.element
+    is_flexible = flexible(api_key, api_version)
+    w = Writer()
+    for item in items:
+        element.write(w, item, api_version, is_flexible, False)
+    return EncodedElements(len(items), (w.value(),))
+
+
+def _response_writer(header: RequestHeader, body: dict) -> Writer:
     schema = _schema(RESPONSES, header.api_key, header.api_version, header)
     w = Writer()
     w.int32(header.correlation_id)
     if response_header_version(header.api_key, header.api_version) >= 1:
         w.uvarint(0)
     schema.write(w, body, header.api_version, flexible(header.api_key, header.api_version))
-    return w.value()
+    return w
 
 
 def decode_response(api_key: int, api_version: int, payload: bytes) -> tuple[int, dict]:

@@ -13,6 +13,7 @@ and must not touch sockets.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 
 from tokensvc.protocol.errors import EncodeError, ProtocolError
 
@@ -82,15 +83,34 @@ class Reader:
 
 
 class Writer:
-    """Appends primitives to a bytearray; ``value()`` returns the bytes written."""
+    """Appends primitives to a bytearray; ``value()`` returns the bytes written.
 
-    __slots__ = ("buf",)
+    Large pre-encoded parts given to :meth:`parts` are kept as they are, not copied in:
+    :meth:`segments` returns everything written as a list of bytes objects to send one
+    after another (a 137 MB describe is not copied again to be framed).
+    """
+
+    __slots__ = ("_done", "buf")
 
     def __init__(self) -> None:
         self.buf = bytearray()
+        self._done: list[bytes] = []
 
     def value(self) -> bytes:
-        return bytes(self.buf)
+        if not self._done:
+            return bytes(self.buf)
+        return b"".join(self.segments())
+
+    def segments(self) -> list[bytes]:
+        """What was written, in order, without joining the large parts."""
+        return [*self._done, bytes(self.buf)] if self.buf or not self._done else list(self._done)
+
+    def parts(self, chunks: Iterable[bytes]) -> None:
+        """Append ``chunks`` by reference (for large pre-encoded data)."""
+        if self.buf:
+            self._done.append(bytes(self.buf))
+            self.buf = bytearray()
+        self._done.extend(chunk for chunk in chunks if chunk)
 
     def raw(self, data: bytes) -> None:
         self.buf += data

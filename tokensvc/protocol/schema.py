@@ -215,12 +215,13 @@ BYTES = _Bytes()
 
 @dataclass(frozen=True)
 class EncodedElements:
-    """An array's elements already encoded (``count`` of them, in ``data``), for a
-    response too large to encode on the event loop in one piece: the writer copies the
-    bytes behind the array's length and checks nothing else."""
+    """An array's elements already encoded (``count`` of them, in the bytes of
+    ``parts``, in order), for a response too large to encode on the event loop in one
+    piece: the writer puts the parts behind the array's length by reference (see
+    :meth:`Writer.parts`) and checks nothing else."""
 
     count: int
-    data: bytes
+    parts: tuple[bytes, ...]
 
 
 class Array(WireType):
@@ -264,7 +265,7 @@ class Array(WireType):
             return
         if isinstance(value, EncodedElements):
             _write_length(w, value.count, flexible, Writer.int32)
-            w.raw(value.data)
+            w.parts(value.parts)
             return
         if not isinstance(value, (list, tuple)):
             raise EncodeError(f"{self.name} needs a list, got {type(value).__name__}")
@@ -408,7 +409,7 @@ class Struct(WireType):
                 continue
             sub = Writer()
             f.type.write(sub, item, version, True, field_nullable)
-            sections.append((tag, sub.buf))
+            sections.append((tag, sub.value()))
         w.uvarint(len(sections))
         for tag, data in sections:
             w.uvarint(tag)

@@ -21,6 +21,8 @@ audit events, and read-your-writes for DescribeAcls.
   controller.
 - Every binding created or deleted, and every refused item, is one ``acl`` audit
   event (enum names as Kafka's Java enums spell them: ``TOPIC``, ``LITERAL``).
+- DescribeAcls selects, groups and encodes its bindings in a worker thread (their
+  number is unbounded), not on the event loop.
 - DescribeAcls first waits (at most ``CATCH_UP_TIMEOUT_S``, event-driven) until this
   broker has applied every ACL change notification present in ZooKeeper, so a describe
   sent to any broker right after a create answered by another broker sees it.
@@ -31,6 +33,7 @@ log ACL contents beyond resource names.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -56,6 +59,9 @@ from tokensvc.authz.wire import (
 from tokensvc.broker.handlers.base import ApiHandler, replay_recorded
 from tokensvc.broker.handlers.scram_users import token_session_may_alter_access
 from tokensvc.core.errors import AUTHORIZER_NOT_READY, Errors, KafkaError, describe
+from tokensvc.protocol import encode_response_elements
+from tokensvc.protocol.api import ApiKey
+from tokensvc.protocol.schema import EncodedElements
 
 if TYPE_CHECKING:
     from tokensvc.broker.context import RequestContext
@@ -290,11 +296,21 @@ async def handle_describe(services: Services, ctx: RequestContext, body: dict) -
         )
     if not await services.acls.catch_up(CATCH_UP_TIMEOUT_S):
         log.info("DescribeAcls answered before this broker caught up with ZooKeeper")
+    version = ctx.api_version
+
+    def resources() -> EncodedElements:
+        # Selection, grouping and encoding grow with the ACLs: a worker thread does
+        # them, so the event loop never holds a large describe in one piece.
+        return encode_response_elements(
+            ApiKey.DESCRIBE_ACLS, version, "Resources",
+            describe_resources(services.acls.describe(acl_filter)),
+        )
+
     return {
         "ThrottleTimeMs": 0,
         "ErrorCode": 0,
         "ErrorMessage": None,
-        "Resources": describe_resources(services.acls.describe(acl_filter)),
+        "Resources": await asyncio.get_running_loop().run_in_executor(None, resources),
     }
 
 

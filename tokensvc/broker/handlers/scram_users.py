@@ -5,6 +5,9 @@ the salted password (never the password); the broker derives the stored and
 server keys and writes Kafka's credential string to ZooKeeper. Alter is a
 write: only the controller applies it.
 
+Describe builds and encodes its results in a worker thread: their number grows
+with the users, and the event loop must never hold it in one piece.
+
 Two refusals Kafka does not make (docs/security.md lists them): a
 token-authenticated session may not alter credentials at all
 (DELEGATION_TOKEN_REQUEST_NOT_ALLOWED, unless
@@ -16,6 +19,7 @@ implicit token login is on.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -23,6 +27,9 @@ from tokensvc.authz.acl import AclOperation, ResourceType
 from tokensvc.broker.handlers.base import ApiHandler, replay_recorded
 from tokensvc.broker.services import CredentialChange
 from tokensvc.core.errors import Errors, KafkaError
+from tokensvc.protocol import encode_response_elements
+from tokensvc.protocol.api import ApiKey
+from tokensvc.protocol.schema import EncodedElements
 from tokensvc.scram.formatter import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
@@ -47,10 +54,27 @@ async def handle_describe(services: Services, ctx: RequestContext, body: dict) -
         return _describe_error(ctx.api_version, Errors.CLUSTER_AUTHORIZATION_FAILED)
     await services.credentials.catch_up(CATCH_UP_TIMEOUT_S)
     requested = body.get("Users")
-    all_users = services.credentials.users()
+    version = ctx.api_version
+
+    def results() -> EncodedElements:
+        # Grows with the users: built and encoded in a worker thread, off the event loop.
+        return encode_response_elements(
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, version, "Results",
+            _describe_results(services, requested),
+        )
+
+    return {
+        "ThrottleTimeMs": 0,
+        "ErrorCode": 0,
+        "ErrorMessage": None,
+        "Results": await asyncio.get_running_loop().run_in_executor(None, results),
+    }
+
+
+def _describe_results(services: Services, requested: list[dict] | None) -> list[dict]:
     # As in Kafka, a null or empty list describes every user (librdkafka sends empty).
     if not requested:
-        names = sorted(all_users)
+        names = services.credentials.users()
         counts: Counter = Counter()
     else:
         names = [u.get("Name") or "" for u in requested]
@@ -76,7 +100,7 @@ async def handle_describe(services: Services, ctx: RequestContext, body: dict) -
                 ],
             }
         )
-    return {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "Results": results}
+    return results
 
 
 def _user_result(name: str, error: Errors, message: str | None = None) -> dict:
