@@ -64,7 +64,7 @@ from tokensvc.authz.acl import (
 from tokensvc.authz.authorizer import AclAuthorizer
 from tokensvc.core.clock import Clock, SystemClock
 from tokensvc.core.errors import Errors, KafkaError
-from zk.notifications import ChangeNotifications, NotificationRoot, Version
+from zk.notifications import COUNT_MIN_AGE_MS, ChangeNotifications, NotificationRoot, Version
 from zk.requests import RecordOp, RequestKeyExistsError
 
 log = logging.getLogger(__name__)
@@ -569,11 +569,14 @@ class AclSync(ChangeNotifications):
         clock: Clock | None = None,
         is_purger: Callable[[], bool] | None = None,
         max_pending: int | None = None,
+        count_min_age_ms: int | None = COUNT_MIN_AGE_MS,
     ) -> None:
         self._store = store
         self._authorizer = authorizer
         clock = clock or SystemClock()
-        extra = {"max_pending": max_pending} if max_pending is not None else {}
+        extra: dict = {"count_min_age_ms": count_min_age_ms}
+        if max_pending is not None:
+            extra["max_pending"] = max_pending
         super().__init__(
             client,
             "acl-sync",

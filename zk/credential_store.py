@@ -56,7 +56,7 @@ from tokensvc.scram.formatter import (
 )
 from zk.client import ZkSettings, open_client
 from zk.errors import UNAVAILABLE, NotControllerError, StoreError, StoreUnavailable
-from zk.notifications import ChangeNotifications, NotificationRoot
+from zk.notifications import COUNT_MIN_AGE_MS, ChangeNotifications, NotificationRoot
 from zk.requests import RecordOp, RequestKeyExistsError
 
 # (path, version) checked in the same transaction as a write: the controller's guard.
@@ -454,11 +454,14 @@ class CredentialSync(ChangeNotifications):
         is_purger: Callable[[], bool] | None = None,
         now_ms: Callable[[], int] | None = None,
         max_pending: int | None = None,
+        count_min_age_ms: int | None = COUNT_MIN_AGE_MS,
     ) -> None:
         self._store = store
         self._cache = cache
         self._on_credential_resync = on_resync
-        extra = {"max_pending": max_pending} if max_pending is not None else {}
+        extra: dict = {"count_min_age_ms": count_min_age_ms}
+        if max_pending is not None:
+            extra["max_pending"] = max_pending
         super().__init__(
             client,
             "credential-sync",

@@ -34,7 +34,9 @@ Reconnect policy:
 Purging (only where ``is_purger()`` is true: the controller). Every
 ``purge_interval_s``, or as soon as a listing holds more than 1.5 x ``max_pending``
 notifications, the purger deletes notifications older than ``retention_ms`` (znode
-ctime) and the oldest beyond ``max_pending``. Before deleting it writes the highest
+ctime) and the oldest beyond ``max_pending`` that are older than ``count_min_age_ms``
+(a minute: a follower busy with a burst of writes or a bulk load is never purged past,
+which would cost it a full resync). Before deleting it writes the highest
 sequence it deletes into the root znode's data (``{"purged_through": N}``): a follower
 whose last applied version is below that mark may have missed a change and resyncs.
 Kafka ignores the data of these parents, so the layout stays compatible.
@@ -71,6 +73,10 @@ log = logging.getLogger(__name__)
 MIN_LISTING_INTERVAL_S = 0.01
 RETENTION_MS = 15 * 60 * 1000
 MAX_PENDING = 1_000
+# The count rule spares notifications younger than this: a follower that has not yet
+# applied a notification this young is merely busy (a burst of writes, a bulk load), and
+# purging past it would cost it a full resync of every token.
+COUNT_MIN_AGE_MS = 60_000
 PURGE_INTERVAL_S = 60.0
 _MAX_BACKOFF_S = 1.0
 _WINDOW = 2_000
@@ -133,6 +139,7 @@ class ChangeNotifications:
         now_ms: Callable[[], int] | None = None,
         retention_ms: int = RETENTION_MS,
         max_pending: int = MAX_PENDING,
+        count_min_age_ms: int | None = COUNT_MIN_AGE_MS,
         purge_interval_s: float = PURGE_INTERVAL_S,
         on_resync: Callable[[int], None] | None = None,
         recoverable: tuple[type[BaseException], ...] = (),
@@ -146,6 +153,7 @@ class ChangeNotifications:
         self._now_ms = now_ms or (lambda: int(time.time() * 1000))
         self._retention_ms = retention_ms
         self._max_pending = max_pending
+        self._count_min_age_ms = count_min_age_ms
         self._purge_interval_s = purge_interval_s
         self._on_resync = on_resync
         self._recoverable = (KazooException, KazooTimeoutError, FollowError, *recoverable)
@@ -453,6 +461,8 @@ class ChangeNotifications:
             return 0
         excess = max(0, len(listed) - self._max_pending)
         doomed = [c for _, c in listed[:excess]]
+        if doomed and self._count_min_age_ms is not None:
+            doomed = self._older_than(root, doomed, now_ms - self._count_min_age_ms)
         if by_age:
             doomed += self._older_than(root, [c for _, c in listed[excess:]],
                                        now_ms - self._retention_ms)

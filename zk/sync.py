@@ -25,6 +25,7 @@ from kazoo.client import KazooClient
 from tokensvc.core.token import TokenInformation
 from zk import layout
 from zk.notifications import (
+    COUNT_MIN_AGE_MS,
     MIN_LISTING_INTERVAL_S,
     ChangeNotifications,
     NotificationRoot,
@@ -62,12 +63,15 @@ class TokenSync(ChangeNotifications):
         is_purger: Callable[[], bool] | None = None,
         now_ms: Callable[[], int] | None = None,
         max_pending: int | None = None,
+        count_min_age_ms: int | None = COUNT_MIN_AGE_MS,
     ) -> None:
         self._store = store
         self._cache = cache
         self._loaded = 0
         self._on_token_resync = on_resync
-        extra = {"max_pending": max_pending} if max_pending is not None else {}
+        extra: dict = {"count_min_age_ms": count_min_age_ms}
+        if max_pending is not None:
+            extra["max_pending"] = max_pending
         super().__init__(
             client,
             "token-sync",

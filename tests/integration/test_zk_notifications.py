@@ -127,7 +127,7 @@ def test_purge_deletes_by_count_and_a_follower_behind_the_mark_resyncs(things, o
     writer.ensure_path("/things/items")
     writer.ensure_path(ROOT.path)
     purger = ChangeNotifications(writer, "purger", [ROOT], load=lambda: None,
-                                 apply=lambda r, n: None, max_pending=5)
+                                 apply=lambda r, n: None, max_pending=5, count_min_age_ms=None)
     last = 0
     for i in range(12):
         last = _write(writer, f"x{i}".encode())
@@ -143,6 +143,23 @@ def test_purge_deletes_by_count_and_a_follower_behind_the_mark_resyncs(things, o
     assert eventually(lambda: behind.recipe.resync_count >= 2, timeout=10)
     assert behind.recipe.wait_for([("things", last)]).result(10) is None
     assert len(behind.seen) == 13
+
+
+def test_the_count_rule_spares_notifications_younger_than_its_minimum_age(open_zk):
+    writer = open_zk()
+    writer.ensure_path("/things/items")
+    writer.ensure_path(ROOT.path)
+    purger = ChangeNotifications(writer, "purger", [ROOT], load=lambda: None,
+                                 apply=lambda r, n: None, max_pending=5)
+    for i in range(12):
+        _write(writer, f"y{i}".encode())
+    ctimes = sorted(writer.exists(f"{ROOT.path}/{c}").ctime for c in writer.get_children(ROOT.path))
+    # A burst younger than a minute: a busy follower is not purged past.
+    assert purger.purge(now_ms=ctimes[-1] + 1_000) == 0
+    assert len(writer.get_children(ROOT.path)) == 12
+    # Once a minute old, the count rule applies again.
+    assert purger.purge(now_ms=ctimes[-1] + 61_000) == 7
+    assert len(writer.get_children(ROOT.path)) == 5
 
 
 def test_purge_by_age_keeps_young_notifications(open_zk):
@@ -161,7 +178,9 @@ def test_config_changes_stay_bounded_under_10000_credential_changes(open_zk):
     client = open_zk()
     store = CredentialStore(client)
     cache = UserCredentialCache()
-    sync = CredentialSync(client, store, cache, is_purger=lambda: True, max_pending=1_000)
+    # The count rule without its minimum age: this test streams 10,000 changes in seconds.
+    sync = CredentialSync(client, store, cache, is_purger=lambda: True, max_pending=1_000,
+                          count_min_age_ms=None)
     sync.start()
     credential = derive_credential("pw", ScramMechanism.SCRAM_SHA_256, 4096)
     observed = []
