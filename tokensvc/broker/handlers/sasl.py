@@ -48,7 +48,7 @@ from tokensvc.broker.handlers.base import ApiHandler
 from tokensvc.broker.session import IllegalSaslState
 from tokensvc.core.errors import Errors
 from tokensvc.scram.formatter import ScramMechanism
-from tokensvc.scram.messages import FailureReason
+from tokensvc.scram.messages import ClientFirstMessage, FailureReason
 from tokensvc.scram.server import ScramAuthenticationError, ScramServer
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ async def evaluate(services: Services, session: Session, auth_bytes: bytes) -> t
         try:
             await gate.catch_up(services.config.request_timeout_ms / 1000.0)
         except StaleView as exc:
-            _refuse_stale(services, session, server, exc)
+            _refuse_stale(services, session, server, auth_bytes, exc)
             raise
     try:
         challenge = server.evaluate(auth_bytes)
@@ -246,17 +246,34 @@ async def evaluate(services: Services, session: Session, auth_bytes: bytes) -> t
     return challenge, lifetime
 
 
-def _refuse_stale(services: Services, session: Session, server: ScramServer, exc: StaleView) -> None:
-    """A login step the broker cannot answer from a view confirmed current: audit, end."""
-    name = audited_name(server, services.auth.fingerprint_key)
+def _refuse_stale(services: Services, session: Session, server: ScramServer,
+                  auth_bytes: bytes, exc: StaleView) -> None:
+    """A login step the broker cannot answer from a view confirmed current: audit, end.
+
+    At client-final the exchange knows the name and its kind. At client-first nothing was
+    looked up yet: the kind is read from the ``tokenauth`` extension (an implicit token
+    login shows as ``user``) and the name is audited as its fingerprint only."""
+    kind, implicit = _kind(server), server.implicit
+    if server.username is not None:
+        name = audited_name(server, services.auth.fingerprint_key)
+        token_id = name if server.token_login else None
+    else:
+        try:
+            first = ClientFirstMessage.parse(bytes(auth_bytes).decode("utf-8"))
+        except (ValueError, UnicodeDecodeError, ScramAuthenticationError):
+            first = None
+        name = (name_fingerprint(services.auth.fingerprint_key, first.username)
+                if first is not None else None)
+        kind = "token" if first is not None and first.token_authentication else "user"
+        token_id = None
     services.audit.emit(
         "authentication",
         outcome="failure",
         mechanism=session.mechanism,
-        kind=_kind(server),
-        implicit=server.implicit,
+        kind=kind,
+        implicit=implicit,
         username=name,
-        token_id=name if server.token_login else None,
+        token_id=token_id,
         principal=None,
         client_host=session.client_host,
         client_port=session.client_port,
