@@ -18,8 +18,8 @@ fault the checks of ``bench.chaos_check`` plus those that need the brokers:
 - ``revocation5`` / ``revocation15``: the pause-revocation probe, ``--rounds`` rounds
   with no other load: freeze a non-controller broker, expire ``REVOKED`` tokens through
   another broker (each acknowledged), start logins with them on the frozen broker
-  (they queue in its socket buffers), SIGCONT, and for ``FRESH_WINDOW_S`` seconds start
-  fresh logins with the same tokens; a connection logged in with one of them before the
+  (they queue in its socket buffers), SIGCONT, and for ``FRESH_WINDOW_S`` seconds (at
+  least ``FRESH_MIN_PER_THREAD`` per thread) start fresh logins with the same tokens; a connection logged in with one of them before the
   freeze sends a DescribeAcls during it. Every success (a login, or that request served)
   is a violation.
 
@@ -79,6 +79,7 @@ EXPIRY_SAMPLE = 40
 REVOKED = 10
 FRESH_WINDOW_S = 1.0
 FRESH_THREADS = 2
+FRESH_MIN_PER_THREAD = 5  # so a round tries at least REVOKED + 10 logins, however slow
 RENEW_PERIOD_MS = 3_600_000
 DESCRIBE_ACLS = 29
 ANY_ACL = {"ResourceTypeFilter": 1, "ResourceNameFilter": None, "PatternTypeFilter": 1,
@@ -545,7 +546,9 @@ class Chaos:
 
         def fresh_logins(seed: int) -> None:
             pick = random.Random(seed)
-            while time.monotonic() - resumed[0] < FRESH_WINDOW_S:
+            tried = 0
+            while time.monotonic() - resumed[0] < FRESH_WINDOW_S or tried < FRESH_MIN_PER_THREAD:
+                tried += 1
                 token = pick.choice(revoked)
                 ok = self._token_login(victim, token.token_id, token.hmac, None) == "ok"
                 with lock:
