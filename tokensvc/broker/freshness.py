@@ -29,6 +29,7 @@ monotonic clock is injected), or put anything but the clock read on the fast pat
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -58,7 +59,7 @@ def _boot_clock() -> Callable[[], float]:
     boottime = getattr(time, "CLOCK_BOOTTIME", None)
     if boottime is None:
         return time.monotonic
-    return lambda: time.clock_gettime(boottime)
+    return functools.partial(time.clock_gettime, boottime)
 
 
 class FreshnessGate:
