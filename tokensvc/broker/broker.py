@@ -433,6 +433,9 @@ class Broker:
         m.gauge("tokensvc_zookeeper_view_age_seconds",
                 "Seconds since this broker's view of ZooKeeper was last confirmed current",
                 self.freshness.age_s)
+        m.gauge("tokensvc_stale_view_catch_ups",
+                "Requests that found the view of ZooKeeper stale and waited for a confirmation",
+                lambda: self.freshness.catch_ups)
         m.gauge("tokensvc_stale_view_refusals",
                 "Requests refused because the view of ZooKeeper could not be confirmed current",
                 lambda: self.freshness.refusals)
