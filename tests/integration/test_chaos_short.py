@@ -33,6 +33,7 @@ SHORT_FAULTS = ["controller", "zk-leader", "broker"]
 
 def stale_view_events(directory: Path) -> list[str]:
     """Audit lines of every broker of the run that refused a request for a stale view."""
+    assert any(directory.rglob("*.jsonl")), "no audit log found"
     return [line for path in sorted(directory.rglob("*.jsonl"))
             for line in path.read_text().splitlines() if '"stale_view"' in line]
 
