@@ -21,9 +21,12 @@ for a confirmation once that is older than ``zookeeper.max.staleness.ms``.
   :class:`StaleView` (REQUEST_TIMED_OUT, retriable), logged here (at most one line per
   ``WARN_INTERVAL_S``) and audited by the caller with reason ``stale_view``.
 - ``bound_ms = -1`` disables all of it (Kafka's behaviour: answer from the cache).
+- **Clocks.** Staleness is measured on Linux ``CLOCK_BOOTTIME`` (monotonic, and it also
+  counts a suspended machine), else ``time.monotonic``; injectable for tests. The
+  caller's timeout is counted on the event loop's clock.
 
-Must not: touch ZooKeeper itself (``confirm`` is handed in), read the wall clock (the
-monotonic clock is injected), or put anything but the clock read on the fast path.
+Must not: touch ZooKeeper itself (``confirm`` is handed in), read the wall clock, or put
+anything but the clock read on the fast path.
 """
 
 from __future__ import annotations
