@@ -72,7 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR,
                         help=f"where the JSON goes (default {RESULTS_DIR})")
     parser.add_argument("--verbose", action="store_true", help="log what the suite starts")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a broker setting for every cluster the suite starts (repeatable)")
     args = parser.parse_args(argv)
+    settings = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            parser.error(f"--set expects KEY=VALUE, got {item!r}")
+        settings[key.strip()] = value.strip()
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(message)s")
     only = None
@@ -85,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = now_utc()
     clock = time.monotonic()
-    ctx = BenchContext(args.quick)
+    ctx = BenchContext(args.quick, broker_settings=settings)
     outcomes: list[Outcome] = []
     try:
         for bench_id, title, run in plan(only):

@@ -18,8 +18,10 @@ fault the checks of ``bench.chaos_check`` plus those that need the brokers:
 - ``revocation5`` / ``revocation15``: the pause-revocation probe, ``--rounds`` rounds
   with no other load: freeze a non-controller broker, expire ``REVOKED`` tokens through
   another broker (each acknowledged), start logins with them on the frozen broker
-  (they queue in its socket buffers), SIGCONT, and for ``FRESH_WINDOW_S`` seconds start
-  fresh logins with the same tokens. Every success is a violation.
+  (they queue in its socket buffers), SIGCONT, and for ``FRESH_WINDOW_S`` seconds (at
+  least ``FRESH_MIN_PER_THREAD`` per thread) start fresh logins with the same tokens; a connection logged in with one of them before the
+  freeze sends a DescribeAcls during it. Every success (a login, or that request served)
+  is a violation.
 
 End-state checks after each load fault (load stopped): every acknowledged create is in
 ZooKeeper unless an expiry of it was sent, no acknowledged renew is lost, no duplicate
@@ -77,7 +79,11 @@ EXPIRY_SAMPLE = 40
 REVOKED = 10
 FRESH_WINDOW_S = 1.0
 FRESH_THREADS = 2
+FRESH_MIN_PER_THREAD = 5  # so a round tries at least REVOKED + 10 logins, however slow
 RENEW_PERIOD_MS = 3_600_000
+DESCRIBE_ACLS = 29
+ANY_ACL = {"ResourceTypeFilter": 1, "ResourceNameFilter": None, "PatternTypeFilter": 1,
+           "PrincipalFilter": None, "HostFilter": None, "Operation": 1, "PermissionType": 1}
 
 
 @dataclass
@@ -446,13 +452,16 @@ class Chaos:
         result.violations += [
             Violation("revoked token accepted after a pause", f"round {n}",
                       f"broker {r.victim}: queued {r.queued_succeeded}/{r.queued}, fresh "
-                      f"{r.fresh_succeeded}/{r.fresh} logins succeeded")
+                      f"{r.fresh_succeeded}/{r.fresh} logins succeeded, held sessions "
+                      f"served {r.sessions_served}/{r.sessions}")
             for n, r in enumerate(result.rounds, 1) if r.violations]
         queued = sum(r.queued for r in result.rounds)
         fresh = sum(r.fresh for r in result.rounds)
         result.notes.append(
             f"{len(result.rounds)} rounds: queued {sum(r.queued_succeeded for r in result.rounds)}"
-            f"/{queued} succeeded, fresh {sum(r.fresh_succeeded for r in result.rounds)}/{fresh}")
+            f"/{queued} succeeded, fresh {sum(r.fresh_succeeded for r in result.rounds)}/{fresh}"
+            f", held sessions served {sum(r.sessions_served for r in result.rounds)}"
+            f"/{sum(r.sessions for r in result.rounds)}")
         lasts = [r.last_success_after_resume_s for r in result.rounds
                  if r.last_success_after_resume_s is not None]
         if lasts:
@@ -490,6 +499,21 @@ class Chaos:
                     rnd.queued_succeeded += 1
                     rnd.success(time.monotonic() - resumed[0])
 
+        def held_request(conn: Connection) -> None:
+            try:
+                served = conn.call(DESCRIBE_ACLS, 1, ANY_ACL)["ErrorCode"] == 0
+            except ClientError:
+                served = False  # closed: the session was revoked
+            finally:
+                conn.close()
+            with lock:
+                rnd.sessions += 1
+                if served:
+                    rnd.sessions_served += 1
+                    rnd.success(time.monotonic() - resumed[0])
+
+        held = Connection(self.address(victim), tokens[0].token_id, _password(tokens[0].hmac),
+                          token=True) if tokens else None
         pid = self.cluster.broker_pid(victim)
         os.kill(pid, signal.SIGSTOP)
         frozen = time.monotonic()
@@ -509,6 +533,10 @@ class Chaos:
             revoked = [t for t in tokens if t.expire_acknowledged]
             queued = [threading.Thread(target=queued_login, args=(t,), daemon=True)
                       for t in revoked]
+            if held is not None and tokens[0] in revoked:
+                queued.append(threading.Thread(target=held_request, args=(held,), daemon=True))
+            elif held is not None:
+                held.close()
             for thread in queued:
                 thread.start()
             time.sleep(max(0.0, pause_s - (time.monotonic() - frozen)))
@@ -518,7 +546,9 @@ class Chaos:
 
         def fresh_logins(seed: int) -> None:
             pick = random.Random(seed)
-            while time.monotonic() - resumed[0] < FRESH_WINDOW_S:
+            tried = 0
+            while time.monotonic() - resumed[0] < FRESH_WINDOW_S or tried < FRESH_MIN_PER_THREAD:
+                tried += 1
                 token = pick.choice(revoked)
                 ok = self._token_login(victim, token.token_id, token.hmac, None) == "ok"
                 with lock:
@@ -536,7 +566,8 @@ class Chaos:
         self._resync(ledger, victim, time.monotonic())
         print(f"    round: broker {victim} frozen {pause_s:.0f}s, {rnd.expired} expired; "
               f"queued {rnd.queued_succeeded}/{rnd.queued} succeeded, fresh "
-              f"{rnd.fresh_succeeded}/{rnd.fresh}", flush=True)
+              f"{rnd.fresh_succeeded}/{rnd.fresh}, held sessions served "
+              f"{rnd.sessions_served}/{rnd.sessions}", flush=True)
         return rnd
 
 

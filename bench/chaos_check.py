@@ -175,7 +175,8 @@ def check_writes(ledger: WriteLedger, in_zookeeper: Mapping[str, int],
 @dataclass
 class RevocationRound:
     """One pause-revocation round: tokens expired (acknowledged) through another broker
-    while the victim was frozen, then logins with them on the victim."""
+    while the victim was frozen, then logins with them on the victim, and a request on a
+    connection that had logged in with one of them before the freeze."""
 
     victim: int
     pause_s: float
@@ -184,6 +185,10 @@ class RevocationRound:
     queued_succeeded: int = 0
     fresh: int = 0
     fresh_succeeded: int = 0
+    # A connection logged in with a revoked token before the freeze, whose request was
+    # sent during it: served (ErrorCode 0) is a violation.
+    sessions: int = 0
+    sessions_served: int = 0
     last_success_after_resume_s: float | None = None
 
     def success(self, after_resume_s: float) -> None:
@@ -193,4 +198,4 @@ class RevocationRound:
 
     @property
     def violations(self) -> int:
-        return self.queued_succeeded + self.fresh_succeeded
+        return self.queued_succeeded + self.fresh_succeeded + self.sessions_served

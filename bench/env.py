@@ -40,6 +40,7 @@ def broker_overrides(ctx: BenchContext, extra: Mapping[str, str] | None = None) 
         "delegation.token.secret.key": ctx.master_key,
         "connection.failed.authentication.delay.ms": "0",
     }
+    overrides.update(ctx.broker_settings)
     overrides.update(extra or {})
     return overrides
 

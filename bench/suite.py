@@ -127,8 +127,12 @@ class BenchContext:
     them would know them). It is never written into results.
     """
 
-    def __init__(self, quick: bool, workdir: Path | None = None) -> None:
+    def __init__(self, quick: bool, workdir: Path | None = None,
+                 broker_settings: dict[str, str] | None = None) -> None:
         self.quick = quick
+        # ``--set KEY=VALUE``: extra broker settings for every cluster the suite starts
+        # (e.g. an A/B of ``zookeeper.max.staleness.ms=-1``).
+        self.broker_settings = dict(broker_settings or {})
         self.sizes = Sizes.for_mode(quick)
         self._own_workdir = workdir is None
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="tokensvc-bench-"))

@@ -45,6 +45,18 @@ Listings of one root are spaced at least ``MIN_LISTING_INTERVAL_S`` apart: under
 stream of writes the changes of one interval share a listing; an isolated change is
 applied at once.
 
+Confirming the view is current (bounded staleness, issue #20).
+:meth:`ChangeNotifications.confirm_current` sends, for every root, a ``sync`` and an
+``exists`` (pipelined, nothing blocks) and returns a future set once this follower has
+applied a listing of each root at least as new as the root's ``cversion`` that
+``exists`` returned. ZooKeeper bumps a parent's ``cversion`` on every child created or
+deleted and never lowers it, and every change is committed with its notification, so
+"applied a listing with cversion >= C" means "the cache reflects every change committed
+before the ``sync``". It covers purges (a deletion bumps the cversion, and the listing
+that sees it checks the purge mark) and session loss (the resync's listing records its
+cversion only after ``load()``). The caller takes the time *before* calling: the view is
+then known current as of that time.
+
 Must not: decide what a notification means, block kazoo's event thread, or read the
 wall clock for anything but the purge cutoff it is handed (``now_ms``).
 """
@@ -57,7 +69,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
@@ -162,6 +174,9 @@ class ChangeNotifications:
         self._last: dict[str, int] = {r.name: -1 for r in roots}
         self._mark_version: dict[str, int] = {r.name: -1 for r in roots}
         self._waiters: dict[str, list[tuple[int, int, Future]]] = {r.name: [] for r in roots}
+        # cversion of each root's last listing whose changes are applied, and who waits for it.
+        self._listed: dict[str, int] = {r.name: -1 for r in roots}
+        self._listed_waiters: dict[str, list[tuple[int, int, Future]]] = {r.name: [] for r in roots}
         self._waiter_ids = 0
         self._last_listing: dict[str, float] = {r.name: 0.0 for r in roots}
         self._last_purge = time.monotonic()
@@ -201,8 +216,9 @@ class ChangeNotifications:
         self._client.remove_listener(self._on_state)
         self._worker.close()
         with self._lock:
-            pending = [fut for waiters in self._waiters.values() for _, _, fut in waiters]
-            for waiters in self._waiters.values():
+            heaps = [*self._waiters.values(), *self._listed_waiters.values()]
+            pending = [fut for waiters in heaps for _, _, fut in waiters]
+            for waiters in heaps:
                 waiters.clear()
         for fut in pending:
             fut.cancel()
@@ -218,36 +234,53 @@ class ChangeNotifications:
     def wait_for(self, versions: Iterable[Version]) -> Future:
         """A future set (to None) once every version of ``versions`` that names one of
         this recipe's roots has been applied; versions of other roots are ignored."""
-        result: Future = Future()
         pending: list[Future] = []
         with self._lock:
             for root, sequence in versions:
                 if root not in self._last or self._last[root] >= sequence:
                     continue
-                fut: Future = Future()
-                self._waiter_ids += 1
-                heapq.heappush(self._waiters[root], (sequence, self._waiter_ids, fut))
-                pending.append(fut)
-        if not pending:
-            result.set_result(None)
-            return result
-        remaining = [len(pending)]
-        count_lock = threading.Lock()
+                pending.append(self._push_waiter(self._waiters[root], sequence))
+        return all_of(pending)
 
-        def one_done(fut: Future) -> None:
-            if fut.cancelled():
-                if not result.done():
-                    result.cancel()
+    def confirm_current(self) -> Future:
+        """``sync`` + ``exists`` of every root, then wait until a listing at least as new
+        as each root's cversion has been applied (see the module docstring). Never blocks:
+        the future fails with kazoo's error if a call fails (connection lost, session
+        expired, client closed); the caller bounds the wait."""
+        parts: list[Future] = []
+        for root in self.roots.values():
+            synced: Future = Future()
+            listed: Future = Future()
+            self._client.sync_async(root.path).rawlink(
+                lambda result, fut=synced: _settle(fut, result))
+            self._client.exists_async(root.path).rawlink(
+                lambda result, name=root.name, fut=listed: self._on_root_stat(name, result, fut))
+            parts += [synced, listed]
+        return all_of(parts)
+
+    def _on_root_stat(self, root: str, result: object, out: Future) -> None:
+        """kazoo's callback thread: chain ``out`` to the wait for the root's cversion."""
+        try:
+            stat = result.get_nowait()  # type: ignore[attr-defined]
+        except Exception as exc:  # noqa: BLE001 - handed to the waiting caller
+            out.set_exception(exc)
+            return
+        if stat is None:
+            out.set_exception(FollowError(f"{self.roots[root].path} does not exist"))
+            return
+        with self._lock:
+            if self._listed[root] >= stat.cversion:
+                out.set_result(None)
                 return
-            with count_lock:
-                remaining[0] -= 1
-                done = remaining[0] == 0
-            if done and not result.done():
-                result.set_result(None)
+            waiter = self._push_waiter(self._listed_waiters[root], stat.cversion)
+        waiter.add_done_callback(lambda fut: _chain(fut, out))
 
-        for fut in pending:
-            fut.add_done_callback(one_done)
-        return result
+    def _push_waiter(self, heap: list[tuple[int, int, Future]], mark: int) -> Future:
+        """A future in ``heap`` set once its mark is reached (caller holds the lock)."""
+        fut: Future = Future()
+        self._waiter_ids += 1
+        heapq.heappush(heap, (mark, self._waiter_ids, fut))
+        return fut
 
     def latest(self, timeout_s: float = 10.0) -> list[Version]:
         """The newest version of every root in ZooKeeper now, after a ``sync`` so the
@@ -270,15 +303,17 @@ class ChangeNotifications:
         return True
 
     def _advance(self, root: str, sequence: int) -> None:
-        ready: list[Future] = []
         with self._lock:
             self._last[root] = max(self._last[root], sequence)
-            waiters = self._waiters[root]
-            while waiters and waiters[0][0] <= self._last[root]:
-                ready.append(heapq.heappop(waiters)[2])
-        for fut in ready:
-            if not fut.done():
-                fut.set_result(None)
+            ready = _pop_reached(self._waiters[root], self._last[root])
+        _release(ready)
+
+    def _listed_through(self, root: str, cversion: int) -> None:
+        """A listing of ``root`` with this cversion has been applied."""
+        with self._lock:
+            self._listed[root] = max(self._listed[root], cversion)
+            ready = _pop_reached(self._listed_waiters[root], self._listed[root])
+        _release(ready)
 
     # --- kazoo callbacks (kazoo's thread: never block) ----------------------------------
 
@@ -366,15 +401,18 @@ class ChangeNotifications:
         # Note the newest notification of each root BEFORE loading: the load reflects
         # at least those; anything newer is applied after it (again, harmlessly).
         marks = {}
+        cversions = {}
         for root in self.roots.values():
             listed, stat = self._list(root)
             self._purge_mark(root, stat)
             marks[root.name] = listed[-1][0] if listed else -1
+            cversions[root.name] = stat.cversion  # type: ignore[attr-defined]
         self._load()
         for name, sequence in marks.items():
             with self._lock:
                 self._last[name] = -1
             self._advance(name, sequence)
+            self._listed_through(name, cversions[name])
         self.resync_count += 1
         self.last_resync_ms = int((time.monotonic() - started) * 1000)
         log.info("%s resynchronised in %d ms", self.name, self.last_resync_ms)
@@ -404,6 +442,7 @@ class ChangeNotifications:
             self._apply(root, notes)
             self.applied_changes += len(notes)
             self._advance(root.name, fresh[-1][0])
+        self._listed_through(root.name, stat.cversion)  # type: ignore[attr-defined]
         # Purge in batches (above 1.5x the bound), not one znode per listing; the age
         # rule (stats) only on the periodic purge.
         if self._is_purger():
@@ -482,6 +521,73 @@ class ChangeNotifications:
         return deleted
 
 
+def all_of(futures: Sequence[Future]) -> Future:
+    """A future set (to None) when every one of ``futures`` is; it fails with the first
+    failure and is cancelled when one of them is."""
+    result: Future = Future()
+    if not futures:
+        result.set_result(None)
+        return result
+    remaining = [len(futures)]
+    count_lock = threading.Lock()
+
+    def one_done(fut: Future) -> None:
+        if result.done():
+            return
+        if fut.cancelled():
+            result.cancel()
+            return
+        exc = fut.exception()
+        with count_lock:
+            remaining[0] -= 1
+            done = remaining[0] == 0
+        if result.done():
+            return
+        try:
+            if exc is not None:
+                result.set_exception(exc)
+            elif done:
+                result.set_result(None)
+        except InvalidStateError:
+            return  # another part settled it first
+
+    for fut in futures:
+        fut.add_done_callback(one_done)
+    return result
+
+
+def _settle(out: Future, result: object) -> None:
+    """Copy a kazoo async result's outcome into ``out`` (kazoo's callback thread)."""
+    try:
+        result.get_nowait()  # type: ignore[attr-defined]
+    except Exception as exc:  # noqa: BLE001 - handed to the waiting caller
+        out.set_exception(exc)
+        return
+    out.set_result(None)
+
+
+def _chain(source: Future, out: Future) -> None:
+    if source.cancelled():
+        out.cancel()
+    elif source.exception() is not None:
+        out.set_exception(source.exception())
+    else:
+        out.set_result(None)
+
+
+def _pop_reached(heap: list[tuple[int, int, Future]], reached: int) -> list[Future]:
+    ready = []
+    while heap and heap[0][0] <= reached:
+        ready.append(heapq.heappop(heap)[2])
+    return ready
+
+
+def _release(ready: list[Future]) -> None:
+    for fut in ready:
+        if not fut.done():
+            fut.set_result(None)
+
+
 class VersionWaiter:
     """Several recipes seen as one: ``wait_for`` across all their roots."""
 
@@ -491,6 +597,10 @@ class VersionWaiter:
     def wait_for(self, versions: Iterable[Version]) -> list[Future]:
         wanted = list(versions)
         return [r.wait_for(wanted) for r in self._recipes]
+
+    def confirm_current(self) -> Future:
+        """Every recipe's :meth:`ChangeNotifications.confirm_current`, as one future."""
+        return all_of([r.confirm_current() for r in self._recipes])
 
     def latest(self) -> list[Version]:
         return [v for r in self._recipes for v in r.latest()]

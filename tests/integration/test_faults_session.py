@@ -17,6 +17,7 @@ import signal
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -148,3 +149,10 @@ def test_broker_whose_session_expired_resyncs_to_changes_made_meanwhile(
     assert _token_logs_in(paused, kept)
     for removed in (expired_meanwhile, short_lived, created_and_expired):
         assert not _token_logs_in(paused, removed)
+    # The resumed broker caught up with a reachable ZooKeeper well within
+    # request.timeout.ms: bounded staleness held its logins, it refused none.
+    audit = Path(cluster.info["audit_dir"])
+    assert any(audit.rglob("*.jsonl"))
+    stale = [line for path in sorted(audit.rglob("*.jsonl"))
+             for line in path.read_text().splitlines() if '"stale_view"' in line]
+    assert stale == []

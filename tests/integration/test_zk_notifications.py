@@ -103,6 +103,59 @@ def test_a_wait_is_not_set_before_the_version_exists_and_close_cancels_it(things
     assert pending.cancelled()
 
 
+def test_confirm_current_waits_until_every_change_committed_before_it_is_applied(things, open_zk):
+    import threading
+
+    gate = threading.Event()
+    follower = things()
+    original = follower._apply
+
+    def slow_apply(root, notes) -> None:
+        gate.wait(30)
+        original(root, notes)
+
+    follower.recipe._apply = slow_apply
+    writer = open_zk()
+    _write(writer, b"committed-before")
+    confirmed = follower.recipe.confirm_current()
+    assert not eventually(confirmed.done, timeout=0.5)  # the follower has not applied it
+    gate.set()
+    assert confirmed.result(10) is None
+    assert b"committed-before" in follower.seen
+    # Nothing new: the next confirmation needs no listing.
+    assert follower.recipe.confirm_current().result(10) is None
+
+
+def test_confirm_current_sees_a_purge_that_emptied_the_root(things, open_zk):
+    """Deleting notifications bumps the root's cversion: a confirmation waits for the
+    follower to list again (and resync, past the purge mark) even with no child left."""
+    writer = open_zk()
+    writer.ensure_path("/things/items")
+    writer.ensure_path(ROOT.path)
+    follower = things()
+    follower.recipe.close()  # stop following: it misses what comes next
+    _write(writer, b"missed")
+    purger = ChangeNotifications(writer, "purger", [ROOT], load=lambda: None,
+                                 apply=lambda r, n: None, max_pending=0)
+    assert purger.purge(now_ms=0) == 1
+    assert writer.get_children(ROOT.path) == []
+    again = things()
+    assert again.recipe.confirm_current().result(10) is None
+    assert b"missed" in again.seen
+    listed = again.recipe._listed["things"]
+    assert listed == writer.exists(ROOT.path).cversion
+    # The closed follower never saw the purge: its confirmation cannot complete.
+    assert not eventually(follower.recipe.confirm_current().done, timeout=0.5)
+
+
+def test_confirm_current_fails_when_the_client_is_closed(things):
+    follower = things()
+    follower.client.stop()
+    failed = follower.recipe.confirm_current()
+    assert eventually(failed.done, timeout=10)
+    assert failed.exception() is not None
+
+
 def test_catch_up_after_a_suspension_and_full_resync_after_a_session_loss(things, open_zk):
     follower = things()
     writer = open_zk()

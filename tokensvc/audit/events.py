@@ -31,7 +31,7 @@ TOKEN_ACTIONS = frozenset({"create", "renew", "expire", "describe"})
 SWEEP_REASONS = frozenset({"expired", "max_lifetime"})
 ACL_ACTIONS = frozenset({"create", "delete"})
 CREDENTIAL_ACTIONS = frozenset({"upsert", "delete"})
-SESSION_ACTIONS = frozenset({"revoked", "reauthenticated", "expired"})
+SESSION_ACTIONS = frozenset({"revoked", "reauthenticated", "expired", "refused"})
 
 # The writer's own bookkeeping line ("audit" type): how many events it dropped.
 WRITER_EVENT_TYPE = "audit"
@@ -245,7 +245,8 @@ def session_event(
     listener: str | None = None,
     reason: str | None = None,
 ) -> dict[str, Any]:
-    """An authenticated connection revoked, re-authenticated or expired."""
+    """An authenticated connection revoked, re-authenticated or expired, or one of its
+    requests refused (``refused``: reason ``stale_view``, bounded staleness)."""
     _one_of("action", action, SESSION_ACTIONS)
     return {
         "type": "session",

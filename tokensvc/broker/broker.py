@@ -13,6 +13,14 @@ Start-up order: ZooKeeper session → ``early.start.listeners`` open → token,
 credential and ACL caches loaded (authorizer ready) → election and expiry
 sweep → the other listeners open → registration under ``/brokers/ids``.
 Blocking ZooKeeper calls run in worker threads, never on the event loop.
+
+Bounded staleness (issue #20): the broker's
+:class:`~tokensvc.broker.freshness.FreshnessGate` confirms, in the background every
+``zookeeper.max.staleness.ms / 3``, that the token, credential and ACL caches are current
+(:meth:`zk.notifications.VersionWaiter.confirm_current`). :meth:`Broker.dispatch` holds
+every request of a token-authenticated connection until the view is fresh, the SASL
+handler every login step; a request whose connection was revoked meanwhile (its token
+was removed by the catch-up) is not served.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from tokensvc.audit.writer import AuditLog
 from tokensvc.authz.authorizer import AclAuthorizer
 from tokensvc.broker.context import RequestContext, WriteTicket
 from tokensvc.broker.forwarding import EnvelopeForwarder
+from tokensvc.broker.freshness import FreshnessGate, StaleView
 from tokensvc.broker.handlers import HANDLERS, sasl
 from tokensvc.broker.handlers.sasl import HostNoticeLimiter
 from tokensvc.broker.ledger import WriteLedger, new_request_key
@@ -42,7 +51,7 @@ from tokensvc.broker.services import (
     TokenService,
     WritePath,
 )
-from tokensvc.broker.session import Session
+from tokensvc.broker.session import Session, State
 from tokensvc.broker.sessions import SessionRegistry
 from tokensvc.core.cache import TokenCache
 from tokensvc.core.clock import Clock, SystemClock
@@ -151,6 +160,11 @@ class _Auth:
         assert self._broker.sessions is not None
         return self._broker.sessions
 
+    @property
+    def freshness(self) -> FreshnessGate:
+        assert self._broker.freshness is not None
+        return self._broker.freshness
+
     def session_lifetime_ms(self, server: Any) -> int:
         return self._broker.session_lifetime_ms(server)
 
@@ -196,6 +210,7 @@ class Broker:
         self.services: Services | None = None
         self.forwarder: EnvelopeForwarder | None = None
         self.ledger: WriteLedger | None = None
+        self.freshness: FreshnessGate | None = None
         self.cluster_id = config.cluster_id or ""
         self._zk = None
         self._executor: ThreadPoolExecutor | None = None
@@ -283,6 +298,13 @@ class Broker:
             exists=RequestKeyExistsError,
         )
         self.writes = writes
+        # Never confirmed until the caches have loaded: an early-start listener's login
+        # waits for the first round, which waits for the loads.
+        self.freshness = FreshnessGate(
+            self.config.zookeeper_max_staleness_ms,
+            lambda: asyncio.wrap_future(followers.confirm_current()),
+            round_timeout_s=self.config.request_timeout_ms / 1000.0,
+        )
         self.services = Services(
             config=self.config,
             clock=self.clock,
@@ -312,6 +334,7 @@ class Broker:
         await asyncio.to_thread(self.credential_sync.start)
         if self.acl_sync is not None:
             await asyncio.to_thread(self.acl_sync.start)
+        self.freshness.start()
 
         self.election = ControllerElection(zk, self.broker_id, on_change=self._controller_changed)
         await asyncio.to_thread(self.election.start)
@@ -361,6 +384,8 @@ class Broker:
             await self.server.close()
         if self.forwarder is not None:
             await self.forwarder.close()
+        if self.freshness is not None:
+            await self.freshness.close()
         for part in ("sweeper", "election", "registry", "acl_sync", "credential_sync", "token_sync"):
             obj = getattr(self, part, None)
             if obj is not None:
@@ -405,6 +430,15 @@ class Broker:
         m.gauge("tokensvc_sessions", "Authenticated client sessions", lambda: self.sessions.count())
         m.gauge("tokensvc_token_sessions", "Connections logged in with a token",
                 lambda: self.sessions.token_sessions())
+        m.gauge("tokensvc_zookeeper_view_age_seconds",
+                "Seconds since this broker's view of ZooKeeper was last confirmed current",
+                self.freshness.age_s)
+        m.gauge("tokensvc_stale_view_catch_ups",
+                "Requests that found the view of ZooKeeper stale and waited for a confirmation",
+                lambda: self.freshness.catch_ups)
+        m.gauge("tokensvc_stale_view_refusals",
+                "Requests refused because the view of ZooKeeper could not be confirmed current",
+                lambda: self.freshness.refusals)
 
     # -- controller ---------------------------------------------------------
 
@@ -471,6 +505,10 @@ class Broker:
         try:
             if services is None:  # still connecting to ZooKeeper: the client retries
                 raise KafkaError(Errors.NOT_CONTROLLER, "the broker is still starting")
+            session = ctx.session
+            if session is not None and session.token_id is not None \
+                    and not self.freshness.fresh():
+                await self._catch_up_for(ctx, session)
             if handler.write and not ctx.forwarded:
                 if not self.is_controller:
                     refused = handler.precheck(services, ctx, body) if handler.precheck else None
@@ -491,6 +529,28 @@ class Broker:
         segments = encode_response_segments(ctx.header, response)
         encoded = segments[0] if len(segments) == 1 else segments
         return encoded, int(response.get("ErrorCode", 0) or 0)
+
+    async def _catch_up_for(self, ctx: RequestContext, session: Session) -> None:
+        """Hold a token-authenticated connection's request until the view is fresh.
+        Raises StaleView (audited, reason ``stale_view``) past ``request.timeout.ms``, and
+        a KafkaError when the catch-up revoked the connection's token meanwhile."""
+        try:
+            await self.freshness.catch_up(self.config.request_timeout_ms / 1000.0)
+        except StaleView as exc:
+            self.audit.emit(
+                "session",
+                action="refused",
+                principal=str(session.principal),
+                token_id=session.token_id,
+                client_host=session.client_host,
+                listener=session.listener,
+                reason=exc.reason,
+            )
+            raise
+        if session.state is State.CLOSED:
+            raise KafkaError(Errors.SASL_AUTHENTICATION_FAILED,
+                             f"the token of this connection was revoked ({self.api_name(ctx.api_key)} "
+                             "not served)")
 
     # -- sessions -------------------------------------------------------------
 

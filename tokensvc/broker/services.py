@@ -445,6 +445,7 @@ class AuthService(Protocol):
     fingerprint_key: bytes
     repeated_nonce_notices: Any
     sessions: Any
+    freshness: Any  # FreshnessGate: fresh(), catch_up(timeout_s)
 
     def session_lifetime_ms(self, server: Any) -> int: ...
 

@@ -102,8 +102,10 @@ _KEYS = [
               Matches(r"[^:]+:.*", "user:password", secret=True), M,
               "Digest credentials (`user:password`) added to the ZooKeeper session."),
     ConfigKey("zookeeper.max.staleness.ms", Type.LONG, 3000, at_least(1, also=(-1,)), M,
-              "A broker whose view of ZooKeeper is older than this authenticates nothing "
-              "until it has caught up; -1 disables the check."),
+              "A broker whose view of ZooKeeper was last confirmed current longer ago than "
+              "this authenticates no token or SCRAM user, and serves no token connection, "
+              "until it has caught up; with ZooKeeper unreachable it fails them closed "
+              "(REQUEST_TIMED_OUT). -1: answer from the cache, as Kafka does."),
     ConfigKey("sasl.enabled.mechanisms", Type.LIST, SASL_MECHANISMS, OneOf(SASL_MECHANISMS), M,
               "Mechanisms offered on SASL listeners; must not be empty when a SASL listener "
               "exists."),

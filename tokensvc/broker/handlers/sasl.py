@@ -24,6 +24,15 @@ keyed fingerprint, never verbatim: it may be a password typed in the wrong
 field. A login refused for librdkafka's repeated client nonce is logged once
 per client host per ten minutes (:class:`HostNoticeLimiter`), naming the
 host and ``sasl.scram.accept.repeated.client.nonce``.
+
+Bounded staleness (issue #20): before every SCRAM step the handler asks the
+broker's :class:`~tokensvc.broker.freshness.FreshnessGate` whether its view of
+ZooKeeper is fresh (one clock read). When it is not, the step waits until the
+view is confirmed current, up to ``request.timeout.ms``; past that the login is
+answered REQUEST_TIMED_OUT (retriable; on a raw SASL connection, closed),
+audited as a failed authentication with reason ``stale_view``, and the
+connection ends. Both steps are gated: a user's credential is read at
+client-first, a token's again at client-final.
 """
 
 from __future__ import annotations
@@ -34,11 +43,12 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from tokensvc.audit.events import name_fingerprint
+from tokensvc.broker.freshness import StaleView
 from tokensvc.broker.handlers.base import ApiHandler
 from tokensvc.broker.session import IllegalSaslState
 from tokensvc.core.errors import Errors
 from tokensvc.scram.formatter import ScramMechanism
-from tokensvc.scram.messages import FailureReason
+from tokensvc.scram.messages import ClientFirstMessage, FailureReason
 from tokensvc.scram.server import ScramAuthenticationError, ScramServer
 
 if TYPE_CHECKING:
@@ -129,13 +139,20 @@ async def handle_handshake(services: Services, ctx: RequestContext, body: dict) 
 async def evaluate(services: Services, session: Session, auth_bytes: bytes) -> tuple[bytes, int]:
     """Run one SCRAM step. Returns (challenge, session lifetime ms).
 
-    Raises ScramAuthenticationError (after the configured delay), ReauthenticationRefused
-    or IllegalSaslState.
+    Raises ScramAuthenticationError (after the configured delay), ReauthenticationRefused,
+    IllegalSaslState or StaleView (the view of ZooKeeper could not be confirmed current).
     """
     server = session.sasl
     if not isinstance(server, ScramServer):
         session.close()
         raise IllegalSaslState("SaslAuthenticate before SaslHandshake")
+    gate = services.auth.freshness
+    if not gate.fresh():
+        try:
+            await gate.catch_up(services.config.request_timeout_ms / 1000.0)
+        except StaleView as exc:
+            _refuse_stale(services, session, server, auth_bytes, exc)
+            raise
     try:
         challenge = server.evaluate(auth_bytes)
     except ScramAuthenticationError as exc:
@@ -229,6 +246,43 @@ async def evaluate(services: Services, session: Session, auth_bytes: bytes) -> t
     return challenge, lifetime
 
 
+def _refuse_stale(services: Services, session: Session, server: ScramServer,
+                  auth_bytes: bytes, exc: StaleView) -> None:
+    """A login step the broker cannot answer from a view confirmed current: audit, end.
+
+    At client-final the exchange knows the name and its kind. At client-first nothing was
+    looked up yet: the kind is read from the ``tokenauth`` extension (an implicit token
+    login shows as ``user``) and the name is audited as its fingerprint only."""
+    kind, implicit = _kind(server), server.implicit
+    if server.username is not None:
+        name = audited_name(server, services.auth.fingerprint_key)
+        token_id = name if server.token_login else None
+    else:
+        try:
+            first = ClientFirstMessage.parse(bytes(auth_bytes).decode("utf-8"))
+        except (ValueError, UnicodeDecodeError, ScramAuthenticationError):
+            first = None
+        name = (name_fingerprint(services.auth.fingerprint_key, first.username)
+                if first is not None else None)
+        kind = "token" if first is not None and first.token_authentication else "user"
+        token_id = None
+    services.audit.emit(
+        "authentication",
+        outcome="failure",
+        mechanism=session.mechanism,
+        kind=kind,
+        implicit=implicit,
+        username=name,
+        token_id=token_id,
+        principal=None,
+        client_host=session.client_host,
+        client_port=session.client_port,
+        listener=session.listener,
+        reason=exc.reason,
+    )
+    session.close()
+
+
 def _kind(server: ScramServer) -> str:
     return "token" if server.token_login else "user"
 
@@ -299,6 +353,13 @@ async def handle_authenticate(services: Services, ctx: RequestContext, body: dic
         return {
             "ErrorCode": int(Errors.SASL_AUTHENTICATION_FAILED),
             "ErrorMessage": str(exc),
+            "AuthBytes": b"",
+            "SessionLifetimeMs": 0,
+        }
+    except StaleView as exc:
+        return {
+            "ErrorCode": int(exc.error),
+            "ErrorMessage": exc.message,
             "AuthBytes": b"",
             "SessionLifetimeMs": 0,
         }
