@@ -210,6 +210,11 @@ class ChangeNotifications:
             raise
         self._worker.start()
 
+    @property
+    def started(self) -> bool:
+        """True once :meth:`start` has begun (its first load may still be running)."""
+        return self._started
+
     def close(self) -> None:
         """Stop following; pending waits are cancelled. Safe to call more than once."""
         self._closed = True
@@ -599,8 +604,12 @@ class VersionWaiter:
         return [r.wait_for(wanted) for r in self._recipes]
 
     def confirm_current(self) -> Future:
-        """Every recipe's :meth:`ChangeNotifications.confirm_current`, as one future."""
-        return all_of([r.confirm_current() for r in self._recipes])
+        """Every started recipe's :meth:`ChangeNotifications.confirm_current`, as one future.
+
+        A recipe not yet started serves nothing to confirm (its cache is still loading,
+        e.g. ACLs while an ``early.start.listeners`` listener already takes logins); waiting
+        on it would hold every login until it starts."""
+        return all_of([r.confirm_current() for r in self._recipes if r.started])
 
     def latest(self) -> list[Version]:
         return [v for r in self._recipes for v in r.latest()]

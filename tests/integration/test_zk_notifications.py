@@ -136,7 +136,7 @@ def test_confirm_current_sees_a_purge_that_emptied_the_root(things, open_zk):
     follower.recipe.close()  # stop following: it misses what comes next
     _write(writer, b"missed")
     purger = ChangeNotifications(writer, "purger", [ROOT], load=lambda: None,
-                                 apply=lambda r, n: None, max_pending=0)
+                                 apply=lambda r, n: None, max_pending=0, count_min_age_ms=None)
     assert purger.purge(now_ms=0) == 1
     assert writer.get_children(ROOT.path) == []
     again = things()
