@@ -29,6 +29,7 @@ from tokensvc.audit.writer import AuditLog
 from tokensvc.authz.authorizer import AclAuthorizer
 from tokensvc.broker.context import RequestContext, WriteTicket
 from tokensvc.broker.forwarding import EnvelopeForwarder
+from tokensvc.broker.groupcommit import GroupCommit
 from tokensvc.broker.handlers import HANDLERS, sasl
 from tokensvc.broker.handlers.sasl import HostNoticeLimiter
 from tokensvc.broker.ledger import WriteLedger, new_request_key
@@ -274,6 +275,8 @@ class Broker:
         followers = VersionWaiter(
             [self.token_sync, self.credential_sync] + ([self.acl_sync] if self.acl_sync else [])
         )
+        self.group_commit = GroupCommit(self.token_store.commit_many,
+                                        size_of=lambda write: write.size)
         writes = WritePath(
             guard=self._guard,
             followers=followers,
@@ -281,6 +284,7 @@ class Broker:
             cache_timeout_s=self.config.request_timeout_ms / 1000.0,
             unknown=(StoreUnavailable,),
             exists=RequestKeyExistsError,
+            tokens=self.group_commit,
         )
         self.writes = writes
         self.services = Services(
