@@ -275,8 +275,11 @@ class Broker:
         followers = VersionWaiter(
             [self.token_sync, self.credential_sync] + ([self.acl_sync] if self.acl_sync else [])
         )
-        self.group_commit = GroupCommit(self.token_store.commit_many,
-                                        size_of=lambda write: write.size)
+        # The store's method is looked up per batch (a test may wrap it on the instance).
+        self.group_commit = GroupCommit(
+            lambda writes, guard: self.token_store.commit_many(writes, guard=guard),
+            size_of=lambda write: write.size,
+        )
         writes = WritePath(
             guard=self._guard,
             followers=followers,
