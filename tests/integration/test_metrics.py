@@ -49,6 +49,7 @@ FAMILIES = {
     "tokensvc_token_cache_size", "tokensvc_derived_credentials", "tokensvc_cache_resyncs",
     "tokensvc_cache_last_resync_seconds", "tokensvc_controller", "tokensvc_expiry_sweeps",
     "tokensvc_audit_queue_depth", "tokensvc_audit_dropped", "tokensvc_acl_count",
+    "tokensvc_group_commit_batches", "tokensvc_group_commit_writes",
 }
 
 

@@ -409,6 +409,11 @@ class Broker:
                 lambda: self.audit.dropped)
         m.gauge("tokensvc_acl_count", "ACL entries loaded in the authorizer",
                 lambda: self.authorizer.acl_count if self.authorizer else 0)
+        m.gauge("tokensvc_group_commit_batches",
+                "Token-write transactions the controller's group commit sent",
+                lambda: self.group_commit.batches)
+        m.gauge("tokensvc_group_commit_writes", "Token writes sent by the group commit",
+                lambda: self.group_commit.committed)
         m.gauge("tokensvc_sessions", "Authenticated client sessions", lambda: self.sessions.count())
         m.gauge("tokensvc_token_sessions", "Connections logged in with a token",
                 lambda: self.sessions.token_sessions())

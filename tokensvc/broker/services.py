@@ -234,7 +234,15 @@ class WritePath:
         versions = list(versions)
         if not versions:
             return True
-        futures = [asyncio.wrap_future(f) for f in self._followers.wait_for(versions)]
+        # Futures already set (the roots this write did not touch, a version applied
+        # already) are not wrapped: each wrap costs a wake-up of the loop.
+        found = self._followers.wait_for(versions)
+        if any(f.cancelled() for f in found):  # the follower closed
+            return False
+        waiting = [f for f in found if not f.done()]
+        if not waiting:
+            return True
+        futures = [asyncio.wrap_future(f) for f in waiting]
         try:
             async with asyncio.timeout(timeout_s):
                 await asyncio.gather(*futures)
