@@ -70,6 +70,9 @@ class BrokerChannel:
         self._extensions = extensions or {}
         self.closed = False
         self.session_lifetime_ms = 0
+        # Responses read so far: a request that timed out while others were answered
+        # met a slow peer, not a dead connection.
+        self.received = 0
 
     async def connect(self, timeout: float) -> None:
         use_tls = self._protocol in ("SSL", "SASL_SSL")
@@ -138,6 +141,7 @@ class BrokerChannel:
                     raise ChannelClosed(f"{self.host}:{self.port} closed the connection")
                 self._decoder.feed(data)
                 while (payload := self._decoder.next_frame()) is not None:
+                    self.received += 1
                     corr = int.from_bytes(payload[:4], "big", signed=True)
                     entry = self._pending.get(corr)
                     if entry is None:

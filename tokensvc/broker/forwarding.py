@@ -194,15 +194,24 @@ class EnvelopeForwarder:
                 attempts += 1
                 body["FirstAttempt"] = attempts == 1
                 channel = None
+                received = 0
                 slot = next(self._next_slot) % CHANNELS_PER_CONTROLLER
                 try:
                     channel = await self._channel(
                         controller, slot, min(remaining, _CONNECT_TIMEOUT_S)
                     )
+                    received = channel.received
                     response = await channel.request(
                         ENVELOPE, 0, body, client_id=f"broker-{self.broker_id}", timeout=remaining
                     )
-                except OSError as exc:  # refused, ChannelClosed, ChannelAuthError, TimeoutError
+                except TimeoutError as exc:
+                    # Other envelopes share the channel: close it only if the controller
+                    # answered nothing at all meanwhile (a dead connection, not a slow write).
+                    log.info("forwarding to controller %s timed out (%s)", controller, exc)
+                    if channel is None or channel.received == received:
+                        await self._drop(controller, slot, channel)
+                    last_error = Errors.REQUEST_TIMED_OUT
+                except OSError as exc:  # refused, ChannelClosed, ChannelAuthError
                     log.info("forwarding to controller %s failed (%s); retrying", controller, exc)
                     await self._drop(controller, slot, channel)
                     last_error = Errors.REQUEST_TIMED_OUT
