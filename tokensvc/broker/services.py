@@ -13,7 +13,9 @@ Owns :class:`Services` (what a handler gets instead of the broker) and the servi
 * ``audit``, ``metrics``, ``config``, ``clock``.
 
 The write path (:class:`WritePath`) is the controller's: every write runs its store call
-in a worker thread under the controller guard, with the request record of its
+in a worker thread under the controller guard (token writes through the group commit,
+:mod:`tokensvc.broker.groupcommit`: concurrent ones share one transaction, each with its
+own outcome), with the request record of its
 :class:`~tokensvc.broker.context.WriteTicket` in the same ZooKeeper transaction, then
 *waits until this broker's own caches have applied the notification versions it
 committed* (futures set by the followers: no sleep, no polling) and adds them to the
