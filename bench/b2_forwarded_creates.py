@@ -4,8 +4,11 @@ Measured: ``concurrency`` client connections (in a separate process), each
 logged in as the super user and sending CreateDelegationToken v3 requests one
 after another, to a broker of the shared 3-broker cluster that is not the
 controller. Each create is forwarded in an EnvelopeRequest to the controller,
-which commits one ZooKeeper transaction (controller guard check + token znode
-+ change notification) and answers through the forwarding broker.
+which commits it with the other creates queued meanwhile in one ZooKeeper
+transaction (group commit: one guard check, then per create its token znode, request
+record and change notification) and answers through the forwarding broker. The details
+give the controller's group commit over the window: transactions, writes, writes per
+transaction.
 
 Reference (same run): the same transaction committed with kazoo alone from this
 process, the same number in flight, for the same time, on the same znodes: the
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 from typing import Any
 
 from bench import env, zkraw
@@ -73,12 +77,26 @@ async def create_workload(window: Window, params: dict[str, Any]) -> WorkerRepor
     return report
 
 
+def group_commit_counts(metrics_address: str) -> dict[str, float]:
+    """The broker's group-commit gauges (transactions and writes sent so far)."""
+    wanted = ("tokensvc_group_commit_batches", "tokensvc_group_commit_writes")
+    found = dict.fromkeys(wanted, 0.0)
+    with urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=5) as response:
+        for line in response.read().decode("utf-8").splitlines():
+            name, _, value = line.partition(" ")
+            if name in found:
+                found[name] = float(value)
+    return found
+
+
 def run(ctx: BenchContext) -> Outcome:
     sizes = ctx.sizes
     handle = env.cluster3(ctx)
     controller, others = handle.roles()
     broker_id = others[0]
     concurrency = sizes.b2_concurrency
+    metrics = handle.cluster.broker_info(controller)["metrics"]
+    before = group_commit_counts(metrics)
     report, seconds = run_processes(
         "bench.b2_forwarded_creates:create_workload",
         {
@@ -92,6 +110,9 @@ def run(ctx: BenchContext) -> Outcome:
         seconds=sizes.b2_seconds,
     )
     measured = report.done / seconds
+    after = group_commit_counts(metrics)
+    transactions = after["tokensvc_group_commit_batches"] - before["tokensvc_group_commit_batches"]
+    writes = after["tokensvc_group_commit_writes"] - before["tokensvc_group_commit_writes"]
 
     # Enough token details for the raw writer never to run out.
     budget = max(50_000, int(measured * sizes.b2_seconds * 4))
@@ -126,6 +147,11 @@ def run(ctx: BenchContext) -> Outcome:
             "errors": report.errors,
             "error_samples": report.error_samples,
             "create_latency": env.summary(report.latencies),
+            "group_commit": {
+                "transactions": int(transactions),
+                "writes": int(writes),
+                "writes_per_transaction": round(writes / transactions, 2) if transactions else None,
+            },
             "raw_transactions": raw["creates"],
             "raw_failed": raw["failed"],
             "raw_latency": env.summary(raw["latencies_s"]),

@@ -14,8 +14,14 @@ instead of landing.
 Every write returns the sequence number of the notification it committed: the version
 (``"tokens"``, seq) the controller reports so brokers can wait until their cache has it
 (:mod:`zk.notifications`). A write may carry a :class:`zk.requests.RecordOp`, created in
-the same transaction (exactly-once writes); a record already there fails the whole
-transaction with :class:`zk.requests.RequestKeyExistsError`.
+the same transaction (exactly-once writes); a record already there fails that write
+with :class:`zk.requests.RequestKeyExistsError` (nothing of it written).
+
+Group commit: :meth:`TokenStore.commit_many` commits many writes (:class:`TokenWrite`)
+in ONE transaction -- one guard check, then each write's operation, record and
+notification -- and reports each write's own outcome; a write that fails is taken out
+and the others are committed again without it. ``create``, ``update`` and ``delete``
+are a batch of one.
 
 It also re-exports the store errors of :mod:`zk.errors` and holds
 :func:`delete_own_ephemeral`. Notifications are followed and purged by
@@ -33,6 +39,7 @@ import bisect
 import logging
 import struct
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from kazoo.client import KazooClient
@@ -53,7 +60,7 @@ from kazoo.protocol.states import ZnodeStat
 from tokensvc.core.errors import Errors
 from tokensvc.core.token import TokenInformation
 from zk import layout
-from zk.errors import (  # noqa: F401 - the store errors are re-exported from here
+from zk.errors import (  # the store errors are re-exported from here
     NotControllerError,
     StoreError,
     StoreUnavailable,
@@ -72,6 +79,9 @@ _MULTI_READ_BATCH = 1_000
 # Tokens deleted (with their notifications) per transaction by delete_many: the
 # transaction stays far below jute.maxbuffer (about 200 bytes per token).
 _DELETE_GROUP = 100
+# Bytes a write adds to a transaction beyond its data, record and token id: op headers,
+# paths, the notification.
+_WRITE_OVERHEAD = 160
 
 _MULTI_HEADER = struct.Struct("!iBi")
 _INT = struct.Struct("!i")
@@ -178,6 +188,93 @@ class _VersionMismatch(StoreError):
     """A conditional delete found a newer version of the token (internal to delete)."""
 
 
+@dataclass(frozen=True)
+class TokenWrite:
+    """One token write of a group commit (:meth:`TokenStore.commit_many`): ``kind`` is
+    ``create``, ``update`` or ``delete``; ``data`` the encoded token (empty for a delete);
+    ``version`` makes a delete conditional (-1: any). Built by :func:`create_write`,
+    :func:`update_write` and :func:`delete_write`."""
+
+    kind: str
+    token_id: str
+    data: bytes
+    record: RecordOp | None = None
+    version: int = -1
+
+    @property
+    def size(self) -> int:
+        """About the bytes it adds to a transaction request (for the batch's size bound)."""
+        record = 0 if self.record is None else len(self.record.path) + len(self.record.data)
+        return len(self.data) + record + 2 * len(self.token_id) + _WRITE_OVERHEAD
+
+
+def create_write(info: TokenInformation, record: RecordOp | None = None) -> TokenWrite:
+    return TokenWrite("create", info.token_id, layout.encode_token(info), record)
+
+
+def update_write(info: TokenInformation, record: RecordOp | None = None) -> TokenWrite:
+    return TokenWrite("update", info.token_id, layout.encode_token(info), record)
+
+
+def delete_write(token_id: str, record: RecordOp | None = None, version: int = -1) -> TokenWrite:
+    return TokenWrite("delete", token_id, b"", record, version)
+
+
+def _add_operation(tx: Any, write: TokenWrite) -> None:
+    path = layout.token_path(write.token_id)
+    if write.kind == "create":
+        tx.create(path, write.data)
+    elif write.kind == "update":
+        tx.set_data(path, write.data)
+    else:
+        tx.delete(path, write.version)
+
+
+def _describe(writes: Sequence[TokenWrite], indexes: Sequence[int]) -> str:
+    if len(indexes) == 1:
+        write = writes[indexes[0]]
+        return f"{write.kind} token {write.token_id}"
+    return f"{len(indexes)} token writes"
+
+
+def _copy_error(exc: StoreError) -> StoreError:
+    """A store error of the same class and message for each write (each waiter raises
+    its own)."""
+    copy = (StoreUnavailable(exc.message) if isinstance(exc, StoreUnavailable)
+            else StoreError(exc.message, exc.error))
+    copy.__cause__ = exc.__cause__
+    return copy
+
+
+class _BatchFailure(str):
+    """A failure that is not one write's own (a parent znode is missing): all fail."""
+
+
+def _write_failure(
+    write: TokenWrite, op: int, is_note: bool, error: Exception
+) -> StoreError | None | _BatchFailure:
+    """What the failure of a write's ``op``-th operation means for that write."""
+    what = f"{write.kind} token {write.token_id}"
+    if is_note:
+        if isinstance(error, NoNodeError):
+            return _BatchFailure(f"{what}: {layout.TOKEN_CHANGES} is missing; run ensure_paths()")
+        return _BatchFailure(f"{what}: ZooKeeper error {error.__class__.__name__}")
+    if op == 1:  # the request record
+        if isinstance(error, NodeExistsError):
+            return RequestKeyExistsError(f"{what}: request key already recorded")
+        return _BatchFailure(f"{what}: the request record failed ({error.__class__.__name__}); "
+                             "run ensure_paths()")
+    if write.kind == "create" and isinstance(error, NodeExistsError):
+        return TokenExistsError(f"{what}: a token with this id already exists")
+    if write.kind == "create" and isinstance(error, NoNodeError):
+        return _BatchFailure(f"{what}: {layout.TOKENS} is missing; run ensure_paths()")
+    if write.kind == "delete" and isinstance(error, (NoNodeError, BadVersionError)):
+        return None  # gone, or rewritten since it was read: left alone
+    if isinstance(error, NoNodeError):
+        return TokenNotFoundError(f"{what}: no such token")
+    return StoreError(f"{what}: ZooKeeper error {error.__class__.__name__}")
+
+
 def delete_own_ephemeral(client: KazooClient, path: str, timeout_s: float = 2.0) -> bool:
     """Delete ``path`` if it is an ephemeral znode of this client's session (resigning
     on close). Best effort and bounded in time: False when it was not ours, is gone, or
@@ -236,28 +333,14 @@ class TokenStore:
         sequence number. TokenExistsError if the id is taken; with ``record``, the request
         record is created in the same transaction and RequestKeyExistsError (nothing
         written) says it was already there."""
-        path = layout.token_path(info.token_id)
-        return self._commit(
-            f"create token {info.token_id}",
-            guard,
-            lambda tx: tx.create(path, layout.encode_token(info)),
-            info.token_id,
-            record,
-        )
+        return self._commit_one(create_write(info, record), guard)
 
     def update(
         self, info: TokenInformation, *, guard: Guard | None = None, record: RecordOp | None = None
     ) -> int:
         """Overwrite an existing token znode (renew/expire) and notify; returns the
         notification's sequence number. TokenNotFoundError if it is gone."""
-        path = layout.token_path(info.token_id)
-        return self._commit(
-            f"update token {info.token_id}",
-            guard,
-            lambda tx: tx.set_data(path, layout.encode_token(info)),
-            info.token_id,
-            record,
-        )
+        return self._commit_one(update_write(info, record), guard)
 
     def delete(
         self,
@@ -273,17 +356,87 @@ class TokenStore:
         ``version`` (from :meth:`get_versioned`) makes the delete conditional: a token
         rewritten since it was read is left alone and None is returned.
         """
-        path = layout.token_path(token_id)
-        try:
-            return self._commit(
-                f"delete token {token_id}",
-                guard,
-                lambda tx: tx.delete(path, version),
-                token_id,
-                record,
-            )
-        except (TokenNotFoundError, _VersionMismatch):
-            return None
+        return self._commit_one(delete_write(token_id, record, version), guard)
+
+    # The writes a group commit collects (see :meth:`commit_many`).
+    create_write = staticmethod(create_write)
+    update_write = staticmethod(update_write)
+    delete_write = staticmethod(delete_write)
+
+    def _commit_one(self, write: TokenWrite, guard: Guard | None) -> int | None:
+        outcome = self.commit_many([write], guard=guard)[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def commit_many(
+        self, writes: Sequence[TokenWrite], *, guard: Guard | None = None
+    ) -> list[int | None | StoreError]:
+        """Commit ``writes`` together in ONE ZooKeeper transaction (group commit): the
+        guard's check once, then per write its operation, its request record and its
+        change notification. Returns each write's own outcome, in order: the sequence
+        number of its notification, None for a delete that found no token (or a newer
+        version), or the StoreError it failed with (TokenExistsError,
+        TokenNotFoundError, RequestKeyExistsError).
+
+        A multi-transaction is all-or-nothing: when one write fails, ZooKeeper's result
+        for its failing operation is its error and every other result is a roll-back
+        marker. That write gets its outcome and the others are committed again, without
+        it, in a new transaction (so N writes take at most 1 + failures round trips).
+        A failed guard gives every write not yet committed NotControllerError; a
+        ZooKeeper failure (connection loss, timeout: outcome unknown) gives each of them
+        its StoreUnavailable; a missing parent znode fails them all alike.
+        """
+        outcomes: list[int | None | StoreError] = [None] * len(writes)
+        pending = list(range(len(writes)))
+        while pending:
+            tx = self._client.transaction()
+            if guard is not None:
+                tx.check(guard[0], guard[1])
+            # Per pending write: (index of its first op, index of its notification op).
+            spans: list[tuple[int, int]] = []
+            at = 0 if guard is None else 1
+            for i in pending:
+                write = writes[i]
+                _add_operation(tx, write)
+                if write.record is not None:
+                    tx.create(write.record.path, write.record.data)
+                tx.create(layout.token_change_create_path(),
+                          layout.encode_token_change(write.token_id), sequence=True)
+                last = at + (2 if write.record is not None else 1)
+                spans.append((at, last))
+                at = last + 1
+            what = f"{_describe(writes, pending)}"
+            try:
+                results = self._wait(what, tx.commit_async())
+            except StoreError as exc:
+                for i in pending:
+                    outcomes[i] = _copy_error(exc)
+                return outcomes
+            failed = next((n for n, r in enumerate(results)
+                           if isinstance(r, Exception) and not isinstance(r, RolledBackError)),
+                          None)
+            if failed is None:
+                for i, (_first, note) in zip(pending, spans):
+                    outcomes[i] = int(results[note][-10:])
+                return outcomes
+            if guard is not None and failed == 0:
+                for i in pending:
+                    outcomes[i] = NotControllerError(
+                        f"{_describe(writes, [i])}: guard {guard[0]} version {guard[1]} no "
+                        "longer holds; another broker is the controller")
+                return outcomes
+            slot = next(n for n, (first, note) in enumerate(spans) if first <= failed <= note)
+            i = pending[slot]
+            first, note = spans[slot]
+            outcome = _write_failure(writes[i], failed - first, failed == note, results[failed])
+            if isinstance(outcome, _BatchFailure):
+                for j in pending:
+                    outcomes[j] = StoreError(str(outcome))
+                return outcomes
+            outcomes[i] = outcome
+            del pending[slot]
+        return outcomes
 
     def delete_many(
         self, versions: Sequence[tuple[str, int]], *, guard: Guard | None = None
@@ -351,16 +504,13 @@ class TokenStore:
         guard: Guard | None,
         operation: Callable[[object], None],
         token_id: str,
-        record: RecordOp | None = None,
     ) -> Any:
-        """A transaction: the guard's check, ``operation``, the request record, the change
-        notification (always last: its result is the created path)."""
+        """A transaction: the guard's check, ``operation``, the change notification
+        (always last: its result is the created path)."""
         tx = self._client.transaction()
         if guard is not None:
             tx.check(guard[0], guard[1])
         operation(tx)
-        if record is not None:
-            tx.create(record.path, record.data)
         tx.create(
             layout.token_change_create_path(),
             layout.encode_token_change(token_id),
@@ -368,22 +518,7 @@ class TokenStore:
         )
         return tx
 
-    def _commit(
-        self,
-        what: str,
-        guard: Guard | None,
-        operation: Callable[[object], None],
-        token_id: str,
-        record: RecordOp | None = None,
-    ) -> int:
-        tx = self._transaction(guard, operation, token_id, record)
-        results = self._wait(what, tx.commit_async())
-        self._check_results(what, guard, results, record)
-        return int(results[-1][-10:])
-
-    def _check_results(
-        self, what: str, guard: Guard | None, results: list, record: RecordOp | None = None
-    ) -> None:
+    def _check_results(self, what: str, guard: Guard | None, results: list) -> None:
         """Raise the store error a transaction's results stand for (nothing if it passed)."""
         failures = [r for r in results if isinstance(r, Exception)]
         if not failures:
@@ -394,8 +529,6 @@ class TokenStore:
                 f"{what}: guard {guard[0]} version {guard[1]} no longer holds; "
                 "another broker is the controller"
             )
-        if record is not None and isinstance(results[-2], NodeExistsError):
-            raise RequestKeyExistsError(f"{what}: request key already recorded")
         cause = next(r for r in failures if not isinstance(r, RolledBackError))
         if isinstance(cause, NodeExistsError):
             raise TokenExistsError(f"{what}: a token with this id already exists")

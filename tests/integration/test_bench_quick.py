@@ -42,7 +42,8 @@ def test_quick_suite_completes_and_writes_every_benchmark(tmp_path: Path) -> Non
         result = results[bench_id]
         assert result["error"] is None, (bench_id, result["error"])
         assert result["measured"] is not None and result["measured"] >= 0, bench_id
-        assert result["targets"], bench_id
+        # B8 has no target of its own ("no worse than before" is judged across runs).
+        assert result["targets"] or bench_id == "B8", bench_id
     stamped = [p for p in tmp_path.glob("*.json") if p.name != "latest.json"]
     assert len(stamped) == 1 and json.loads(stamped[0].read_text()) == latest
     assert "| B1 " in done.stdout and "| B7 " in done.stdout and "| B9 " in done.stdout

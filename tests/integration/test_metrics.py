@@ -51,6 +51,7 @@ FAMILIES = {
     "tokensvc_audit_queue_depth", "tokensvc_audit_dropped", "tokensvc_acl_count",
     "tokensvc_zookeeper_view_age_seconds", "tokensvc_stale_view_catch_ups",
     "tokensvc_stale_view_refusals",
+    "tokensvc_group_commit_batches", "tokensvc_group_commit_writes",
 }
 
 

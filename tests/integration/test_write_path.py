@@ -216,8 +216,9 @@ def test_expire_then_login_on_the_same_non_controller_is_refused_every_time(clus
 
 
 class LoseOneAnswer:
-    """Wraps a store write on the controller: the first call commits for real, then raises
-    the ConnectionLoss-style StoreUnavailable a lost answer produces; later calls pass."""
+    """Wraps a store write on the controller (for tokens: the group commit's
+    ``commit_many``): the first call commits for real, then raises the ConnectionLoss-style
+    StoreUnavailable a lost answer produces; later calls pass."""
 
     def __init__(self, target, name: str) -> None:
         self.target, self.name = target, name
@@ -264,7 +265,7 @@ def test_a_renew_and_an_expire_whose_commit_answer_was_lost_apply_once(cluster, 
         created = alice.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
         token_id = created["TokenId"]
         before = _token_changes(zk, token_id)
-        with LoseOneAnswer(ctl.broker.token_store, "update") as lossy:
+        with LoseOneAnswer(ctl.broker.token_store, "commit_many") as lossy:
             renewed = alice.request(RENEW, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 7_200_000})
         assert renewed["ErrorCode"] == 0
         assert lossy.calls == 1  # the retry found the record: the renew ran once
@@ -276,7 +277,7 @@ def test_a_renew_and_an_expire_whose_commit_answer_was_lost_apply_once(cluster, 
             created["TokenId"]] == renewed["ExpiryTimestampMs"]
 
         before = _token_changes(zk, token_id)
-        with LoseOneAnswer(ctl.broker.token_store, "delete") as lossy:
+        with LoseOneAnswer(ctl.broker.token_store, "commit_many") as lossy:
             expired = alice.request(EXPIRE, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
         assert expired["ErrorCode"] == 0  # not DELEGATION_TOKEN_NOT_FOUND
         assert lossy.calls == 1

@@ -14,6 +14,7 @@ from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
 from zk import layout
 from zk.client import ZkSettings, open_client
+from zk.requests import RequestKeyExistsError, record_op
 from zk.server import ManagedZooKeeper
 from zk.token_store import (
     NotControllerError,
@@ -21,6 +22,9 @@ from zk.token_store import (
     TokenExistsError,
     TokenNotFoundError,
     TokenStore,
+    create_write,
+    delete_write,
+    update_write,
 )
 
 MASTER_KEY = "store-test-master-key"
@@ -297,3 +301,62 @@ def eventually_connected(c, timeout: float = 10.0) -> bool:
     while time.monotonic() < deadline and not c.connected:
         time.sleep(0.02)
     return c.connected
+
+
+# --- group commit: many writes, one transaction, each with its own outcome ---------------
+
+
+def test_a_batch_commits_in_one_transaction_with_one_notification_per_write(client, store):
+    client.create("/guard", b"0")
+    writes = [create_write(_info(f"b{i}"), record_op(f"key{i}", 38, {"token_id": f"b{i}"}))
+              for i in range(20)]
+    zxid_before = client.exists(layout.TOKENS).pzxid
+    outcomes = store.commit_many(writes, guard=("/guard", 0))
+    assert outcomes == sorted(outcomes) and len(set(outcomes)) == 20
+    assert [token_id for _, token_id in _changes(client)] == [f"b{i}".encode() for i in range(20)]
+    # One transaction: every token znode has the same creation zxid.
+    zxids = {client.exists(layout.token_path(f"b{i}")).czxid for i in range(20)}
+    assert len(zxids) == 1 and zxids.pop() > zxid_before
+    assert client.exists("/delegation_token/requests/key7") is not None
+    names = [n for n, _ in _changes(client)]
+    assert [int(n[-10:]) for n in names] == outcomes
+
+
+def test_one_failing_write_in_a_batch_fails_alone_and_the_others_commit(client, store):
+    store.create(_info("taken"))
+    store.create(_info("renewed"))
+    client.create("/delegation_token/requests/used", b"{}")
+    writes = [
+        create_write(_info("n1"), record_op("k1", 38, {})),
+        create_write(_info("taken"), record_op("k2", 38, {})),       # token exists
+        update_write(_info("renewed", expiry_timestamp=5), record_op("k3", 39, {})),
+        create_write(_info("n4"), record_op("used", 38, {})),        # key recorded
+        update_write(_info("missing"), record_op("k5", 39, {})),     # no such token
+        delete_write("also-missing", record_op("k6", 40, {})),       # nothing to delete
+        create_write(_info("n7"), record_op("k7", 38, {})),
+    ]
+    before = len(_changes(client))
+    outcomes = store.commit_many(writes)
+    assert isinstance(outcomes[1], TokenExistsError)
+    assert isinstance(outcomes[3], RequestKeyExistsError)
+    assert isinstance(outcomes[4], TokenNotFoundError)
+    assert outcomes[5] is None
+    committed = [outcomes[i] for i in (0, 2, 6)]
+    assert all(isinstance(s, int) for s in committed) and committed == sorted(committed)
+    # The failed writes left nothing: no token, no record, no notification.
+    assert store.get("n4") is None and store.get("missing") is None
+    for key in ("k2", "k4", "k5", "k6"):
+        assert client.exists(f"/delegation_token/requests/{key}") is None
+    assert client.get("/delegation_token/requests/used")[0] == b"{}"
+    assert len(_changes(client)) == before + 3
+    assert store.get("n1") is not None and store.get("n7") is not None
+    assert store.get("renewed").expiry_timestamp == 5
+
+
+def test_a_failed_guard_fails_the_whole_batch_as_not_controller(client, store):
+    client.create("/guard", b"0")
+    client.set("/guard", b"1")
+    outcomes = store.commit_many([create_write(_info(f"g{i}")) for i in range(3)],
+                                 guard=("/guard", 0))
+    assert all(isinstance(o, NotControllerError) for o in outcomes)
+    assert _changes(client) == [] and store.token_ids() == []

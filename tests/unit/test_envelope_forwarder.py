@@ -21,14 +21,26 @@ PAYLOAD = encode_request(HEADER, {"Hmac": b"h", "RenewPeriodMs": 1})
 ANSWER = encode_response(HEADER, {"ErrorCode": 0, "ExpiryTimestampMs": 123, "ThrottleTimeMs": 0})
 
 
+class TimedOut:
+    """A script step: the request times out after the channel read ``answered`` other
+    responses meanwhile."""
+
+    def __init__(self, answered: int) -> None:
+        self.answered = answered
+
+
 class FakeChannel:
-    """Answers from a script: each item is an exception to raise or an envelope body."""
+    """Answers from a script: each item is an exception to raise, a TimedOut, or an
+    envelope body."""
 
     sent: ClassVar[list[dict]] = []
     script: ClassVar[list] = []
+    opened: ClassVar[list[FakeChannel]] = []
 
     def __init__(self, host, port, **kwargs) -> None:
         self.closed = False
+        self.received = 0
+        FakeChannel.opened.append(self)
 
     async def connect(self, timeout: float) -> None:
         return None
@@ -38,6 +50,10 @@ class FakeChannel:
         step = FakeChannel.script.pop(0)
         if isinstance(step, BaseException):
             raise step
+        if isinstance(step, TimedOut):
+            self.received += step.answered
+            raise TimeoutError("no answer in time")
+        self.received += 1
         return step
 
     async def close(self) -> None:
@@ -61,6 +77,7 @@ class Harness:
     def __init__(self, script: list, *, reach_result: bool = True, timeout_ms: int = 5_000):
         FakeChannel.sent = []
         FakeChannel.script = list(script)
+        FakeChannel.opened = []
         self.clock = FakeClock(0)
         self.reached: list[list] = []
         self.audit: list[dict] = []
@@ -138,3 +155,19 @@ def test_not_controller_is_retried_until_the_request_timeout():
     assert error == Errors.REQUEST_TIMED_OUT
     assert 2 <= len(FakeChannel.sent) <= 8
     assert h.audit[-1]["outcome"] == "failure"
+
+
+def test_a_timeout_keeps_a_channel_the_controller_still_answers_others_on():
+    h = Harness([TimedOut(answered=3), _ok([])])
+    _, error = h.forward()
+    assert error == 0
+    # Kept open for the envelopes it still carries (the retry went to the next channel).
+    assert not FakeChannel.opened[0].closed
+
+
+def test_a_timeout_on_a_silent_channel_closes_it_and_the_retry_opens_another():
+    h = Harness([TimedOut(answered=0), _ok([])])
+    _, error = h.forward()
+    assert error == 0
+    first, second = FakeChannel.opened
+    assert first.closed and not second.closed  # the retry went to the next channel

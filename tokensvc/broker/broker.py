@@ -38,6 +38,7 @@ from tokensvc.authz.authorizer import AclAuthorizer
 from tokensvc.broker.context import RequestContext, WriteTicket
 from tokensvc.broker.forwarding import EnvelopeForwarder
 from tokensvc.broker.freshness import FreshnessGate, StaleView
+from tokensvc.broker.groupcommit import GroupCommit
 from tokensvc.broker.handlers import HANDLERS, sasl
 from tokensvc.broker.handlers.sasl import HostNoticeLimiter
 from tokensvc.broker.ledger import WriteLedger, new_request_key
@@ -289,6 +290,11 @@ class Broker:
         followers = VersionWaiter(
             [self.token_sync, self.credential_sync] + ([self.acl_sync] if self.acl_sync else [])
         )
+        # The store's method is looked up per batch (a test may wrap it on the instance).
+        self.group_commit = GroupCommit(
+            lambda writes, guard: self.token_store.commit_many(writes, guard=guard),
+            size_of=lambda write: write.size,
+        )
         writes = WritePath(
             guard=self._guard,
             followers=followers,
@@ -296,6 +302,7 @@ class Broker:
             cache_timeout_s=self.config.request_timeout_ms / 1000.0,
             unknown=(StoreUnavailable,),
             exists=RequestKeyExistsError,
+            tokens=self.group_commit,
         )
         self.writes = writes
         # Never confirmed until the caches have loaded: an early-start listener's login
@@ -427,6 +434,11 @@ class Broker:
                 lambda: self.audit.dropped)
         m.gauge("tokensvc_acl_count", "ACL entries loaded in the authorizer",
                 lambda: self.authorizer.acl_count if self.authorizer else 0)
+        m.gauge("tokensvc_group_commit_batches",
+                "Token-write transactions the controller's group commit sent",
+                lambda: self.group_commit.batches)
+        m.gauge("tokensvc_group_commit_writes", "Token writes sent by the group commit",
+                lambda: self.group_commit.committed)
         m.gauge("tokensvc_sessions", "Authenticated client sessions", lambda: self.sessions.count())
         m.gauge("tokensvc_token_sessions", "Connections logged in with a token",
                 lambda: self.sessions.token_sessions())

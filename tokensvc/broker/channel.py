@@ -1,11 +1,13 @@
 """An authenticated, pipelined client connection from one broker to another.
 
 Owns: connecting to a peer's inter-broker listener (TLS when it is SASL_SSL),
-the SCRAM login as the broker principal, and many requests in flight on one
-connection (responses matched by correlation id). Used by the forwarder to
-send EnvelopeRequests to the controller. Any transport or protocol error
-fails every pending request with ``ChannelClosed`` and closes the channel;
-the caller opens a new one.
+the SCRAM login as the broker principal, and several requests in flight on one
+connection: at most ``max_in_flight`` (a request beyond waits for a slot,
+within its timeout), each answer matched to its request by correlation id,
+in whatever order the peer sends them (the controller answers envelopes as
+they complete). Used by the forwarder to send EnvelopeRequests to the
+controller. Any transport or protocol error fails every pending request with
+``ChannelClosed`` and closes the channel; the caller opens a new one.
 """
 
 from __future__ import annotations
@@ -19,6 +21,10 @@ from tokensvc.core.errors import Errors
 from tokensvc.protocol import FrameDecoder, RequestHeader, decode_response, encode_request, frame
 from tokensvc.scram.client import ScramClient
 from tokensvc.scram.formatter import ScramMechanism
+
+# Requests one channel keeps in flight (the controller reads up to 64 envelopes of one
+# connection at once: tokensvc.broker.connection.ENVELOPES_IN_FLIGHT).
+MAX_IN_FLIGHT = 32
 
 
 class ChannelClosed(ConnectionError):
@@ -43,6 +49,7 @@ class BrokerChannel:
         ssl_context: ssl.SSLContext | None = None,
         max_frame: int = 100 * 1024 * 1024,
         extensions: dict[str, str] | None = None,
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         self.host = host
         self.port = port
@@ -55,6 +62,7 @@ class BrokerChannel:
         self._max_frame = max_frame
         self._corr = itertools.count(1)
         self._pending: dict[int, tuple[asyncio.Future, int, int]] = {}
+        self._slots = asyncio.Semaphore(max_in_flight)
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._task: asyncio.Task | None = None
@@ -62,6 +70,9 @@ class BrokerChannel:
         self._extensions = extensions or {}
         self.closed = False
         self.session_lifetime_ms = 0
+        # Responses read so far: a request that timed out while others were answered
+        # met a slow peer, not a dead connection.
+        self.received = 0
 
     async def connect(self, timeout: float) -> None:
         use_tls = self._protocol in ("SSL", "SASL_SSL")
@@ -95,21 +106,31 @@ class BrokerChannel:
         self, api_key: int, api_version: int, body: dict, *, client_id: str | None = None,
         timeout: float | None = None,
     ) -> dict:
+        """Send one request and wait for its answer (TimeoutError after ``timeout``
+        seconds, counting the wait for a free slot)."""
         if self.closed or self._writer is None:
             raise ChannelClosed("channel is closed")
-        corr = next(self._corr)
-        header = RequestHeader(api_key, api_version, corr, client_id or self.client_id)
-        fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._pending[corr] = (fut, api_key, api_version)
-        try:
-            self._writer.write(frame(encode_request(header, body)))
-            await self._writer.drain()
-        except (ConnectionError, RuntimeError) as exc:
-            self._fail(exc)
-        try:
-            return await asyncio.wait_for(asyncio.shield(fut), timeout) if timeout else await fut
-        finally:
-            self._pending.pop(corr, None)
+        async with asyncio.timeout(timeout), self._slots:
+            if self.closed:
+                raise ChannelClosed("channel is closed")
+            corr = next(self._corr)
+            header = RequestHeader(api_key, api_version, corr, client_id or self.client_id)
+            fut: asyncio.Future = asyncio.get_running_loop().create_future()
+            self._pending[corr] = (fut, api_key, api_version)
+            try:
+                self._writer.write(frame(encode_request(header, body)))
+                await self._writer.drain()
+            except (ConnectionError, RuntimeError) as exc:
+                self._fail(exc)
+            try:
+                return await fut
+            finally:
+                self._pending.pop(corr, None)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not yet answered."""
+        return len(self._pending)
 
     async def _read_loop(self) -> None:
         assert self._reader is not None
@@ -120,6 +141,7 @@ class BrokerChannel:
                     raise ChannelClosed(f"{self.host}:{self.port} closed the connection")
                 self._decoder.feed(data)
                 while (payload := self._decoder.next_frame()) is not None:
+                    self.received += 1
                     corr = int.from_bytes(payload[:4], "big", signed=True)
                     entry = self._pending.get(corr)
                     if entry is None:

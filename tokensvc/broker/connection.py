@@ -16,7 +16,12 @@ its idle and stalled-frame timeouts, and how it ends. Broker-wide it owns the
 - **Order.** One request at a time per connection: the next frame is not
   decoded before the previous response is written, so responses go out in
   request order. Frames that arrive meanwhile wait in the buffer; when it is
-  full, reading pauses.
+  full, reading pauses. One exception, between brokers: on the inter-broker
+  listener up to ``ENVELOPES_IN_FLIGHT`` EnvelopeRequests run at once and each
+  is answered when it is done -- possibly out of order; the forwarding broker
+  matches answers by correlation id -- so the controller can commit them
+  together (group commit). Any other request waits until the envelopes in
+  flight are answered, and runs alone.
 - **Output.** The transport's write buffer is bounded
   (``OUTPUT_HIGH_WATER``); above it the connection stops decoding requests
   and reading until the client has read its responses.
@@ -57,7 +62,7 @@ from tokensvc.core.config import BrokerConfig, Listener
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.protocol import FrameTooLargeError, UnsupportedVersionError
-from tokensvc.protocol.primitives import INT32
+from tokensvc.protocol.primitives import INT16, INT32
 from tokensvc.scram.server import ScramAuthenticationError
 
 log = logging.getLogger("tokensvc.broker.server")
@@ -68,6 +73,9 @@ OUTPUT_LOW_WATER = 64 * 1024
 CLOSE_FLUSH_S = 1.0
 CLOSE_LINGER_S = 0.5
 SIZE_PREFIX = 4
+ENVELOPE = 58
+# EnvelopeRequests one inter-broker connection may have in flight (see "Order").
+ENVELOPES_IN_FLIGHT = 64
 
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 ANONYMOUS = KafkaPrincipal("User", "ANONYMOUS")
@@ -149,6 +157,13 @@ class ReceiveBuffer:
         if self._start == self._end:
             self._start = self._end = 0
         return self._view[begin:begin + size]
+
+    def next_api_key(self) -> int | None:
+        """The API key of the next frame once it is complete, without taking it."""
+        size = self.next_size()
+        if size is None or size < INT16.size or self._end - self._start - SIZE_PREFIX < size:
+            return None
+        return INT16.unpack_from(self._buf, self._start + SIZE_PREFIX)[0]
 
     def room_needed(self) -> int:
         """Capacity the next frame needs to be held whole (4 while its size is unknown)."""
@@ -309,6 +324,8 @@ class Connection(asyncio.BufferedProtocol):
         self._eof = False
         self._tls = False
         self._in_flight: asyncio.Future | None = None
+        self._envelopes: set[asyncio.Task] = set()
+        self._overlap_envelopes = listener.name == services.config.inter_broker_listener_name
         self._write_paused = False
         self._reading = True
         self._waiting_memory = False
@@ -376,7 +393,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         self._eof = True
-        if self._in_flight is not None and not self._tls:
+        if self._busy and not self._tls:
             return True  # half-closed: answer what is in flight, then close
         self._close("client closed")
         return False
@@ -402,6 +419,9 @@ class Connection(asyncio.BufferedProtocol):
         if self._in_flight is not None and not self._in_flight.done():
             self._in_flight.cancel()
         self._in_flight = None
+        for task in self._envelopes:
+            task.cancel()
+        self._envelopes.clear()
         if self._waiting_memory:
             svc.pool.cancel(self._memory_granted)
             self._waiting_memory = False
@@ -432,12 +452,24 @@ class Connection(asyncio.BufferedProtocol):
 
     # -- requests ------------------------------------------------------------------------
 
+    @property
+    def _busy(self) -> bool:
+        """A request of this connection is being handled."""
+        return self._in_flight is not None or bool(self._envelopes)
+
+    def _next_may_overlap(self) -> bool:
+        """With envelopes in flight: the next frame is complete and an envelope, and
+        there is room for one more (else it waits until they are answered)."""
+        return len(self._envelopes) < ENVELOPES_IN_FLIGHT and self._rx.next_api_key() == ENVELOPE
+
     def _process(self) -> None:
         """Answer the complete frames in the buffer, one at a time, while nothing waits."""
         rx = self._rx
         while self._in_flight is None and not self._closing and not self._write_paused:
             try:
                 rx.max_size = self._max_frame_bytes()
+                if self._envelopes and not self._next_may_overlap():
+                    break
                 payload = rx.next_frame()
             except FrameTooLargeError as exc:
                 log.info("closing %s:%d on %s: %s", self.host, self.port,
@@ -463,10 +495,10 @@ class Connection(asyncio.BufferedProtocol):
                 payload.release()
         if self._closing:
             return
-        if self._in_flight is None and self._eof:
+        if not self._busy and self._eof:
             self._close("client closed")
             return
-        if rx.buffered and self._in_flight is None and self._frame_started is None:
+        if rx.buffered and not self._busy and self._frame_started is None:
             # A frame has begun: it must be complete within request.timeout.ms, however
             # slowly its bytes trickle in.
             self._frame_started = self._loop.time()
@@ -530,6 +562,12 @@ class Connection(asyncio.BufferedProtocol):
             payload=b"" if api == SASL_AUTHENTICATE else bytes(payload),
             session=session,
         )
+        if api == ENVELOPE and self._overlap_envelopes:
+            name = svc.api_name(api)
+            task = self._loop.create_task(svc.dispatch(ctx, body))
+            self._envelopes.add(task)
+            task.add_done_callback(lambda t: self._finished(t, name, started, False))
+            return
         self._run(svc.dispatch(ctx, body), svc.api_name(api), started,
                   inline=api == SASL_AUTHENTICATE)
 
@@ -561,6 +599,7 @@ class Connection(asyncio.BufferedProtocol):
     def _finished(self, task: asyncio.Task, api: str, started: float, raw: bool) -> None:
         if self._in_flight is task:
             self._in_flight = None
+        self._envelopes.discard(task)
         if task.cancelled() or self._lost:
             return
         exc = task.exception()
@@ -693,7 +732,7 @@ class Connection(asyncio.BufferedProtocol):
         if self._closing:
             return
         now = self._loop.time()
-        if self._in_flight is not None or self._waiting_memory:
+        if self._busy or self._waiting_memory:
             self._arm(now + self._idle_s)
             return
         if self._frame_started is not None and self._rx.buffered and not self._write_paused:

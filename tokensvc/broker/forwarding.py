@@ -57,8 +57,8 @@ ENVELOPE = 58
 _BACKOFF_START_S = 0.05
 _BACKOFF_MAX_S = 1.0
 _CONNECT_TIMEOUT_S = 5.0
-# Forwarded writes in flight to the controller at once (one per channel).
-CHANNELS_PER_CONTROLLER = 8
+# Channels to one controller; each keeps up to channel.MAX_IN_FLIGHT envelopes in flight.
+CHANNELS_PER_CONTROLLER = 2
 
 Version = tuple[str, int]
 # (security protocol, host, port) of a broker's listener, or None.
@@ -68,9 +68,11 @@ EndpointLookup = Callable[[int, str], "tuple[str, str, int] | None"]
 class EnvelopeForwarder:
     """Forwards writes to the controller over a few channels per controller broker.
 
-    The controller answers the requests of one connection strictly in order, so a
-    single channel would let only one forwarded write reach ZooKeeper at a time;
-    requests are spread round-robin over ``CHANNELS_PER_CONTROLLER`` channels.
+    Each channel keeps several envelopes in flight (answers matched by correlation id,
+    in the order the controller completes them), and the controller runs the envelopes
+    of one inter-broker connection concurrently, so concurrent forwarded writes reach
+    its group commit together; requests are spread round-robin over
+    ``CHANNELS_PER_CONTROLLER`` channels (a lost connection fails only its share).
 
     Dependencies are functions, so tests drive it with fakes and a fake clock:
     ``controller_id()``, ``is_controller()``, ``endpoint(broker_id, listener)``,
@@ -192,15 +194,24 @@ class EnvelopeForwarder:
                 attempts += 1
                 body["FirstAttempt"] = attempts == 1
                 channel = None
+                received = 0
                 slot = next(self._next_slot) % CHANNELS_PER_CONTROLLER
                 try:
                     channel = await self._channel(
                         controller, slot, min(remaining, _CONNECT_TIMEOUT_S)
                     )
+                    received = channel.received
                     response = await channel.request(
                         ENVELOPE, 0, body, client_id=f"broker-{self.broker_id}", timeout=remaining
                     )
-                except OSError as exc:  # refused, ChannelClosed, ChannelAuthError, TimeoutError
+                except TimeoutError as exc:
+                    # Other envelopes share the channel: close it only if the controller
+                    # answered nothing at all meanwhile (a dead connection, not a slow write).
+                    log.info("forwarding to controller %s timed out (%s)", controller, exc)
+                    if channel is None or channel.received == received:
+                        await self._drop(controller, slot, channel)
+                    last_error = Errors.REQUEST_TIMED_OUT
+                except OSError as exc:  # refused, ChannelClosed, ChannelAuthError
                     log.info("forwarding to controller %s failed (%s); retrying", controller, exc)
                     await self._drop(controller, slot, channel)
                     last_error = Errors.REQUEST_TIMED_OUT

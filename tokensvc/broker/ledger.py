@@ -19,8 +19,8 @@ and whether this is the key's first attempt.
    goes to step 2. :class:`~tokensvc.broker.services.OutcomeUnknown` (ZooKeeper failed
    during the commit, e.g. ConnectionLoss, or the cache lagged) waits with a backoff
    (50 ms doubling to 1 s) and goes to step 2, until ``request.timeout.ms``: then the
-   answer is REQUEST_TIMED_OUT (retriable) -- also when one attempt hangs in ZooKeeper
-   past that time. The record decides, so a write whose
+   answer is REQUEST_TIMED_OUT (retriable) -- also when one attempt or one look-up hangs
+   in ZooKeeper past that time. The record decides, so a write whose
    outcome was unknown is never applied twice.
 
 A replay reports the newest notification versions ZooKeeper holds (after a ``sync``),
@@ -120,13 +120,14 @@ class WriteLedger:
         look_up = not ticket.first_attempt
         while True:
             try:
-                if look_up:
-                    record = await asyncio.to_thread(self._read_record, ticket.key)
-                    if record is not None:
-                        return await self._replay(ctx, handler, record, deadline)
                 # The answer is due by the request timeout even if ZooKeeper hangs the
-                # attempt (its thread may still commit: the record then tells a retry).
+                # look-up or the attempt (its thread may still commit: the record then
+                # tells a retry), or the attempt waits behind a group commit in flight.
                 async with asyncio.timeout(max(0.001, deadline - self._monotonic())):
+                    if look_up:
+                        record = await asyncio.to_thread(self._read_record, ticket.key)
+                        if record is not None:
+                            return await self._replay(ctx, handler, record, deadline)
                     response = await handler.handle(self._services, ctx, body)
             except TimeoutError:
                 log.warning("%s: no outcome by the request timeout", handler.name)

@@ -13,7 +13,9 @@ Owns :class:`Services` (what a handler gets instead of the broker) and the servi
 * ``audit``, ``metrics``, ``config``, ``clock``.
 
 The write path (:class:`WritePath`) is the controller's: every write runs its store call
-in a worker thread under the controller guard, with the request record of its
+in a worker thread under the controller guard (token writes through the group commit,
+:mod:`tokensvc.broker.groupcommit`: concurrent ones share one transaction, each with its
+own outcome), with the request record of its
 :class:`~tokensvc.broker.context.WriteTicket` in the same ZooKeeper transaction, then
 *waits until this broker's own caches have applied the notification versions it
 committed* (futures set by the followers: no sleep, no polling) and adds them to the
@@ -112,13 +114,24 @@ class Records(Protocol):
 
 
 class TokenStoreWrites(Protocol):
-    def create(self, info: TokenInformation, *, guard: Guard, record: Any) -> int: ...
+    """Token writes are built here and committed by the write path's group commit
+    (``commit_many`` of :class:`zk.token_store.TokenStore`)."""
 
-    def update(self, info: TokenInformation, *, guard: Guard, record: Any) -> int: ...
+    def create_write(self, info: TokenInformation, record: Any) -> Any: ...
 
-    def delete(self, token_id: str, *, guard: Guard, record: Any) -> int | None: ...
+    def update_write(self, info: TokenInformation, record: Any) -> Any: ...
+
+    def delete_write(self, token_id: str, record: Any) -> Any: ...
 
     def get(self, token_id: str) -> TokenInformation | None: ...
+
+
+class Grouped(Protocol):
+    """The group commit of token writes (:class:`tokensvc.broker.groupcommit.GroupCommit`):
+    ``submit`` returns the write's notification sequence (None: nothing changed) or
+    raises its own store error."""
+
+    async def submit(self, write: Any, guard: Guard | None) -> int | None: ...
 
 
 class CredentialStoreWrites(Protocol):
@@ -157,6 +170,7 @@ class WritePath:
         cache_timeout_s: float,
         unknown: tuple[type[BaseException], ...],
         exists: type[BaseException],
+        tokens: Grouped | None = None,
     ) -> None:
         self._guard = guard
         self._followers = followers
@@ -164,6 +178,7 @@ class WritePath:
         self._cache_timeout_s = cache_timeout_s
         self._unknown = unknown
         self._exists = exists
+        self._tokens = tokens
 
     def record(self, ctx: RequestContext, api: int, outcome: Any) -> Any:
         """The record op of ``ctx``'s write (None for a write without a ticket)."""
@@ -175,31 +190,61 @@ class WritePath:
                      **kwargs: Any) -> Any:
         """``fn(*args, guard=..., **kwargs)`` in a thread; returns ``(result, versions)``
         as the store does, after waiting until this broker has applied ``versions``."""
+        guard = self._controller_guard()
+        try:
+            result, versions = await asyncio.to_thread(fn, *args, guard=guard, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - mapped, or raised as it is
+            raise self._mapped(exc) from None
+        await self._committed(ctx, versions)
+        return result
+
+    async def commit_token(self, ctx: RequestContext, write: Any) -> None:
+        """Commit one token write through the group commit (together with the token
+        writes queued meanwhile, each with its own outcome), then wait as ``commit``."""
+        assert self._tokens is not None, "the write path has no group commit for tokens"
+        guard = self._controller_guard()
+        try:
+            sequence = await self._tokens.submit(write, guard)
+        except Exception as exc:  # noqa: BLE001 - mapped, or raised as it is
+            raise self._mapped(exc) from None
+        await self._committed(ctx, [] if sequence is None else [("tokens", sequence)])
+
+    def _controller_guard(self) -> Guard:
         guard = self._guard()
         if guard is None:
             raise KafkaError(Errors.NOT_CONTROLLER, "this broker is not the controller")
-        try:
-            result, versions = await asyncio.to_thread(fn, *args, guard=guard, **kwargs)
-        except self._exists as exc:
-            raise AlreadyApplied(str(exc)) from None
-        except self._unknown as exc:
-            raise OutcomeUnknown(f"ZooKeeper failed during the write: {exc}") from None
-        except KafkaError as exc:
-            if exc.error == Errors.REQUEST_TIMED_OUT:
-                raise OutcomeUnknown(f"ZooKeeper failed during the write: {exc}") from None
-            raise
+        return guard
+
+    def _mapped(self, exc: Exception) -> Exception:
+        """A store failure as the ledger understands it."""
+        if isinstance(exc, self._exists):
+            return AlreadyApplied(str(exc))
+        if isinstance(exc, self._unknown) or (
+            isinstance(exc, KafkaError) and exc.error == Errors.REQUEST_TIMED_OUT
+        ):
+            return OutcomeUnknown(f"ZooKeeper failed during the write: {exc}")
+        return exc
+
+    async def _committed(self, ctx: RequestContext, versions: list[Version]) -> None:
         if ctx.write is not None:
             ctx.write.committed.extend(versions)
         if not await self.reach(versions, self._cache_timeout_s):
             raise OutcomeUnknown("committed, but this broker's cache did not catch up in time")
-        return result
 
     async def reach(self, versions: Iterable[Version], timeout_s: float) -> bool:
         """Wait (event-driven) until this broker has applied ``versions``; False on timeout."""
         versions = list(versions)
         if not versions:
             return True
-        futures = [asyncio.wrap_future(f) for f in self._followers.wait_for(versions)]
+        # Futures already set (the roots this write did not touch, a version applied
+        # already) are not wrapped: each wrap costs a wake-up of the loop.
+        found = self._followers.wait_for(versions)
+        if any(f.cancelled() for f in found):  # the follower closed
+            return False
+        waiting = [f for f in found if not f.done()]
+        if not waiting:
+            return True
+        futures = [asyncio.wrap_future(f) for f in waiting]
         try:
             async with asyncio.timeout(timeout_s):
                 await asyncio.gather(*futures)
@@ -283,28 +328,16 @@ class TokenService:
 
     async def create(self, ctx: RequestContext, info: TokenInformation) -> None:
         record = self._writes.record(ctx, CREATE_DELEGATION_TOKEN, {"token_id": info.token_id})
-        await self._writes.commit(ctx, _one_version(self._store.create), info, record=record)
+        await self._writes.commit_token(ctx, self._store.create_write(info, record))
 
     async def update(self, ctx: RequestContext, info: TokenInformation, outcome: dict) -> None:
         api = EXPIRE_DELEGATION_TOKEN if ctx.api_key == EXPIRE_DELEGATION_TOKEN else RENEW_DELEGATION_TOKEN
         record = self._writes.record(ctx, api, outcome)
-        await self._writes.commit(ctx, _one_version(self._store.update), info, record=record)
+        await self._writes.commit_token(ctx, self._store.update_write(info, record))
 
     async def delete(self, ctx: RequestContext, info: TokenInformation, outcome: dict) -> None:
         record = self._writes.record(ctx, EXPIRE_DELEGATION_TOKEN, outcome)
-        await self._writes.commit(ctx, _one_version(self._store.delete), info.token_id,
-                                  record=record)
-
-
-def _one_version(fn: Callable[..., int | None]) -> Callable[..., tuple[None, list[Version]]]:
-    """A token store write (which returns its notification's sequence) as a write that
-    returns ``(None, versions)``."""
-
-    def call(*args: Any, **kwargs: Any) -> tuple[None, list[Version]]:
-        sequence = fn(*args, **kwargs)
-        return None, ([] if sequence is None else [("tokens", sequence)])
-
-    return call
+        await self._writes.commit_token(ctx, self._store.delete_write(info.token_id, record))
 
 
 class CredentialService:
