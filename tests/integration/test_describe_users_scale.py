@@ -1,13 +1,14 @@
-"""DescribeUserScramCredentials of every user on a broker holding tens of thousands of
-users does not hold the event loop: a login made meanwhile is answered before it ends.
+"""DescribeUserScramCredentials of every user on a broker holding thousands of users
+does not hold the event loop: a login made meanwhile is answered before it ends.
 
-A real broker (in-process, real sockets) starts on a real ZooKeeper into which 30,000
-SCRAM users were written straight in Kafka's layout. A describe of every user is sent;
-once the broker has begun it (its first credential lookup, recorded by a wrapper
-around ``UserCredentialCache.credentials`` that only appends to a list), a SCRAM login
-is made on another connection. The login must complete while the describe is still
-being built: the recorded order shows lookups of the describe after the login. No
-timing is measured; the describe must still list every user.
+A real broker (in-process, real sockets) starts on a real ZooKeeper into which 5,000
+SCRAM users were written straight in Kafka's layout. A describe of every user is sent.
+Its first credential lookup (a wrapper around ``UserCredentialCache.credentials``) holds
+the describe until a SCRAM login on another connection has completed, or for 20 s. If the
+describe ran on the event loop, the login could not complete while it is held: it would
+complete only after the wrapper gave up and the describe ended, and the recorded order
+would show no lookup after the login. No timing is measured, and the machine's load cannot
+reorder the two; the describe must still list every user.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from tokensvc.scram.formatter import ScramMechanism, derive_credential
 from zk.credential_store import USERS_PATH, encode_user_config
 
 DESCRIBE_USER_SCRAM = 50
-USERS = 30_000
+USERS = 5_000
 
 
 def _write_users(connect: str, names: list[str]) -> None:
@@ -51,9 +52,13 @@ def test_a_login_sent_during_a_describe_of_every_user_is_answered_before_it_ends
         poll_until(lambda: len(users.users()) == USERS + 2, timeout=120)
         order: list[str] = []
         lookup = users.credentials
+        started, logged_in = threading.Event(), threading.Event()
 
         def recording(name):
             order.append("user")
+            if not started.is_set():
+                started.set()
+                logged_in.wait(20)
             return lookup(name)
 
         users.credentials = recording
@@ -65,9 +70,10 @@ def test_a_login_sent_during_a_describe_of_every_user_is_answered_before_it_ends
                 )
             )
             describing.start()
-            poll_until(lambda: "user" in order, timeout=60)
+            assert started.wait(60)
             with WireClient(broker.address(), "broker", "broker-secret", timeout=60):
                 order.append("login")
+            logged_in.set()
             describing.join(300)
         assert not describing.is_alive()
         assert described["ErrorCode"] == 0
