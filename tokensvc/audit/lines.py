@@ -49,6 +49,15 @@ REPORT_FIELDS = (
     "owner", "dropped",
 )
 _PARSE_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+# Reasons given to lines that parse as JSON: Spark's JSON source keeps no text for
+# them (its _corrupt_record is set only when parsing fails).
+PARSED_BAD_REASONS = ("unknown_schema", "unknown_type", "missing_fields")
+
+
+def json_reader_options() -> dict[str, str]:
+    """Options of Spark's JSON source (with :data:`EVENT_SCHEMA`) that judge a line as
+    :func:`parse_text` does."""
+    return dict(_PARSE_OPTIONS)
 
 
 def status_column() -> Column:
