@@ -3,9 +3,10 @@
 This module owns :data:`EVENT_SCHEMA` (every field of every event type of
 schema 1, as Spark types), the fields the reports read, and the one
 classification of a line: ``ok`` or the reason it is malformed
-(:data:`MALFORMED_REASONS`). The batch report (JSON source), the lake ingest and
-the live watch (text lines parsed with ``from_json``) all classify through
-:func:`classify`, so a line is judged the same way everywhere.
+(:data:`MALFORMED_REASONS`). The batch report and the lake ingest (Spark's JSON
+source, :func:`json_reader_options`) and the live watch (text lines parsed with
+``from_json``, :func:`parse_text`) all classify through :func:`status_column`, so
+a line is judged the same way everywhere.
 
 Fields that are not in the schema (added by a newer broker) are ignored, never
 an error. It builds DataFrame expressions only: no I/O, no UDFs.
