@@ -40,7 +40,9 @@ import secrets
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
+from datetime import datetime
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -152,6 +154,32 @@ def alert_latency(ctx: BenchContext, spark: Any, bursts: int, gap_s: float
     return stats
 
 
+def _spark_jobs(spark: Any, after: int) -> tuple[list[dict[str, Any]], int]:
+    """Spark jobs numbered ``after`` or higher, from the UI's REST API: where the time
+    of a step went (job name, seconds, tasks); and the next job number."""
+    url = f"{spark.sparkContext.uiWebUrl}/api/v1/applications/{spark.sparkContext.applicationId}"
+    try:
+        with urllib.request.urlopen(f"{url}/jobs", timeout=30) as response:
+            jobs = json.load(response)
+    except (OSError, ValueError):
+        return [], after
+
+    def moment(text: str) -> datetime:
+        return datetime.strptime(text.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z")
+
+    rows = [{"job": j["jobId"], "name": j["name"][:80], "tasks": j["numTasks"],
+             "seconds": round((moment(j["completionTime"]) - moment(j["submissionTime"]))
+                              .total_seconds(), 2)}
+            for j in jobs if j["jobId"] >= after and "completionTime" in j]
+    rows.sort(key=itemgetter("job"))
+    return rows, max((j["jobId"] + 1 for j in jobs), default=after)
+
+
+def _longest(jobs: list[dict[str, Any]], n: int = 4) -> str:
+    top = sorted(jobs, key=itemgetter("seconds"), reverse=True)[:n]
+    return ", ".join(f"{j['seconds']}s {j['name']}" for j in top)
+
+
 def _load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
@@ -179,18 +207,26 @@ def run(ctx: BenchContext) -> Outcome:
     session_s = time.monotonic() - started
     ingest_s: dict[int, float] = {}
     spool_s: dict[int, float] = {}
+    write_s: dict[int, float] = {}
+    commit_s: dict[int, float] = {}
     report_s: dict[int, float] = {}
     rows: dict[int, dict[str, Any]] = {}
     load: dict[str, list[float]] = {"start": _load()}
+    jobs: dict[str, list[dict[str, Any]]] = {}
+    next_job = _spark_jobs(spark, 0)[1]
     try:
         for events, data in datasets.items():
             lake = Path(data.directory).parent / "lake"
             totals = run_ingest(spark, IngestOptions(data.directory, str(lake), once=True,
                                                      closed_after_s=0), echo=lambda line: None)
             ingest_s[events] = totals.elapsed_s
+            jobs[f"ingest_{events}"], next_job = _spark_jobs(spark, next_job)
             spool_s[events] = totals.spool_s
+            write_s[events] = totals.write_s
+            commit_s[events] = totals.commit_s
             _progress(f"ingest {events:,}: {totals.elapsed_s:.1f}s "
-                      f"(spool {totals.spool_s:.1f}s, {totals.batches} batches)")
+                      f"(spool {totals.spool_s:.1f}s, parse and write {totals.write_s:.1f}s, "
+                      f"commit {totals.commit_s:.1f}s, {totals.batches} batches)")
             if totals.events != events:
                 raise RuntimeError(f"ingest wrote {totals.events} events, not {events}")
             load[f"after_ingest_{events}"] = _load()
@@ -199,7 +235,9 @@ def run(ctx: BenchContext) -> Outcome:
             started = time.monotonic()
             summary = run_report(spark, options)
             report_s[events] = time.monotonic() - started
-            _progress(f"report over the lake {events:,}: {report_s[events]:.1f}s")
+            jobs[f"report_{events}"], next_job = _spark_jobs(spark, next_job)
+            _progress(f"report over the lake {events:,}: {report_s[events]:.1f}s; longest jobs "
+                      f"{_longest(jobs[f'report_{events}'])}")
             load[f"after_report_{events}"] = _load()
             rows[events] = dict(summary["rows"], events=summary["events"],
                                 duplicates=summary["duplicates"], malformed=summary["malformed"])
@@ -259,6 +297,8 @@ def run(ctx: BenchContext) -> Outcome:
             "session_start_s": round(session_s, 2),
             "ingest_seconds": {str(k): round(v, 2) for k, v in ingest_s.items()},
             "ingest_spool_seconds": {str(k): round(v, 2) for k, v in spool_s.items()},
+            "ingest_parse_write_seconds": {str(k): round(v, 2) for k, v in write_s.items()},
+            "ingest_commit_seconds": {str(k): round(v, 2) for k, v in commit_s.items()},
             "ingest_events_per_s": {str(k): round(k / v) for k, v in ingest_s.items()},
             "report_lake_seconds": {str(k): round(v, 2) for k, v in report_s.items()},
             "report_lake_events_per_s": {str(k): round(k / v) for k, v in report_s.items()},
@@ -272,5 +312,6 @@ def run(ctx: BenchContext) -> Outcome:
             "input_mb": {str(k): round(sum(Path(f).stat().st_size for f in d.files) / 2**20, 1)
                          for k, d in datasets.items()},
             "rows": {str(k): v for k, v in rows.items()},
+            "spark_jobs": jobs,
         },
     )

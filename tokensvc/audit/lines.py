@@ -3,9 +3,10 @@
 This module owns :data:`EVENT_SCHEMA` (every field of every event type of
 schema 1, as Spark types), the fields the reports read, and the one
 classification of a line: ``ok`` or the reason it is malformed
-(:data:`MALFORMED_REASONS`). The batch report (JSON source), the lake ingest and
-the live watch (text lines parsed with ``from_json``) all classify through
-:func:`classify`, so a line is judged the same way everywhere.
+(:data:`MALFORMED_REASONS`). The batch report and the lake ingest (Spark's JSON
+source, :func:`json_reader_options`) and the live watch (text lines parsed with
+``from_json``, :func:`parse_text`) all classify through :func:`status_column`, so
+a line is judged the same way everywhere.
 
 Fields that are not in the schema (added by a newer broker) are ignored, never
 an error. It builds DataFrame expressions only: no I/O, no UDFs.
@@ -49,6 +50,15 @@ REPORT_FIELDS = (
     "owner", "dropped",
 )
 _PARSE_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
+# Reasons given to lines that parse as JSON: Spark's JSON source keeps no text for
+# them (its _corrupt_record is set only when parsing fails).
+PARSED_BAD_REASONS = ("unknown_schema", "unknown_type", "missing_fields")
+
+
+def json_reader_options() -> dict[str, str]:
+    """Options of Spark's JSON source (with :data:`EVENT_SCHEMA`) that judge a line as
+    :func:`parse_text` does."""
+    return dict(_PARSE_OPTIONS)
 
 
 def status_column() -> Column:

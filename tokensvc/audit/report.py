@@ -37,7 +37,7 @@ from pyspark.sql import types as T
 from tokensvc.audit.events import WRITER_EVENT_TYPE
 from tokensvc.audit.html import HTML_FINDINGS, HTML_TOP_TOKENS, HTML_UNUSED_SAMPLE, PageData, render
 from tokensvc.audit.lake import LakeError, read_lake
-from tokensvc.audit.lines import EVENT_SCHEMA, MALFORMED_REASONS, classify
+from tokensvc.audit.lines import EVENT_SCHEMA, MALFORMED_REASONS, classify, json_reader_options
 from tokensvc.audit.rules import (
     DEFAULT_SETTINGS,
     FINDING_COLUMNS,
@@ -140,8 +140,7 @@ def read_events(spark: SparkSession, path: str, glob: str = DEFAULT_GLOB) -> Dat
     has its text in ``_corrupt_record``. A directory is searched recursively for files
     named like ``glob``; a named local file is read whatever its name."""
     is_dir = _check_exists(path, "input path")
-    reader = (spark.read.schema(EVENT_SCHEMA).option("mode", "PERMISSIVE")
-              .option("columnNameOfCorruptRecord", "_corrupt_record")
+    reader = (spark.read.schema(EVENT_SCHEMA).options(**json_reader_options())
               .option("recursiveFileLookup", "true"))
     if is_dir:
         reader = reader.option("pathGlobFilter", glob)
