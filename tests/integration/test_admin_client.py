@@ -115,8 +115,14 @@ def plaintext_config(user: str, password: str, token: bool = False) -> ClientCon
 def test_describe_cluster_over_sasl_ssl_lists_both_brokers(
     admin: AdminClient, cluster: LocalCluster
 ) -> None:
-    description = admin.describe_cluster(include_authorized_operations=True)
-    assert {b.broker_id for b in description.brokers} == {1, 2}
+    # Brokers learn of each other through their /brokers/ids watches, so right after
+    # start-up the answering broker may not list its peer yet (as in Kafka).
+    def both_listed():
+        found = admin.describe_cluster(include_authorized_operations=True)
+        assert {b.broker_id for b in found.brokers} == {1, 2}, found.brokers
+        return found
+
+    description = eventually(both_listed, timeout=30)
     assert description.controller_id in (1, 2)
     assert description.cluster_id
     assert description.authorized_operations is not None
