@@ -309,9 +309,6 @@ class TokenService:
     def info(self, token_id: str) -> TokenInformation | None:
         return self._cache.info(token_id)
 
-    def all(self) -> Iterable[DelegationToken]:
-        return self._cache.tokens()
-
     async def describe(self, principal: Any, owners: Any, may_describe: Callable[..., bool],
                        version: int) -> Any:
         """DescribeDelegationToken's selection and encoding through the cache's principal
