@@ -17,9 +17,9 @@ import pytest
 from tests.support.client import WireClient
 from tests.support.inproc import (
     InProcessBroker,
-    bootstrap_user,
     broker_properties,
-    wait_for_controller,
+    chroot_with_users,
+    running_brokers,
 )
 from tokensvc.admin import AdminClient
 from tokensvc.client_config import client_config_from_properties
@@ -41,22 +41,13 @@ USERS = [("admin", "admin-secret"), ("broker", "broker-secret"), ("alice", "alic
 
 @pytest.fixture(scope="module")
 def zk_chroot(zookeeper):
-    connect = f"{zookeeper.connect}/forwarding-{time.monotonic_ns()}"
-    for user, password in USERS:
-        bootstrap_user(connect, user, password)
-    return connect
+    return chroot_with_users(zookeeper.connect, "forwarding", USERS)
 
 
 @pytest.fixture(scope="module")
 def cluster(zk_chroot):
-    brokers = [
-        InProcessBroker(BrokerConfig.from_properties(broker_properties(i, zk_chroot))).start()
-        for i in (1, 2)
-    ]
-    wait_for_controller(brokers)
-    yield brokers
-    for b in brokers:
-        b.stop()
+    with running_brokers(zk_chroot, (1, 2)) as brokers:
+        yield brokers
 
 
 @pytest.fixture(scope="module")

@@ -14,19 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import time
 import uuid
 
 import pytest
 
 from tests.support.inproc import (
     InProcessBroker,
-    bootstrap_user,
-    broker_properties,
-    wait_for_controller,
+    chroot_with_users,
+    running_brokers,
 )
 from tokensvc.broker.channel import BrokerChannel, ChannelAuthError
-from tokensvc.core.config import BrokerConfig
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.protocol import RequestHeader, decode_response, encode_request
 from tokensvc.protocol.principal_serde import serialize_principal
@@ -41,22 +38,13 @@ ALICE = KafkaPrincipal.user("alice")
 
 @pytest.fixture(scope="module")
 def zk_chroot(zookeeper):
-    connect = f"{zookeeper.connect}/group-commit-{time.monotonic_ns()}"
-    for user, password in USERS:
-        bootstrap_user(connect, user, password)
-    return connect
+    return chroot_with_users(zookeeper.connect, "group-commit", USERS)
 
 
 @pytest.fixture(scope="module")
 def cluster(zk_chroot):
-    brokers = [
-        InProcessBroker(BrokerConfig.from_properties(broker_properties(i, zk_chroot))).start()
-        for i in (1, 2)
-    ]
-    wait_for_controller(brokers)
-    yield brokers
-    for b in brokers:
-        b.stop()
+    with running_brokers(zk_chroot, (1, 2)) as brokers:
+        yield brokers
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import time
 import uuid
 from typing import Self
 
@@ -24,12 +23,10 @@ from kazoo.exceptions import NoNodeError
 from tests.support.client import WireClient
 from tests.support.inproc import (
     InProcessBroker,
-    bootstrap_user,
-    broker_properties,
-    wait_for_controller,
+    chroot_with_users,
+    running_brokers,
 )
 from tokensvc.broker.channel import BrokerChannel, ChannelAuthError
-from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.protocol import RequestHeader, encode_request
@@ -50,23 +47,13 @@ USERS = [("admin", "admin-secret"), ("broker", "broker-secret"), ("alice", "alic
 
 @pytest.fixture(scope="module")
 def zk_chroot(zookeeper):
-    connect = f"{zookeeper.connect}/write-path-{time.monotonic_ns()}"
-    for user, password in USERS:
-        bootstrap_user(connect, user, password)
-    return connect
+    return chroot_with_users(zookeeper.connect, "write-path", USERS)
 
 
 @pytest.fixture(scope="module")
 def cluster(zk_chroot):
-    brokers = [
-        InProcessBroker(BrokerConfig.from_properties(broker_properties(
-            i, zk_chroot, connection_failed_authentication_delay_ms="0"))).start()
-        for i in (1, 2, 3)
-    ]
-    wait_for_controller(brokers)
-    yield brokers
-    for b in brokers:
-        b.stop()
+    with running_brokers(zk_chroot, (1, 2, 3), connection_failed_authentication_delay_ms="0") as brokers:
+        yield brokers
 
 
 @pytest.fixture(scope="module")

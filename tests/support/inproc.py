@@ -11,7 +11,8 @@ import asyncio
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from tokensvc.broker import eventloop
@@ -129,3 +130,28 @@ def wait_for_controller(brokers: list[InProcessBroker], timeout: float = 15.0) -
                 return b
         assert time.monotonic() < deadline, "no controller was elected in time"
         time.sleep(0.05)
+
+
+def chroot_with_users(zookeeper_connect: str, name: str,
+                      users: Sequence[tuple[str, str]]) -> str:
+    """A fresh chroot under ``zookeeper_connect`` holding a SCRAM credential per user."""
+    connect = f"{zookeeper_connect}/{name}-{time.monotonic_ns()}"
+    for user, password in users:
+        bootstrap_user(connect, user, password)
+    return connect
+
+
+@contextmanager
+def running_brokers(zk_connect: str, ids: Sequence[int], **props: str) -> Iterator[list[InProcessBroker]]:
+    """In-process brokers ``ids`` on ``zk_connect`` (with ``props`` overrides), once a
+    controller is elected; stopped on exit."""
+    brokers = [
+        InProcessBroker(BrokerConfig.from_properties(broker_properties(i, zk_connect, **props))).start()
+        for i in ids
+    ]
+    try:
+        wait_for_controller(brokers)
+        yield brokers
+    finally:
+        for b in brokers:
+            b.stop()
