@@ -5,8 +5,10 @@ straight into a real ZooKeeper in Kafka's layout. A describe-all is sent; once t
 broker has begun it (its first slice read from the cache, recorded by a wrapper
 around ``TokenCache.tokens_by_ids`` that only appends to a list), a token login is
 made on another connection. The login must complete while the describe is still
-being built: the recorded order shows slices of the describe after the login. No
-timing is measured; the describe must still return every token.
+being built: the recorded order shows slices of the describe after the login. Until
+the login is done the wrapper also holds each slice for 20 ms, so the describe lasts
+seconds whatever the machine's speed (a quiet CI machine once finished it before the
+login was sent). No timing is measured; the describe must still return every token.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from tokensvc.core.token import TokenInformation
 DESCRIBE = 41
 TOKENS = 40_000
 MASTER_KEY = "test-master-key"
+SLOW_SLICE_S = 0.02
 
 
 def test_a_login_sent_during_a_describe_all_is_answered_before_it_ends(zookeeper):
@@ -49,7 +52,13 @@ def test_a_login_sent_during_a_describe_all_is_answered_before_it_ends(zookeeper
         read_slice = cache.tokens_by_ids
 
         def recording(ids):
+            # Until the login is done, every slice is made slow (20 ms, held on the
+            # event loop as a slow slice would be), so a fast machine cannot finish
+            # the describe before the login has even been sent. The login can still
+            # only complete if the describe yields to the loop between slices.
             order.append("slice")
+            if "login" not in order:
+                time.sleep(SLOW_SLICE_S)
             return read_slice(ids)
 
         cache.tokens_by_ids = recording
