@@ -77,10 +77,14 @@ async def create_workload(window: Window, params: dict[str, Any]) -> WorkerRepor
     return report
 
 
+GAUGES = ("tokensvc_group_commit_batches", "tokensvc_group_commit_writes",
+          "tokensvc_committed_tokens_applied", "tokensvc_forwarded_cache_waits")
+
+
 def group_commit_counts(metrics_address: str) -> dict[str, float]:
-    """The broker's group-commit gauges (transactions and writes sent so far)."""
-    wanted = ("tokensvc_group_commit_batches", "tokensvc_group_commit_writes")
-    found = dict.fromkeys(wanted, 0.0)
+    """A broker's gauges of the write path: group-commit transactions and writes sent,
+    committed token states applied without waiting, forwarded writes that waited."""
+    found = dict.fromkeys(GAUGES, 0.0)
     with urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=5) as response:
         for line in response.read().decode("utf-8").splitlines():
             name, _, value = line.partition(" ")
@@ -96,7 +100,9 @@ def run(ctx: BenchContext) -> Outcome:
     broker_id = others[0]
     concurrency = sizes.b2_concurrency
     metrics = handle.cluster.broker_info(controller)["metrics"]
+    forwarding_metrics = handle.cluster.broker_info(broker_id)["metrics"]
     before = group_commit_counts(metrics)
+    forwarding_before = group_commit_counts(forwarding_metrics)
     report, seconds = run_processes(
         "bench.b2_forwarded_creates:create_workload",
         {
@@ -111,6 +117,7 @@ def run(ctx: BenchContext) -> Outcome:
     )
     measured = report.done / seconds
     after = group_commit_counts(metrics)
+    forwarding_after = group_commit_counts(forwarding_metrics)
     transactions = after["tokensvc_group_commit_batches"] - before["tokensvc_group_commit_batches"]
     writes = after["tokensvc_group_commit_writes"] - before["tokensvc_group_commit_writes"]
 
@@ -152,6 +159,19 @@ def run(ctx: BenchContext) -> Outcome:
                 "writes": int(writes),
                 "writes_per_transaction": round(writes / transactions, 2) if transactions else None,
             },
+            # Read-your-writes without the followers' round trip: committed states the
+            # controller and the forwarding broker put straight into their caches, and
+            # forwarded creates whose answer still waited for the forwarding broker's
+            # follower (0 unless a full load was running).
+            "committed_states_applied": {
+                "controller": int(after["tokensvc_committed_tokens_applied"]
+                                  - before["tokensvc_committed_tokens_applied"]),
+                "forwarding_broker": int(forwarding_after["tokensvc_committed_tokens_applied"]
+                                         - forwarding_before["tokensvc_committed_tokens_applied"]),
+            },
+            "forwarded_waits_for_follower": int(
+                forwarding_after["tokensvc_forwarded_cache_waits"]
+                - forwarding_before["tokensvc_forwarded_cache_waits"]),
             "raw_transactions": raw["creates"],
             "raw_failed": raw["failed"],
             "raw_latency": env.summary(raw["latencies_s"]),

@@ -7,12 +7,17 @@ import asyncio
 from types import SimpleNamespace
 from typing import ClassVar
 
-from tokensvc.broker.context import RequestContext
+from tokensvc.broker.context import (
+    CommittedToken,
+    RequestContext,
+    committed_token_fields,
+)
 from tokensvc.broker.forwarding import EnvelopeForwarder
 from tokensvc.broker.handlers.tokens import RENEW_DELEGATION_TOKEN
 from tokensvc.core.clock import FakeClock
 from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal
+from tokensvc.core.token import TokenInformation
 from tokensvc.protocol import RequestHeader, decode_response, encode_request, encode_response
 
 RENEW = 39
@@ -74,7 +79,8 @@ def _ctx() -> RequestContext:
 
 
 class Harness:
-    def __init__(self, script: list, *, reach_result: bool = True, timeout_ms: int = 5_000):
+    def __init__(self, script: list, *, reach_result: bool = True, timeout_ms: int = 5_000,
+                 apply_token=None):
         FakeChannel.sent = []
         FakeChannel.script = list(script)
         FakeChannel.opened = []
@@ -99,6 +105,7 @@ class Harness:
             endpoint=lambda bid, name: ("SASL_PLAINTEXT", "127.0.0.1", 9),
             apply_locally=apply_locally,
             reach=reach,
+            apply_token=apply_token,
             audit=lambda kind, **f: self.audit.append(f),
             count=lambda client_id: None,
             channel_factory=FakeChannel,
@@ -129,6 +136,36 @@ def test_it_answers_only_after_this_broker_applied_the_committed_versions():
     h = Harness([_ok([("tokens", 7), ("acls", 3)])])
     h.forward()
     assert h.reached == [[("tokens", 7), ("acls", 3)]]
+
+
+def test_committed_token_states_go_into_the_cache_and_need_no_wait():
+    renewed = TokenInformation("tok-1", KafkaPrincipal.user("alice"),
+                               KafkaPrincipal.user("bob"), (KafkaPrincipal.user("carol"),),
+                               10, 123, 999, "kid")
+    applied: list = []
+
+    def apply_token(token_id, info, sequence):
+        applied.append((token_id, info, sequence))
+        return token_id == "tok-1"  # tok-2's is refused (a load runs): wait for it
+
+    response = _ok([("tokens", 7), ("tokens", 8), ("acls", 3)])
+    response["CommittedTokens"] = [
+        committed_token_fields(CommittedToken("tok-1", 7, renewed)),
+        committed_token_fields(CommittedToken("tok-2", 8, None)),
+    ]
+    h = Harness([response], apply_token=apply_token)
+    _answer, error = h.forward()
+    assert error == 0
+    assert applied == [("tok-1", renewed, 7), ("tok-2", None, 8)]
+    assert h.reached == [[("tokens", 8), ("acls", 3)]]
+
+
+def test_a_malformed_committed_token_falls_back_to_waiting():
+    response = _ok([("tokens", 7)])
+    response["CommittedTokens"] = [{"TokenId": "tok-1"}]
+    h = Harness([response], apply_token=lambda *a: True)
+    h.forward()
+    assert h.reached == [[("tokens", 7)]]
 
 
 def test_a_broker_that_cannot_catch_up_answers_request_timed_out():

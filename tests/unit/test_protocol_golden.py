@@ -12,8 +12,10 @@ import struct
 
 import pytest
 
+from tokensvc.broker.context import CommittedToken, committed_token_fields, committed_token_of
 from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal
+from tokensvc.core.token import TokenInformation
 from tokensvc.protocol import (
     SUPPORTED,
     ApiKey,
@@ -239,7 +241,8 @@ def test_envelope_request_and_response_layout() -> None:
     response = i32(12) + NO_TAGS + b"\x00" + i16(41) + NO_TAGS
     assert encode_response(header, {"ErrorCode": 41}) == response
     assert decode_response(58, 0, response) == (
-        12, {"ResponseData": None, "ErrorCode": 41, "CommittedVersions": []}
+        12, {"ResponseData": None, "ErrorCode": 41, "CommittedVersions": [],
+         "CommittedTokens": []}
     )
 
 
@@ -405,3 +408,17 @@ def test_principal_garbage_is_a_deserialization_failure(garbage: bytes) -> None:
     with pytest.raises(ProtocolError) as info:
         deserialize_principal(garbage)
     assert info.value.error is Errors.PRINCIPAL_DESERIALIZATION_FAILURE
+
+
+
+def test_committed_tokens_ride_the_envelope_response_and_come_back_equal() -> None:
+    alice, bob = KafkaPrincipal.user("alice"), KafkaPrincipal.user("bob")
+    created = CommittedToken(
+        "tok-1", 41, TokenInformation("tok-1", alice, bob, (bob,), 1, 2, 3, "kid")
+    )
+    deleted = CommittedToken("tok-2", 42, None)
+    body = {"ResponseData": b"x", "ErrorCode": 0, "CommittedVersions": [],
+            "CommittedTokens": [committed_token_fields(created), committed_token_fields(deleted)]}
+    encoded = encode_response(RequestHeader(58, 0, 12, "broker-1"), body)
+    _, decoded = decode_response(58, 0, encoded)
+    assert [committed_token_of(t) for t in decoded["CommittedTokens"]] == [created, deleted]

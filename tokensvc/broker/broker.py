@@ -303,6 +303,7 @@ class Broker:
             unknown=(StoreUnavailable,),
             exists=RequestKeyExistsError,
             tokens=self.group_commit,
+            apply_token=self.token_sync.apply_committed,
         )
         self.writes = writes
         # Never confirmed until the caches have loaded: an early-start listener's login
@@ -368,6 +369,7 @@ class Broker:
             endpoint=self._endpoint,
             apply_locally=self.ledger.apply,
             reach=writes.reach,
+            apply_token=self.token_sync.apply_committed,
             audit=self.audit.emit,
             count=lambda client_id: self.metrics.forwarded.labels(client_id).inc(),
         )
@@ -439,6 +441,13 @@ class Broker:
                 lambda: self.group_commit.batches)
         m.gauge("tokensvc_group_commit_writes", "Token writes sent by the group commit",
                 lambda: self.group_commit.committed)
+        m.gauge("tokensvc_committed_tokens_applied",
+                "Committed token states put into this broker's cache without waiting for "
+                "its follower (its own group commit, or a controller's envelope answer)",
+                lambda: self.token_sync.order.applied)
+        m.gauge("tokensvc_forwarded_cache_waits",
+                "Forwarded writes whose answer waited for this broker's followers",
+                lambda: self.forwarder.waited_for_cache if self.forwarder else 0)
         m.gauge("tokensvc_sessions", "Authenticated client sessions", lambda: self.sessions.count())
         m.gauge("tokensvc_token_sessions", "Connections logged in with a token",
                 lambda: self.sessions.token_sessions())

@@ -1,7 +1,9 @@
 """What a request handler knows about the request it serves.
 
-Owns :class:`RequestContext` and :class:`WriteTicket` (the exactly-once identity of
-one write request and the ZooKeeper versions it committed). Must not do I/O.
+Owns :class:`RequestContext`, :class:`WriteTicket` (the exactly-once identity of one
+write request and the ZooKeeper versions it committed) and :class:`CommittedToken` (a
+token state a write committed, which the answering broker puts into its cache at once).
+Must not do I/O.
 """
 
 from __future__ import annotations
@@ -10,10 +12,63 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tokensvc.core.principal import KafkaPrincipal
+from tokensvc.core.token import TokenInformation
 
 if TYPE_CHECKING:
     from tokensvc.broker.session import Session
     from tokensvc.protocol import RequestHeader
+
+
+@dataclass(frozen=True)
+class CommittedToken:
+    """The state of one token after a committed write: ``info`` (None: the token was
+    deleted), committed with the change notification ``sequence`` of the tokens root."""
+
+    token_id: str
+    sequence: int
+    info: TokenInformation | None
+
+
+def _principal(kind: str, name: str) -> KafkaPrincipal:
+    return KafkaPrincipal(kind, name)
+
+
+def committed_token_fields(token: CommittedToken) -> dict:
+    """``token`` as an element of the EnvelopeResponse's ``CommittedTokens`` field."""
+    info = token.info
+    if info is None:
+        return {"Sequence": token.sequence, "TokenId": token.token_id, "Deleted": True,
+                "OwnerType": "", "OwnerName": "", "RequesterType": "", "RequesterName": "",
+                "Renewers": [], "IssueTimestamp": -1, "ExpiryTimestamp": -1,
+                "MaxTimestamp": -1, "KeyId": ""}
+    return {
+        "Sequence": token.sequence, "TokenId": token.token_id, "Deleted": False,
+        "OwnerType": info.owner.principal_type, "OwnerName": info.owner.name,
+        "RequesterType": info.token_requester.principal_type,
+        "RequesterName": info.token_requester.name,
+        "Renewers": [{"PrincipalType": r.principal_type, "PrincipalName": r.name}
+                     for r in info.renewers],
+        "IssueTimestamp": info.issue_timestamp, "ExpiryTimestamp": info.expiry_timestamp,
+        "MaxTimestamp": info.max_timestamp, "KeyId": info.key_id,
+    }
+
+
+def committed_token_of(fields: dict) -> CommittedToken:
+    """The inverse of :func:`committed_token_fields` (KeyError/TypeError if malformed)."""
+    token_id = fields["TokenId"]
+    if fields["Deleted"]:
+        return CommittedToken(token_id, int(fields["Sequence"]), None)
+    info = TokenInformation(
+        token_id,
+        _principal(fields["OwnerType"], fields["OwnerName"]),
+        _principal(fields["RequesterType"], fields["RequesterName"]),
+        tuple(_principal(r["PrincipalType"], r["PrincipalName"]) for r in fields["Renewers"]),
+        int(fields["IssueTimestamp"]),
+        int(fields["ExpiryTimestamp"]),
+        int(fields["MaxTimestamp"]),
+        fields["KeyId"],
+    )
+    return CommittedToken(token_id, int(fields["Sequence"]), info)
 
 
 @dataclass
@@ -24,12 +79,15 @@ class WriteTicket:
     forwarder's, from the Envelope's tagged field, or a fresh one for a direct request);
     ``first_attempt`` says no earlier attempt with the key was sent; ``committed``
     collects the notification versions (root name, sequence) its writes committed, which
-    the controller reports back so the answering broker can wait for them.
+    the controller reports back so the answering broker can wait for them; ``tokens``
+    the token states those writes committed, reported with them, so the answering
+    broker can put them into its cache instead of waiting for its follower.
     """
 
     key: str
     first_attempt: bool = True
     committed: list[tuple[str, int]] = field(default_factory=list)
+    tokens: list[CommittedToken] = field(default_factory=list)
 
 
 @dataclass

@@ -8,9 +8,11 @@ and ``FirstAttempt``. The controller applies it exactly once (its
 :class:`~tokensvc.broker.ledger.WriteLedger`) and answers with the inner response and
 the ``CommittedVersions`` of the change notifications it committed.
 
-Read-your-writes: before answering the client, the forwarder waits -- on futures the
-change followers set, no sleep and no polling -- until this broker has applied those
-versions; from then on every request to this broker sees the write. If this broker
+Read-your-writes: before answering the client, the forwarder puts the token states the
+controller reports (``CommittedTokens``) into this broker's cache at once, and waits --
+on futures the change followers set, no sleep and no polling -- until this broker has
+applied the other versions (ACLs, credentials, or a token state refused because a full
+load is running); from then on every request to this broker sees the write. If this broker
 cannot catch up before ``request.timeout.ms`` (its ZooKeeper connection is down), the
 client gets REQUEST_TIMED_OUT rather than a success this broker could not yet honour.
 
@@ -40,7 +42,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from tokensvc.broker.channel import BrokerChannel
-from tokensvc.broker.context import WriteTicket
+from tokensvc.broker.context import WriteTicket, committed_token_of
 from tokensvc.broker.decoding import decode_client_request
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import decode_response, encode_response
@@ -61,6 +63,7 @@ _CONNECT_TIMEOUT_S = 5.0
 CHANNELS_PER_CONTROLLER = 2
 
 Version = tuple[str, int]
+TOKENS_ROOT = "tokens"
 # (security protocol, host, port) of a broker's listener, or None.
 EndpointLookup = Callable[[int, str], "tuple[str, str, int] | None"]
 
@@ -91,6 +94,7 @@ class EnvelopeForwarder:
         apply_locally: Callable[[RequestContext, dict], Awaitable[tuple[bytes, int]]],
         reach: Callable[[Iterable[Version], float], Awaitable[bool]],
         audit: Callable[..., Any],
+        apply_token: Callable[[str, Any, int], bool] | None = None,
         count: Callable[[str], None],
         channel_factory: Callable[..., Any] = BrokerChannel,
         monotonic: Callable[[], float] = time.monotonic,
@@ -103,6 +107,7 @@ class EnvelopeForwarder:
         self._endpoint = endpoint
         self._apply_locally = apply_locally
         self._reach = reach
+        self._apply_token = apply_token
         self._audit_emit = audit
         self._count = count
         self._channel_factory = channel_factory
@@ -255,6 +260,8 @@ class EnvelopeForwarder:
         data = bytes(response["ResponseData"])
         inner_error = _top_level_error(ctx, data)
         versions = [(v["Root"], int(v["Sequence"])) for v in response.get("CommittedVersions") or []]
+        applied = self._apply_committed(response.get("CommittedTokens") or [])
+        versions = [v for v in versions if v not in applied]
         if versions:
             self.waited_for_cache += 1
             remaining = max(0.0, deadline - self._monotonic())
@@ -266,6 +273,23 @@ class EnvelopeForwarder:
                 return encode_response(ctx.header, failed), int(Errors.REQUEST_TIMED_OUT)
         self._audit(ctx, handler, controller, inner_error, attempts, started)
         return data, inner_error
+
+    def _apply_committed(self, tokens: list[dict]) -> set[Version]:
+        """Put the token states the controller committed into this broker's cache now;
+        the versions so served need no wait for the follower."""
+        applied: set[Version] = set()
+        if self._apply_token is None:
+            return applied
+        for fields in tokens:
+            try:
+                token = committed_token_of(fields)
+            except (KeyError, TypeError, ValueError):
+                log.warning("controller sent a malformed committed token; waiting for the "
+                            "follower instead")
+                continue
+            if self._apply_token(token.token_id, token.info, token.sequence):
+                applied.add((TOKENS_ROOT, token.sequence))
+        return applied
 
     def _audit(
         self,

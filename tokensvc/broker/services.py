@@ -49,6 +49,7 @@ from tokensvc.authz.acl import (
     ResourceType,
 )
 from tokensvc.authz.authorizer import ALL_OPERATIONS_BITFIELD, AclAuthorizer
+from tokensvc.broker.context import CommittedToken
 from tokensvc.broker.describe import describe_tokens
 from tokensvc.core.clock import Clock
 from tokensvc.core.errors import AUTHORIZER_NOT_READY, Errors, KafkaError
@@ -73,6 +74,9 @@ ALTER_USER_SCRAM_CREDENTIALS = 51
 
 Version = tuple[str, int]
 Guard = tuple[str, int]
+TOKENS_ROOT = "tokens"
+# apply_token(token_id, info or None, sequence) -> True when the cache now holds it.
+ApplyToken = Callable[[str, "TokenInformation | None", int], bool]
 
 
 class AlreadyApplied(Exception):
@@ -171,6 +175,7 @@ class WritePath:
         unknown: tuple[type[BaseException], ...],
         exists: type[BaseException],
         tokens: Grouped | None = None,
+        apply_token: ApplyToken | None = None,
     ) -> None:
         self._guard = guard
         self._followers = followers
@@ -179,6 +184,7 @@ class WritePath:
         self._unknown = unknown
         self._exists = exists
         self._tokens = tokens
+        self._apply_token = apply_token
 
     def record(self, ctx: RequestContext, api: int, outcome: Any) -> Any:
         """The record op of ``ctx``'s write (None for a write without a ticket)."""
@@ -198,16 +204,29 @@ class WritePath:
         await self._committed(ctx, versions)
         return result
 
-    async def commit_token(self, ctx: RequestContext, write: Any) -> None:
+    async def commit_token(self, ctx: RequestContext, write: Any, token_id: str,
+                           info: TokenInformation | None) -> None:
         """Commit one token write through the group commit (together with the token
-        writes queued meanwhile, each with its own outcome), then wait as ``commit``."""
+        writes queued meanwhile, each with its own outcome). The state it committed
+        (``info``; None for a delete) goes into this broker's cache at once
+        (``apply_token``) and into the ticket, for the forwarding broker to do the same;
+        only if that is refused (a full load is running) does the write wait for the
+        follower as ``commit`` does."""
         assert self._tokens is not None, "the write path has no group commit for tokens"
         guard = self._controller_guard()
         try:
             sequence = await self._tokens.submit(write, guard)
         except Exception as exc:  # noqa: BLE001 - mapped, or raised as it is
             raise self._mapped(exc) from None
-        await self._committed(ctx, [] if sequence is None else [("tokens", sequence)])
+        if sequence is None:
+            return
+        if ctx.write is not None:
+            ctx.write.tokens.append(CommittedToken(token_id, sequence, info))
+        if self._apply_token is not None and self._apply_token(token_id, info, sequence):
+            if ctx.write is not None:
+                ctx.write.committed.append((TOKENS_ROOT, sequence))
+            return
+        await self._committed(ctx, [(TOKENS_ROOT, sequence)])
 
     def _controller_guard(self) -> Guard:
         guard = self._guard()
@@ -325,16 +344,19 @@ class TokenService:
 
     async def create(self, ctx: RequestContext, info: TokenInformation) -> None:
         record = self._writes.record(ctx, CREATE_DELEGATION_TOKEN, {"token_id": info.token_id})
-        await self._writes.commit_token(ctx, self._store.create_write(info, record))
+        await self._writes.commit_token(ctx, self._store.create_write(info, record),
+                                        info.token_id, info)
 
     async def update(self, ctx: RequestContext, info: TokenInformation, outcome: dict) -> None:
         api = EXPIRE_DELEGATION_TOKEN if ctx.api_key == EXPIRE_DELEGATION_TOKEN else RENEW_DELEGATION_TOKEN
         record = self._writes.record(ctx, api, outcome)
-        await self._writes.commit_token(ctx, self._store.update_write(info, record))
+        await self._writes.commit_token(ctx, self._store.update_write(info, record),
+                                        info.token_id, info)
 
     async def delete(self, ctx: RequestContext, info: TokenInformation, outcome: dict) -> None:
         record = self._writes.record(ctx, EXPIRE_DELEGATION_TOKEN, outcome)
-        await self._writes.commit_token(ctx, self._store.delete_write(info.token_id, record))
+        await self._writes.commit_token(ctx, self._store.delete_write(info.token_id, record),
+                                        info.token_id, None)
 
 
 class CredentialService:

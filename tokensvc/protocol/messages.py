@@ -382,7 +382,8 @@ ALTER_USER_SCRAM_CREDENTIALS_RESPONSE = Struct(
 
 # Tagged fields of tokensvc's own (Kafka skips unknown tags, so the wire stays
 # compatible): the request key of an exactly-once write and whether this is its first
-# attempt; in the response, the notification versions the controller committed.
+# attempt; in the response, the notification versions the controller committed and the
+# token states its token writes committed (no HMAC: the receiver derives it).
 ENVELOPE_REQUEST = Struct(
     "EnvelopeRequest",
     f("RequestData", BYTES),
@@ -401,6 +402,25 @@ ENVELOPE_RESPONSE = Struct(
         f("Root", STRING),
         f("Sequence", INT64_T),
     )), default=[], tag=0),
+    f("CommittedTokens", Array(Struct(
+        "CommittedToken",
+        f("Sequence", INT64_T),
+        f("TokenId", STRING),
+        f("Deleted", BOOL),
+        f("OwnerType", STRING),
+        f("OwnerName", STRING),
+        f("RequesterType", STRING),
+        f("RequesterName", STRING),
+        f("Renewers", Array(Struct(
+            "CommittedTokenRenewer",
+            f("PrincipalType", STRING),
+            f("PrincipalName", STRING),
+        ))),
+        f("IssueTimestamp", INT64_T),
+        f("ExpiryTimestamp", INT64_T),
+        f("MaxTimestamp", INT64_T),
+        f("KeyId", STRING),
+    )), default=[], tag=1),
 )
 
 # --- Not an API: the principal carried in an envelope ----------------------

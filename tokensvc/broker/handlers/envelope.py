@@ -22,7 +22,9 @@ the envelope's ``RequestKey`` tagged field (``FirstAttempt`` says no earlier att
 sent); an envelope without a key (an older sender) gets a fresh one. The inner response
 goes back unchanged in ``ResponseData``, with the notification versions the write
 committed in the ``CommittedVersions`` tagged field, so the forwarding broker can wait
-until it serves the write before answering its client.
+until it serves the write before answering its client, and the token states its token
+writes committed in ``CommittedTokens``, which the forwarding broker puts into its
+cache at once instead of waiting for its follower.
 
 Must not: trust anything in the envelope before the sender is authorized, handle an inner
 request that is not a write, or import ``zk``.
@@ -34,7 +36,7 @@ import ipaddress
 from typing import TYPE_CHECKING
 
 from tokensvc.authz.acl import AclOperation, ResourceType
-from tokensvc.broker.context import RequestContext, WriteTicket
+from tokensvc.broker.context import RequestContext, WriteTicket, committed_token_fields
 from tokensvc.broker.decoding import decode_client_request
 from tokensvc.broker.handlers.base import ApiHandler
 from tokensvc.core.errors import Errors, KafkaError
@@ -144,10 +146,12 @@ async def handle_envelope(services: Services, ctx: RequestContext, body: dict) -
     if error == Errors.NOT_CONTROLLER:
         return _error(ctx.api_version, Errors.NOT_CONTROLLER)
     committed = inner.write.committed if inner.write is not None else []
+    tokens = inner.write.tokens if inner.write is not None else []
     return {
         "ResponseData": response,
         "ErrorCode": 0,
         "CommittedVersions": [{"Root": root, "Sequence": seq} for root, seq in committed],
+        "CommittedTokens": [committed_token_fields(t) for t in tokens],
     }
 
 
