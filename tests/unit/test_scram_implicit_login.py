@@ -512,3 +512,75 @@ def test_token_sessions_may_not_alter_access_unless_configured(
     token_authenticated: bool, allowed_by_config: bool, may: bool
 ) -> None:
     assert token_session_may_alter_access(token_authenticated, allowed_by_config) is may
+
+
+# --- deferred derivations: no PBKDF2 inside evaluate (the broker runs them in a thread) ---
+
+
+def counting_pbkdf2(monkeypatch) -> list[int]:
+    """Count PBKDF2 runs (every derivation, the spent ones included, goes through it)."""
+    calls: list[int] = []
+    real = hashlib.pbkdf2_hmac
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hashlib, "pbkdf2_hmac", counted)
+    return calls
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_a_deferred_first_token_login_derives_in_prepare_not_in_evaluate(mechanism, monkeypatch):
+    lookup = Lookup()
+    hmac_b64 = lookup.add_token(token_info())
+    srv = server(lookup, mechanism, defer_derivations=True)
+    client = ScramClient(mechanism, TOKEN_ID, hmac_b64, extensions={"tokenauth": "true"})
+    server_first = srv.evaluate(client.first_message())
+    final = client.final_message(server_first)  # the client's own PBKDF2 runs here
+    calls = counting_pbkdf2(monkeypatch)
+    assert srv.needs_derivation
+    srv.prepare()
+    assert len(calls) == 1 and not srv.needs_derivation
+    client.verify_server_final(srv.evaluate(final))
+    assert len(calls) == 1  # evaluate derived nothing
+    assert srv.complete and srv.token_id == TOKEN_ID and not srv.owed_derivation
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_a_deferred_login_of_a_derived_token_needs_no_derivation(mechanism):
+    lookup = Lookup()
+    hmac_b64 = lookup.add_token(token_info())
+    lookup.token_credential(TOKEN_ID, mechanism)  # derived by an earlier login
+    srv = server(lookup, mechanism, defer_derivations=True)
+    client = ScramClient(mechanism, TOKEN_ID, hmac_b64, extensions={"tokenauth": "true"})
+    final = client.final_message(srv.evaluate(client.first_message()))
+    assert not srv.needs_derivation
+    client.verify_server_final(srv.evaluate(final))
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_a_deferred_failure_owes_its_derivation_and_pays_it_outside_evaluate(mechanism,
+                                                                              monkeypatch):
+    lookup = Lookup()
+    lookup.add_token(token_info())
+    lookup.token_credential(TOKEN_ID, mechanism)  # derived: a failure derives nothing
+    srv = server(lookup, mechanism, defer_derivations=True)
+    client = ScramClient(mechanism, TOKEN_ID, "not-the-hmac", extensions={"tokenauth": "true"})
+    final = client.final_message(srv.evaluate(client.first_message()))
+    calls = counting_pbkdf2(monkeypatch)
+    fails_with("bad_proof", srv.evaluate, final)
+    assert calls == [] and srv.owed_derivation
+    srv.spend_one_derivation()
+    assert len(calls) == 1 and not srv.owed_derivation
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_without_deferral_a_failure_still_spends_its_derivation_inline(mechanism, monkeypatch):
+    lookup = Lookup()
+    srv = server(lookup, mechanism)
+    client = ScramClient(mechanism, "nobody-at-all", "password")
+    final = client.final_message(srv.evaluate(client.first_message()))
+    calls = counting_pbkdf2(monkeypatch)
+    fails_with("unknown_user", srv.evaluate, final)
+    assert len(calls) == 1 and not srv.owed_derivation

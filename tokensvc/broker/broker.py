@@ -36,6 +36,7 @@ from typing import Any
 from tokensvc.audit.writer import AuditLog
 from tokensvc.authz.authorizer import AclAuthorizer
 from tokensvc.broker.context import RequestContext, WriteTicket
+from tokensvc.broker.derivations import DerivationPool
 from tokensvc.broker.forwarding import EnvelopeForwarder
 from tokensvc.broker.freshness import FreshnessGate, StaleView
 from tokensvc.broker.groupcommit import GroupCommit
@@ -155,6 +156,7 @@ class _Auth:
         self.fake_salt_secret = broker.fake_salt_secret
         self.fingerprint_key = broker.audit_fingerprint_key
         self.repeated_nonce_notices = broker.repeated_nonce_notices
+        self.derivations = broker.derivations
 
     @property
     def sessions(self) -> SessionRegistry:
@@ -187,6 +189,7 @@ class Broker:
         self.fake_salt_secret = _fake_salt_secret(config)
         self.audit_fingerprint_key = _audit_fingerprint_key(config)
         self.repeated_nonce_notices = HostNoticeLimiter()
+        self.derivations = DerivationPool()
         self.users = UserCredentialCache()
         self.credentials = _Credentials(self.users, self.cache, config.master_keys.enabled)
         self.authorizer: AclAuthorizer | None = None
@@ -403,6 +406,7 @@ class Broker:
             await asyncio.to_thread(self._close_zk)
         self.metrics.close()
         self.audit.close()
+        self.derivations.close()
         if self._executor is not None:
             self._executor.shutdown(wait=False)
 

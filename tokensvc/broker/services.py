@@ -498,6 +498,7 @@ class AuthService(Protocol):
     repeated_nonce_notices: Any
     sessions: Any
     freshness: Any  # FreshnessGate: fresh(), catch_up(timeout_s)
+    derivations: Any  # DerivationPool: run(derivation) off the event loop
 
     def session_lifetime_ms(self, server: Any) -> int: ...
 

@@ -429,7 +429,8 @@ class TokenCache:
             entry = self._entries.get(token_id)
             if entry is None or entry.hmac is None or self._salt_secret is None:
                 return None
-            return TokenSalt(salt, self._iterations, entry.info)
+            derived = getattr(entry, _SLOT[mechanism], None) is not None
+            return TokenSalt(salt, self._iterations, entry.info, derived)
 
     def scram_credential(
         self, token_id: str, mechanism: ScramMechanism

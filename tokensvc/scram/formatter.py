@@ -95,6 +95,8 @@ class TokenSalt(NamedTuple):
     salt: bytes
     iterations: int
     info: TokenInformation
+    # True when the credential is derived already (no PBKDF2 at client-final).
+    derived: bool = False
 
 
 def derive_credential(

@@ -20,7 +20,15 @@ exactly as a wrong password does; the real reason is kept in
 ``failure_reason`` for audit. At client-final, a token's credential may be
 derived (PBKDF2, once per token and mechanism); so that this first derivation
 is no signal, every failure that reached the proof check and derived nothing
-spends one derivation of the same cost (``_spend_one_derivation``).
+spends one derivation of the same cost (``spend_one_derivation``).
+
+With ``defer_derivations`` (the broker's setting) no PBKDF2 runs inside
+:meth:`ScramServer.evaluate`: when ``needs_derivation`` is true the caller runs
+:meth:`ScramServer.prepare` (the token's first derivation) before passing
+client-final, and after a failure with ``owed_derivation`` set it runs
+:meth:`ScramServer.spend_one_derivation`; both may run in another thread, so the
+caller's event loop never holds a derivation. Without it (tests, tools) both run
+inline, as before.
 
 Old librdkafka (< 2.6.1) repeats the client nonce in client-final (client
 nonce + the whole server-first nonce). With ``accept_repeated_client_nonce``
@@ -144,6 +152,7 @@ class ScramServer:
         fake_salt_secret: bytes | None = None,
         implicit_token_login: bool = False,
         accept_repeated_client_nonce: bool = False,
+        defer_derivations: bool = False,
     ) -> None:
         self.mechanism = mechanism
         self._lookup = lookup
@@ -170,6 +179,12 @@ class ScramServer:
         self._server_first: ServerFirstMessage | None = None
         self._user_credential: ScramCredential | None = None
         self._deferred_failure: FailureReason | None = None
+        self._defer_derivations = defer_derivations
+        self._token_derived = True
+        self._prepared = False
+        self._prepared_credential: tuple[ScramCredential, TokenInformation] | None = None
+        self._derived_before = 0
+        self.owed_derivation = False
 
     @property
     def complete(self) -> bool:
@@ -183,6 +198,32 @@ class ScramServer:
     def token_login(self) -> bool:
         """True when this exchange runs against a token (extension or implicit)."""
         return self.token_requested or self.implicit
+
+    @property
+    def needs_derivation(self) -> bool:
+        """True when client-final would derive the token's credential (its first login on
+        this broker) and :meth:`prepare` has not run: with ``defer_derivations``, the
+        caller runs :meth:`prepare` (in any thread) before passing client-final."""
+        return (
+            self.state is ScramServerState.RECEIVE_CLIENT_FINAL
+            and self._kind is _Kind.TOKEN
+            and not self._token_derived
+            and not self._prepared
+        )
+
+    def prepare(self) -> None:
+        """Derive the token's credential now (PBKDF2; safe to run in another thread while
+        nothing else calls this server); client-final then uses it."""
+        assert self.username is not None
+        self._derived_before = self._lookup.derived_count()
+        self._prepared_credential = self._lookup.token_credential(self.username, self.mechanism)
+        self._prepared = True
+
+    def spend_one_derivation(self) -> None:
+        """Pay what ``owed_derivation`` says this failed exchange owes (see the module
+        docstring); safe to run in another thread."""
+        self.owed_derivation = False
+        self._spend_one_derivation(self.username or "")
 
     def evaluate(self, client_message: bytes) -> bytes:
         """Take the next client message, return the server's answer.
@@ -237,7 +278,7 @@ class ScramServer:
             raise ScramAuthenticationError(FailureReason.CHANNEL_BINDING)
         self._check_nonce(first, server_first, final)
         auth = auth_message(first, server_first, final)
-        derived_before = self._lookup.derived_count()
+        derived_before = self._derived_before if self._prepared else self._lookup.derived_count()
         try:
             credential = self._final_credential(first.username)
             proof_ok = verify_client_proof(self.mechanism, credential.stored_key, auth, final.proof)
@@ -249,7 +290,10 @@ class ScramServer:
                 raise ScramAuthenticationError(FailureReason.EXPIRED_TOKEN)
         except ScramAuthenticationError:
             if self._lookup.derived_count() == derived_before:
-                self._spend_one_derivation(first.username)
+                if self._defer_derivations:
+                    self.owed_derivation = True
+                else:
+                    self._spend_one_derivation(first.username)
             raise
         if self.token_info is not None:
             owner = self.token_info.owner
@@ -312,6 +356,7 @@ class ScramServer:
         if kind is _Kind.TOKEN:
             assert token is not None
             self.token_info = token.info  # expiry is checked at client-final
+            self._token_derived = token.derived or not self._defer_derivations
             return token.salt, token.iterations
         self._deferred_failure = (
             FailureReason.UNKNOWN_TOKEN if self.token_requested else FailureReason.UNKNOWN_USER
@@ -325,7 +370,8 @@ class ScramServer:
             assert self._user_credential is not None
             return self._user_credential
         if self._kind is _Kind.TOKEN:
-            found = self._lookup.token_credential(name, self.mechanism)
+            found = (self._prepared_credential if self._prepared
+                     else self._lookup.token_credential(name, self.mechanism))
             if found is not None:
                 credential, self.token_info = found
                 return credential

@@ -25,6 +25,11 @@ field. A login refused for librdkafka's repeated client nonce is logged once
 per client host per ten minutes (:class:`HostNoticeLimiter`), naming the
 host and ``sasl.scram.accept.repeated.client.nonce``.
 
+PBKDF2 never runs on the event loop: the SCRAM server defers its derivations (a
+token's first on this broker, and the equal-cost one a failed exchange spends) and
+the handler runs them in the broker's :class:`~tokensvc.broker.derivations.DerivationPool`
+before client-final and before answering a failure.
+
 Bounded staleness (issue #20): before every SCRAM step the handler asks the
 broker's :class:`~tokensvc.broker.freshness.FreshnessGate` whether its view of
 ZooKeeper is fresh (one clock read). When it is not, the step waits until the
@@ -127,6 +132,7 @@ def begin_handshake(services: Services, session: Session | None, mechanism: str,
         fake_salt_secret=services.auth.fake_salt_secret,
         implicit_token_login=services.config.delegation_token_implicit_login_enable,
         accept_repeated_client_nonce=services.config.sasl_scram_accept_repeated_client_nonce,
+        defer_derivations=True,
     )
     return Errors.NONE
 
@@ -153,6 +159,8 @@ async def evaluate(services: Services, session: Session, auth_bytes: bytes) -> t
         except StaleView as exc:
             _refuse_stale(services, session, server, auth_bytes, exc)
             raise
+    if server.needs_derivation:
+        await services.auth.derivations.run(server.prepare)
     try:
         challenge = server.evaluate(auth_bytes)
     except ScramAuthenticationError as exc:
@@ -181,6 +189,8 @@ async def evaluate(services: Services, session: Session, auth_bytes: bytes) -> t
         if reason == FailureReason.REPEATED_CLIENT_NONCE:
             note_repeated_nonce(services.auth.repeated_nonce_notices, session.client_host,
                                 services.clock.now_ms())
+        if server.owed_derivation:
+            await services.auth.derivations.run(server.spend_one_derivation)
         delay = services.config.connection_failed_authentication_delay_ms
         if delay > 0:
             await asyncio.sleep(delay / 1000.0)
