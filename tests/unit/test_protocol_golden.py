@@ -28,6 +28,7 @@ from tokensvc.protocol import (
     encode_response,
     flexible,
     request_header_version,
+    response_error_code,
     response_header_version,
 )
 from tokensvc.protocol.principal_serde import deserialize_principal, serialize_principal
@@ -422,3 +423,25 @@ def test_committed_tokens_ride_the_envelope_response_and_come_back_equal() -> No
     encoded = encode_response(RequestHeader(58, 0, 12, "broker-1"), body)
     _, decoded = decode_response(58, 0, encoded)
     assert [committed_token_of(t) for t in decoded["CommittedTokens"]] == [created, deleted]
+
+
+@pytest.mark.parametrize(("api_key", "version", "body"), [
+    (38, 3, {"ErrorCode": 58, "PrincipalType": "User", "PrincipalName": "alice",
+             "TokenRequesterPrincipalType": "User", "TokenRequesterPrincipalName": "alice",
+             "IssueTimestampMs": 1, "ExpiryTimestampMs": 2, "MaxTimestampMs": 3,
+             "TokenId": "t", "Hmac": b"h", "ThrottleTimeMs": 0}),
+    (38, 1, {"ErrorCode": 0, "PrincipalType": "User", "PrincipalName": "alice",
+             "IssueTimestampMs": 1, "ExpiryTimestampMs": 2, "MaxTimestampMs": 3,
+             "TokenId": "t", "Hmac": b"h", "ThrottleTimeMs": 0}),
+    (39, 2, {"ErrorCode": 62, "ExpiryTimestampMs": 5, "ThrottleTimeMs": 0}),
+    (40, 0, {"ErrorCode": 0, "ExpiryTimestampMs": 5, "ThrottleTimeMs": 0}),
+])
+def test_the_top_level_error_code_is_read_without_decoding_the_rest(api_key, version, body):
+    encoded = encode_response(RequestHeader(api_key, version, 9, "c"), body)
+    assert response_error_code(api_key, version, encoded) == body["ErrorCode"]
+    assert decode_response(api_key, version, encoded)[1]["ErrorCode"] == body["ErrorCode"]
+
+
+def test_responses_whose_first_field_is_not_the_error_code_are_left_to_the_decoder():
+    encoded = encode_response(RequestHeader(30, 3, 9, "c"), {"ThrottleTimeMs": 0, "Results": []})
+    assert response_error_code(30, 3, encoded) is None

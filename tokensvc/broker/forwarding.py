@@ -45,7 +45,7 @@ from tokensvc.broker.channel import BrokerChannel
 from tokensvc.broker.context import WriteTicket, committed_token_of
 from tokensvc.broker.decoding import decode_client_request
 from tokensvc.core.errors import Errors
-from tokensvc.protocol import decode_response, encode_response
+from tokensvc.protocol import decode_response, encode_response, response_error_code
 from tokensvc.protocol.principal_serde import serialize_principal
 
 if TYPE_CHECKING:
@@ -330,6 +330,9 @@ def _address_bytes(host: str) -> bytes:
 
 def _top_level_error(ctx: RequestContext, response_payload: bytes) -> int:
     try:
+        code = response_error_code(ctx.api_key, ctx.api_version, response_payload)
+        if code is not None:
+            return code
         _, body = decode_response(ctx.api_key, ctx.api_version, response_payload)
     except Exception:  # noqa: BLE001 - the client gets the bytes regardless
         return int(Errors.UNKNOWN_SERVER_ERROR)

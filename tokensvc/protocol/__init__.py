@@ -29,6 +29,7 @@ from tokensvc.protocol.codec import (
     encode_response_elements,
     encode_response_segments,
     frame,
+    response_error_code,
 )
 
 __all__ = [
@@ -50,6 +51,7 @@ __all__ = [
     "flexible",
     "frame",
     "request_header_version",
+    "response_error_code",
     "response_header_version",
     "supports",
 ]

@@ -35,7 +35,7 @@ from tokensvc.protocol.framing import FrameDecoder, frame
 from tokensvc.protocol.header import RequestHeader
 from tokensvc.protocol.messages import REQUESTS, RESPONSES
 from tokensvc.protocol.primitives import Reader, Writer
-from tokensvc.protocol.schema import STRING, Array, EncodedElements, Struct
+from tokensvc.protocol.schema import INT16_T, STRING, Array, EncodedElements, Struct
 
 __all__ = [
     "EncodeError",
@@ -50,6 +50,7 @@ __all__ = [
     "encode_request",
     "encode_response",
     "frame",
+    "response_error_code",
 ]
 
 # Headers have no known tagged fields; an empty struct reads (skips) the section.
@@ -165,6 +166,24 @@ def decode_response(api_key: int, api_version: int, payload: bytes) -> tuple[int
         if body["ErrorCode"] == 0:
             raise
         return correlation_id, body
+
+
+def response_error_code(api_key: int, api_version: int, payload: bytes) -> int | None:
+    """The response's top-level ``ErrorCode`` read without decoding the rest of it, when
+    that is the first field of the body in this version (the delegation-token APIs);
+    None for any other response (decode it). Raises ProtocolError if it is cut short."""
+    schema = RESPONSES.get(ApiKey(api_key))
+    if schema is None or not supports(api_key, api_version):
+        return None
+    first = next((fl for fl in schema.fields if fl.present_in(api_version) and fl.tag is None),
+                 None)
+    if first is None or first.name != "ErrorCode" or first.type is not INT16_T:
+        return None
+    r = Reader(payload)
+    r.int32()
+    if response_header_version(api_key, api_version) >= 1:
+        _HEADER_TAGS.read(r, api_version, True)
+    return r.int16()
 
 
 def _decode_response(api_key: int, api_version: int, payload: bytes) -> tuple[int, dict]:
