@@ -151,6 +151,19 @@ def read_stats(root: str | os.PathLike[str]) -> LakeStats | None:
     return LakeStats(statuses, True if repeat else (False if with_events <= 1 else None))
 
 
+def row_counts(spark: SparkSession, root: str | os.PathLike[str]) -> tuple[int, int]:
+    """Rows in the lake's event files and in its quarantine files (from the Parquet
+    footers: no column is read), to check the statistics against what is there."""
+    lake = lake_layout(root)
+
+    def rows(directory: Path, schema: T.StructType) -> int:
+        if not _parquet_files(directory):
+            return 0
+        return spark.read.schema(schema).parquet(str(directory)).count()
+
+    return rows(lake.events, LAKE_EVENT_SCHEMA), rows(lake.quarantine, QUARANTINE_FIELDS)
+
+
 def distinct_id_hashes(spark: SparkSession, root: str | os.PathLike[str]) -> int:
     """Distinct ``id_hash`` values among all the lake's events (one column of longs,
     for when :func:`read_stats` cannot tell whether an id repeats across batches)."""

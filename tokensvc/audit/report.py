@@ -36,7 +36,7 @@ from pyspark.sql import types as T
 
 from tokensvc.audit.events import WRITER_EVENT_TYPE
 from tokensvc.audit.html import HTML_FINDINGS, HTML_TOP_TOKENS, HTML_UNUSED_SAMPLE, PageData, render
-from tokensvc.audit.lake import LakeError, distinct_id_hashes, read_lake, read_stats
+from tokensvc.audit.lake import LakeError, distinct_id_hashes, read_lake, read_stats, row_counts
 from tokensvc.audit.lines import EVENT_SCHEMA, MALFORMED_REASONS, classify, json_reader_options
 from tokensvc.audit.rules import (
     DEFAULT_SETTINGS,
@@ -481,16 +481,21 @@ def run_report(spark: SparkSession, options: ReportOptions) -> dict[str, Any]:
 def _statuses(spark: SparkSession, options: ReportOptions, classified: DataFrame
               ) -> tuple[dict[str, int], bool]:
     """Line counts by status, and whether some event id repeats. From the lake's
-    per-batch statistics when it has them (no event is read, except the ``id_hash``
-    column when only a check across batches can tell), else by one scan: distinct
+    per-batch statistics when they match the rows in the lake's Parquet footers (no
+    event is read, except the ``id_hash`` column when only a check across batches can
+    tell), else by one scan: distinct
     64-bit hashes of the ids (a collision only costs an unneeded exact
     de-duplication)."""
-    stats = read_stats(options.lake) if options.lake is not None else None
-    if stats is not None:
-        repeat = stats.ids_repeat
-        if repeat is None:
-            repeat = distinct_id_hashes(spark, options.lake) < stats.statuses["ok"]
-        return stats.statuses, repeat
+    lake = options.lake
+    stats = read_stats(lake) if lake is not None else None
+    if lake is not None and stats is not None:
+        ok = stats.statuses["ok"]
+        # Files removed or added by hand leave the statistics stale: then scan.
+        if row_counts(spark, lake) == (ok, sum(stats.statuses.values()) - ok):
+            repeat = stats.ids_repeat
+            if repeat is None:
+                repeat = distinct_id_hashes(spark, lake) < ok
+            return stats.statuses, repeat
     rows = classified.groupBy("status").agg(
         F.count("*").alias("n"),
         F.countDistinct(F.xxhash64("event_id")).alias("ids")).collect()
