@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from cli.audit_cmd import audit
 from tests.spark_support import shared_spark
@@ -26,7 +27,7 @@ from tests.support.wait import wait_for
 from tokensvc.audit.events import authentication_event, stamp
 from tokensvc.audit.generator import SNAPSHOT_FILE, generate
 from tokensvc.audit.ingest import STALL_ENV, IngestOptions, run_ingest
-from tokensvc.audit.lake import lake_layout
+from tokensvc.audit.lake import ID_HASH, distinct_id_hashes, lake_layout, read_stats
 from tokensvc.audit.report import REPORTS, build_options, run_report
 
 pytestmark = pytest.mark.spark
@@ -132,6 +133,69 @@ def test_report_from_lake_agrees_with_json_row_for_row(spark: SparkSession,
     assert both["lake_summary"]["findings_by_rule"]["failed_login_burst_token"] >= 2
 
 
+def test_batch_statistics_count_what_the_lake_holds(spark: SparkSession, both: dict) -> None:
+    stats = read_stats(both["lake"])
+    assert stats is not None
+    malformed = {r: n for r, n in stats.statuses.items() if r != "ok"}
+    assert malformed == both["json_summary"]["malformed_by_reason"]
+    assert stats.statuses["ok"] == both["json_summary"]["events_read"] == both["totals"].events
+    assert stats.ids_repeat is False  # one batch, every id once
+    events = spark.read.parquet(str(lake_layout(both["lake"]).events))
+    assert events.filter(F.col(ID_HASH).isNull()
+                         | (F.col(ID_HASH) != F.xxhash64("event_id"))).count() == 0
+
+
+def _lake_and_json_reports(spark: SparkSession, data: Path, lake: Path, out: Path
+                           ) -> tuple[dict[str, Any], dict[str, Any]]:
+    return (run_report(spark, build_options(None, str(out / "lake"), lake=str(lake))),
+            run_report(spark, build_options(str(data), str(out / "json"))))
+
+
+def test_duplicates_within_and_across_batches_are_counted_as_from_json(
+        tmp_path: Path, spark: SparkSession) -> None:
+    data, lake = tmp_path / "audit", tmp_path / "lake"
+    data.mkdir()
+    first = [login_line(T0 + n * 1000, n) for n in range(20)]
+    (data / "audit-4-20240101T000000-0.jsonl").write_text("".join(f"{x}\n" for x in first))
+    options = IngestOptions(str(data), str(lake), once=True)
+    run_ingest(spark, options, echo=print)
+    stats = read_stats(lake)
+    assert stats is not None and stats.statuses["ok"] == 20 and stats.ids_repeat is False
+
+    # A second file repeats five events of the first (a broker wrote them twice):
+    # every batch is unique alone, so only a check across batches finds them.
+    again = first[:5] + [login_line(T0 + n * 1000, n, broker=5) for n in range(20, 23)]
+    (data / "audit-5-20240101T000000-0.jsonl").write_text("".join(f"{x}\n" for x in again))
+    run_ingest(spark, options, echo=print)
+    stats = read_stats(lake)
+    assert stats is not None and stats.statuses["ok"] == 28 and stats.ids_repeat is None
+    assert distinct_id_hashes(spark, lake) == 23
+    from_lake, from_json = _lake_and_json_reports(spark, data, lake, tmp_path / "two")
+    assert from_lake["duplicates"] == from_json["duplicates"] == 5
+    assert from_lake["events"] == from_json["events"] == 23
+
+    # A third file holds one event twice: its own batch says an id repeats.
+    twice = login_line(T0 + 99_000, 99, broker=6)
+    (data / "audit-6-20240101T000000-0.jsonl").write_text(f"{twice}\n{twice}\n")
+    run_ingest(spark, options, echo=print)
+    stats = read_stats(lake)
+    assert stats is not None and stats.statuses["ok"] == 30 and stats.ids_repeat is True
+    from_lake, from_json = _lake_and_json_reports(spark, data, lake, tmp_path / "three")
+    assert from_lake["duplicates"] == from_json["duplicates"] == 6
+    skip = {"input", "lake", "output", "elapsed_s"}
+    assert {k: v for k, v in from_lake.items() if k not in skip} == \
+        {k: v for k, v in from_json.items() if k not in skip}
+
+    # The third batch's events removed by hand: its statistics no longer match the
+    # files, so the report counts by scanning what is there.
+    for part in lake_layout(lake).events.rglob("b000000000002-*.parquet"):
+        part.unlink()
+    (data / "audit-6-20240101T000000-0.jsonl").unlink()
+    from_lake, from_json = _lake_and_json_reports(spark, data, lake, tmp_path / "removed")
+    assert (from_lake["lines"], from_lake["duplicates"], from_lake["events"]) == \
+        (from_json["lines"], from_json["duplicates"], from_json["events"]) == (28, 5, 23)
+
+
 def test_ingest_again_adds_only_new_lines(tmp_path: Path, spark: SparkSession) -> None:
     data, lake = tmp_path / "audit", tmp_path / "lake"
     data.mkdir()
@@ -195,6 +259,8 @@ def test_kill_9_in_the_middle_of_a_batch_then_run_again_loses_and_repeats_nothin
         assert (layout.checkpoint / "offsets" / "1").exists()
         assert not (layout.checkpoint / "commits" / "1").exists()
         assert list(layout.events.rglob("b000000000001-*.parquet"))
+        # ... so the lake's statistics are incomplete and a report would scan.
+        assert not layout.stats_file(1).exists() and read_stats(lake) is None
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(60)
@@ -216,3 +282,9 @@ def test_kill_9_in_the_middle_of_a_batch_then_run_again_loses_and_repeats_nothin
     ids = [r["event_id"] for r in lake_rows(spark, lake)]
     assert len(ids) == len(set(ids)) == 1_500
     assert not list(layout.batches.iterdir())
+    # Each batch's statistics once: the re-run of batch 1 replaced nothing twice.
+    stats = read_stats(lake)
+    assert stats is not None and stats.statuses["ok"] == 1_500
+    assert sorted(p.name for p in layout.stats.iterdir()) == [
+        layout.stats_file(n).name for n in range(len(list(layout.stats.iterdir())))]
+    assert distinct_id_hashes(spark, lake) == 1_500

@@ -22,7 +22,17 @@ Exactly once, step by step:
    same *N*;
 3. batch *N* first deletes every lake file whose name starts with its prefix
    (``b<N>-``: leftovers of a run of *N* that was killed), writes into
-   ``_batches/<N>``, then moves the files into the lake under that prefix.
+   ``_batches/<N>``, then moves the files into the lake under that prefix, and
+   last writes its statistics file ``stats/b<N>-stats.json`` (atomically: a
+   rename), which a report takes as the mark of a complete batch.
+
+The statistics are what the report would otherwise scan every event for: the
+batch's events, its quarantined lines by reason, and the number of distinct
+64-bit hashes of its event ids (``id_hash``, a column of the event files). The
+hashes are counted with one small job over the ``id_hash`` column just written
+to ``_batches/<N>``, so the report knows, without reading an event, whether an
+id can repeat inside a batch; across batches it checks ``id_hash`` itself
+(:func:`tokensvc.audit.lake.read_stats`).
 
 So a kill -9 anywhere, then a new run, leaves each event in the lake once. A
 reader that lists the lake while a batch is moving its files in sees part of
@@ -34,6 +44,7 @@ It must not be imported by the broker (pyspark).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import threading
@@ -46,7 +57,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from tokensvc.audit.lake import LakeLayout, lake_layout
+from tokensvc.audit.lake import ID_HASH, LakeLayout, lake_layout
 from tokensvc.audit.lines import (
     CORRUPT,
     EVENT_FIELDS,
@@ -120,7 +131,7 @@ def _move_batch(src: Path, dst: Path, prefix: str, stall: Callable[[], None]) ->
 def _remove_batch(lake: LakeLayout, batch_id: int) -> None:
     """Delete what an earlier, killed run of ``batch_id`` left in the lake."""
     prefix = lake.batch_prefix(batch_id)
-    for directory in (lake.events, lake.quarantine):
+    for directory in (lake.events, lake.quarantine, lake.stats):
         for root, _dirs, files in os.walk(directory):
             for name in files:
                 if name.startswith(prefix):
@@ -182,6 +193,9 @@ class BatchCommitter:
                 status_column().alias("status"), "line", "source")
             _write_staging(again.filter(F.col("status").isin(*PARSED_BAD_REASONS)),
                            staging, now_ms, "append")
+        events = int(counts.get("ok", 0))
+        bad = {r: int(counts.get(r, 0)) for r in MALFORMED_REASONS}
+        ids = _distinct_ids(batch.sparkSession, staging) if events else 0
         written = time.monotonic()
         prefix = lake.batch_prefix(batch_id)
         stall = self._stall(batch_id)
@@ -191,9 +205,9 @@ class BatchCommitter:
             shutil.rmtree(quarantine_dir)
         _move_batch(staging, lake.events, prefix, stall)
         shutil.rmtree(staging, ignore_errors=True)
+        _write_stats(lake, batch_id, {"batch": batch_id, "events": events,
+                                      "distinct_ids": ids, "malformed": bad})
 
-        events = int(counts.get("ok", 0))
-        bad = {r: int(counts.get(r, 0)) for r in MALFORMED_REASONS}
         totals = self.totals
         totals.write_s += written - started
         totals.commit_s += time.monotonic() - written
@@ -211,6 +225,25 @@ class BatchCommitter:
             f"events/s")
 
 
+def _distinct_ids(spark: SparkSession, staging: Path) -> int:
+    """Distinct ``id_hash`` values among the events a batch wrote to ``staging``."""
+    written = (spark.read.option("basePath", str(staging))
+               .schema(f"{ID_HASH} long, date string").parquet(str(staging)))
+    row = written.filter(F.col("date") != QUARANTINE_PART).agg(
+        F.count_distinct(ID_HASH).alias("ids")).first()
+    return int(row["ids"]) if row is not None else 0
+
+
+def _write_stats(lake: LakeLayout, batch_id: int, stats: dict[str, object]) -> None:
+    """The batch's statistics file, written whole or not at all (temporary name,
+    then a rename): the last step of a batch."""
+    lake.stats.mkdir(parents=True, exist_ok=True)
+    target = lake.stats_file(batch_id)
+    temporary = target.with_name(f"{target.name}.tmp")  # removed with the batch's prefix
+    temporary.write_text(json.dumps(stats, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(temporary, target)
+
+
 def _write_staging(rows: DataFrame, staging: Path, now_ms: int, mode: str) -> None:
     """Write classified rows (event fields, ``status``, ``line``, ``source``) into a
     batch's staging directory: events by date, malformed lines under
@@ -220,6 +253,7 @@ def _write_staging(rows: DataFrame, staging: Path, now_ms: int, mode: str) -> No
         F.lit(QUARANTINE_PART))
     rows.select(
         *[F.col(f.name) for f in EVENT_FIELDS.fields],
+        F.when(ok, F.xxhash64("event_id")).alias(ID_HASH),
         F.when(~ok, F.col("status")).alias("malformed_reason"),
         F.when(~ok, F.col("line")).alias("line"),
         F.when(~ok, F.col("source")).alias("source"),
@@ -251,7 +285,7 @@ def run_ingest(spark: SparkSession, options: IngestOptions, *,
     stop = stop or threading.Event()
     started = time.monotonic()
     lake = lake_layout(options.lake)
-    for directory in (lake.events, lake.quarantine, lake.batches):
+    for directory in (lake.events, lake.quarantine, lake.stats, lake.batches):
         directory.mkdir(parents=True, exist_ok=True)
     totals = IngestTotals()
     spool = Spool(options.input, lake.spool, glob=options.glob,

@@ -5,6 +5,11 @@
 * ``events/date=<yyyy-mm-dd>/b<batch>-part-*.parquet``: every valid event,
   partitioned by its UTC date, one column per field of
   :data:`tokensvc.audit.lines.EVENT_FIELDS`;
+  plus ``id_hash``, the 64-bit ``xxhash64`` of ``event_id`` (null on quarantine rows);
+* ``stats/b<batch>-stats.json``: one small JSON object per committed batch:
+  ``events`` (valid events), ``malformed`` (quarantined lines by reason) and
+  ``distinct_ids`` (distinct ``id_hash`` values among the batch's events),
+  read by :func:`read_stats`;
 * ``quarantine/b<batch>-part-*.parquet``: malformed lines with ``malformed_reason``,
   ``line`` (the text), ``source`` (the spool chunk) and ``ingested_ms``;
 * ``_spool/`` (chunks of whole lines, :mod:`tokensvc.audit.spool`),
@@ -22,9 +27,12 @@ them. This module must not write to the lake; it only names and reads it.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -37,6 +45,9 @@ QUARANTINE_FIELDS = T.StructType([
     T.StructField("source", T.StringType()), T.StructField("ingested_ms", T.LongType()),
 ])
 LAKE_EVENT_SCHEMA = T.StructType([*EVENT_FIELDS.fields, T.StructField("date", T.StringType())])
+ID_HASH = "id_hash"
+STATS_SUFFIX = "-stats.json"
+_BATCH_FILE = re.compile(r"^b(\d{12})-")
 
 
 class LakeError(Exception):
@@ -64,6 +75,13 @@ class LakeLayout:
         return self.root / "_checkpoint"
 
     @property
+    def stats(self) -> Path:
+        return self.root / "stats"
+
+    def stats_file(self, batch_id: int) -> Path:
+        return self.stats / f"{self.batch_prefix(batch_id)[:-1]}{STATS_SUFFIX}"
+
+    @property
     def batches(self) -> Path:
         return self.root / "_batches"
 
@@ -79,6 +97,82 @@ def lake_layout(root: str | os.PathLike[str]) -> LakeLayout:
 def _parquet_files(directory: Path) -> bool:
     return any(name.endswith(".parquet") for _, _, files in os.walk(directory)
                for name in files)
+
+
+@dataclass(frozen=True)
+class LakeStats:
+    """What the batches' statistics files say about the whole lake.
+
+    ``statuses``: line counts by status (``ok`` and the quarantine reasons), as the
+    report's scan would count them. ``ids_repeat``: True if some batch holds fewer
+    distinct id hashes than events (an id repeats: the report de-duplicates), False
+    if there is at most one batch with events and its hashes are all distinct (no
+    id repeats), None if every batch is unique alone but several hold events (only
+    a check of ``id_hash`` across the batches can tell).
+    """
+
+    statuses: dict[str, int]
+    ids_repeat: bool | None
+
+
+def _batch_ids(directory: Path) -> set[int]:
+    found = set()
+    for _root, _dirs, files in os.walk(directory):
+        for name in files:
+            match = _BATCH_FILE.match(name)
+            if match and name.endswith(".parquet"):
+                found.add(int(match.group(1)))
+    return found
+
+
+def read_stats(root: str | os.PathLike[str]) -> LakeStats | None:
+    """The lake's statistics from its batches' files, or None if some batch that has
+    files in the lake has no statistics (a lake written before they existed, or a
+    batch being committed): then the report counts by scanning."""
+    lake = lake_layout(root)
+    stats: dict[int, dict[str, Any]] = {}
+    if lake.stats.is_dir():
+        for path in lake.stats.iterdir():
+            match = _BATCH_FILE.match(path.name)
+            if match and path.name.endswith(STATS_SUFFIX):
+                stats[int(match.group(1))] = json.loads(path.read_text(encoding="utf-8"))
+    if not (_batch_ids(lake.events) | _batch_ids(lake.quarantine)) <= stats.keys():
+        return None
+    statuses: dict[str, int] = {"ok": 0}
+    repeat = False
+    with_events = 0
+    for batch in stats.values():
+        events = int(batch["events"])
+        statuses["ok"] += events
+        for reason, n in batch["malformed"].items():
+            statuses[reason] = statuses.get(reason, 0) + int(n)
+        repeat = repeat or int(batch["distinct_ids"]) < events
+        with_events += events > 0
+    return LakeStats(statuses, True if repeat else (False if with_events <= 1 else None))
+
+
+def row_counts(spark: SparkSession, root: str | os.PathLike[str]) -> tuple[int, int]:
+    """Rows in the lake's event files and in its quarantine files (from the Parquet
+    footers: no column is read), to check the statistics against what is there."""
+    lake = lake_layout(root)
+
+    def rows(directory: Path, schema: T.StructType) -> int:
+        if not _parquet_files(directory):
+            return 0
+        return spark.read.schema(schema).parquet(str(directory)).count()
+
+    return rows(lake.events, LAKE_EVENT_SCHEMA), rows(lake.quarantine, QUARANTINE_FIELDS)
+
+
+def distinct_id_hashes(spark: SparkSession, root: str | os.PathLike[str]) -> int:
+    """Distinct ``id_hash`` values among all the lake's events (one column of longs,
+    for when :func:`read_stats` cannot tell whether an id repeats across batches)."""
+    events = lake_layout(root).events
+    if not _parquet_files(events):
+        return 0
+    row = (spark.read.schema(f"{ID_HASH} long").parquet(str(events))
+           .agg(F.count_distinct(ID_HASH).alias("ids")).first())
+    return int(row["ids"]) if row is not None else 0
 
 
 def read_lake(spark: SparkSession, root: str | os.PathLike[str]) -> DataFrame:

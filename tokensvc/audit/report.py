@@ -36,7 +36,7 @@ from pyspark.sql import types as T
 
 from tokensvc.audit.events import WRITER_EVENT_TYPE
 from tokensvc.audit.html import HTML_FINDINGS, HTML_TOP_TOKENS, HTML_UNUSED_SAMPLE, PageData, render
-from tokensvc.audit.lake import LakeError, read_lake
+from tokensvc.audit.lake import LakeError, distinct_id_hashes, read_lake, read_stats, row_counts
 from tokensvc.audit.lines import EVENT_SCHEMA, MALFORMED_REASONS, classify, json_reader_options
 from tokensvc.audit.rules import (
     DEFAULT_SETTINGS,
@@ -478,6 +478,32 @@ def run_report(spark: SparkSession, options: ReportOptions) -> dict[str, Any]:
     return summary
 
 
+def _statuses(spark: SparkSession, options: ReportOptions, classified: DataFrame
+              ) -> tuple[dict[str, int], bool]:
+    """Line counts by status, and whether some event id repeats. From the lake's
+    per-batch statistics when they match the rows in the lake's Parquet footers (no
+    event is read, except the ``id_hash`` column when only a check across batches can
+    tell), else by one scan: distinct
+    64-bit hashes of the ids (a collision only costs an unneeded exact
+    de-duplication)."""
+    lake = options.lake
+    stats = read_stats(lake) if lake is not None else None
+    if lake is not None and stats is not None:
+        ok = stats.statuses["ok"]
+        # Files removed or added by hand leave the statistics stale: then scan.
+        if row_counts(spark, lake) == (ok, sum(stats.statuses.values()) - ok):
+            repeat = stats.ids_repeat
+            if repeat is None:
+                repeat = distinct_id_hashes(spark, lake) < ok
+            return stats.statuses, repeat
+    rows = classified.groupBy("status").agg(
+        F.count("*").alias("n"),
+        F.countDistinct(F.xxhash64("event_id")).alias("ids")).collect()
+    statuses = {r["status"]: r["n"] for r in rows}
+    ok_ids = sum(r["ids"] for r in rows if r["status"] == "ok")
+    return statuses, ok_ids < statuses.get("ok", 0)
+
+
 def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, Any]:
     cached: list[DataFrame] = []
     if options.lake is not None:
@@ -492,20 +518,14 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
         classified = classify(read_events(spark, options.input, options.glob)).persist()
         cached.append(classified)
     try:
-        # Line statuses, and whether an event id repeats: distinct 64-bit hashes of
-        # the ids (a collision only costs an unneeded exact de-duplication below).
-        stats = classified.groupBy("status").agg(
-            F.count("*").alias("n"),
-            F.countDistinct(F.xxhash64("event_id")).alias("ids")).collect()
-        statuses = {r["status"]: r["n"] for r in stats}
-        ok_ids = sum(r["ids"] for r in stats if r["status"] == "ok")
+        statuses, repeat = _statuses(spark, options, classified)
         in_range = F.lit(True)
         if options.since_ms is not None:
             in_range = in_range & (F.col("ts") >= options.since_ms)
         if options.until_ms is not None:
             in_range = in_range & (F.col("ts") < options.until_ms)
         valid = classified.filter(F.col("status") == "ok").drop("status")
-        if ok_ids < statuses.get("ok", 0):
+        if repeat:
             # Identical events (files collected twice) count once: hashes every
             # column of every event, so only done when some id repeats.
             valid = valid.distinct().persist()

@@ -1,0 +1,61 @@
+"""``read_stats``: how the batches' statistics files add up, and when the report must
+scan instead (files written by hand; no Spark session is started)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tokensvc.audit.lake import lake_layout, read_stats
+
+
+def _batch(lake: Path, batch_id: int, events: int, distinct_ids: int,
+           malformed: dict[str, int] | None = None, *, stats: bool = True) -> None:
+    layout = lake_layout(lake)
+    part = layout.events / "date=2024-01-01"
+    part.mkdir(parents=True, exist_ok=True)
+    (part / f"{layout.batch_prefix(batch_id)}part-00000.snappy.parquet").write_bytes(b"")
+    if stats:
+        layout.stats.mkdir(parents=True, exist_ok=True)
+        layout.stats_file(batch_id).write_text(json.dumps(
+            {"batch": batch_id, "events": events, "distinct_ids": distinct_ids,
+             "malformed": malformed or {}}))
+
+
+def test_one_unique_batch_has_no_repeated_id(tmp_path: Path) -> None:
+    _batch(tmp_path, 0, 10, 10, {"not_json": 2, "wrong_types": 0})
+    stats = read_stats(tmp_path)
+    assert stats is not None
+    assert stats.statuses == {"ok": 10, "not_json": 2, "wrong_types": 0}
+    assert stats.ids_repeat is False
+
+
+def test_a_batch_with_fewer_distinct_ids_than_events_repeats_an_id(tmp_path: Path) -> None:
+    _batch(tmp_path, 0, 10, 10)
+    _batch(tmp_path, 1, 5, 4, {"not_json": 1})
+    stats = read_stats(tmp_path)
+    assert stats is not None and stats.ids_repeat is True
+    assert stats.statuses == {"ok": 15, "not_json": 1}
+
+
+def test_unique_batches_need_a_check_across_them(tmp_path: Path) -> None:
+    _batch(tmp_path, 0, 10, 10)
+    _batch(tmp_path, 1, 0, 0)  # an empty batch cannot repeat anything
+    stats = read_stats(tmp_path)
+    assert stats is not None and stats.ids_repeat is False
+    _batch(tmp_path, 2, 3, 3)
+    stats = read_stats(tmp_path)
+    assert stats is not None and stats.ids_repeat is None and stats.statuses["ok"] == 13
+
+
+def test_a_batch_without_statistics_makes_the_report_scan(tmp_path: Path) -> None:
+    _batch(tmp_path, 0, 10, 10)
+    _batch(tmp_path, 1, 5, 5, stats=False)  # a batch being committed, or an old lake
+    assert read_stats(tmp_path) is None
+    (lake_layout(tmp_path).stats / "b000000000001-stats.json.tmp").write_text("{")
+    assert read_stats(tmp_path) is None  # a half-written file is not read
+
+
+def test_a_lake_without_batches_is_empty(tmp_path: Path) -> None:
+    stats = read_stats(tmp_path)
+    assert stats is not None and stats.statuses == {"ok": 0} and stats.ids_repeat is False
