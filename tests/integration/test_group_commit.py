@@ -19,15 +19,16 @@ import uuid
 import pytest
 
 from tests.support.inproc import (
-    InProcessBroker,
     chroot_with_users,
+    controller,
+    follower,
     running_brokers,
+    zk_client,
 )
 from tokensvc.broker.channel import BrokerChannel, ChannelAuthError
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.protocol import RequestHeader, decode_response, encode_request
 from tokensvc.protocol.principal_serde import serialize_principal
-from zk.client import ZkSettings, open_client
 from zk.requests import RequestRecords
 from zk.token_store import TokenStore
 
@@ -49,18 +50,8 @@ def cluster(zk_chroot):
 
 @pytest.fixture(scope="module")
 def zk(zk_chroot):
-    client = open_client(ZkSettings(zk_chroot))
-    yield client
-    client.stop()
-    client.close()
-
-
-def controller(cluster) -> InProcessBroker:
-    return next(b for b in cluster if b.broker.is_controller)
-
-
-def follower(cluster) -> InProcessBroker:
-    return next(b for b in cluster if not b.broker.is_controller)
+    with zk_client(zk_chroot) as client:
+        yield client
 
 
 async def _channel(address, username: str, password: str, *, mechanism: str = "SCRAM-SHA-512",
