@@ -22,7 +22,7 @@ from typing import Self
 import pytest
 from kazoo.exceptions import NoNodeError
 
-from tests.support.client import WireClient
+from tests.support.client import WireClient, open_channel, token_logs_in
 from tests.support.inproc import (
     chroot_with_users,
     controller,
@@ -30,7 +30,7 @@ from tests.support.inproc import (
     running_brokers,
     zk_client,
 )
-from tokensvc.broker.channel import BrokerChannel, ChannelAuthError
+from tokensvc.broker.channel import BrokerChannel
 from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.protocol import RequestHeader, encode_request
@@ -68,30 +68,6 @@ def zk(zk_chroot):
 # --- async helpers: many requests without a thread per connection --------------------------
 
 
-async def _connect(address, username: str, password: str, *, token: bool = False,
-                   listener_protocol: str = "SASL_PLAINTEXT") -> BrokerChannel:
-    channel = BrokerChannel(
-        address[0], address[1], security_protocol=listener_protocol, mechanism="SCRAM-SHA-256",
-        username=username, password=password, client_id="write-path",
-        extensions={"tokenauth": "true"} if token else None,
-    )
-    try:
-        await channel.connect(10.0)
-    except BaseException:
-        await channel.close()
-        raise
-    return channel
-
-
-async def _logs_in(address, token_id: str, hmac: bytes) -> bool:
-    try:
-        channel = await _connect(address, token_id, base64.b64encode(hmac).decode(), token=True)
-    except ChannelAuthError:
-        return False
-    await channel.close()
-    return True
-
-
 async def _rounds(work, rounds: int = ROUNDS) -> list:
     """Run ``work(i)`` for i in range(rounds), CONCURRENCY at a time; results in order."""
     results: list = [None] * rounds
@@ -113,7 +89,7 @@ async def _follower_sessions(cluster, username: str,
                              password: str) -> AsyncIterator[tuple[list, list[BrokerChannel]]]:
     """``username`` logged in on every non-controller: (their addresses, the sessions)."""
     targets = [b.address() for b in followers(cluster)]
-    sessions = [await _connect(a, username, password) for a in targets]
+    sessions = [await open_channel(a, username, password, client_id="write-path") for a in targets]
     try:
         yield targets, sessions
     finally:
@@ -133,7 +109,8 @@ def test_create_then_login_on_the_same_non_controller_succeeds_every_time(cluste
                 at = i % len(targets)
                 created = await _create(sessions[at])
                 assert created["ErrorCode"] == 0, created
-                return await _logs_in(targets[at], created["TokenId"], created["Hmac"])
+                return await token_logs_in(targets[at], created["TokenId"], created["Hmac"],
+                                           client_id="write-path")
 
             return await _rounds(one)
 
@@ -177,7 +154,8 @@ def test_expire_then_login_on_the_same_non_controller_is_refused_every_time(clus
                 expired = await sessions[at].request(
                     EXPIRE, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1}, timeout=15)
                 assert expired["ErrorCode"] == 0, expired
-                return await _logs_in(targets[at], created["TokenId"], created["Hmac"])
+                return await token_logs_in(targets[at], created["TokenId"], created["Hmac"],
+                                           client_id="write-path")
 
             return await _rounds(one)
 
