@@ -3,17 +3,31 @@ inter-broker channel.
 
 ``WireClient`` wraps a channel in a private event loop so blocking tests can log in
 (users or tokens) and send any request body; ``open_channel`` and ``token_logs_in``
-are for asyncio tests that run many requests without a thread per connection.
+are for asyncio tests that run many requests without a thread per connection;
+``recv_exact`` is for tests that write raw bytes to a broker's socket.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import socket
 import threading
 from typing import Self
 
 from tokensvc.broker.channel import BrokerChannel, ChannelAuthError
+
+
+def recv_exact(sock: socket.socket, size: int) -> bytes:
+    """Exactly ``size`` bytes from ``sock``; ConnectionError if the broker closes first."""
+    chunks = []
+    while size:
+        chunk = sock.recv(size)
+        if not chunk:
+            raise ConnectionError("closed by the broker")
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
 
 
 async def open_channel(address: tuple[str, int], username: str, password: str, *,
