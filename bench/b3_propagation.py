@@ -18,40 +18,17 @@ Target: p99 <= 100 ms.
 from __future__ import annotations
 
 import asyncio
-import base64
 import time
 
 from bench import env, zkraw
-from bench.b1_logins import MECHANISM
+from bench.propagation import PAUSE_S, first_login, sample_creates
 from bench.suite import BenchContext, Outcome, Target, ratio
-from bench.wire import (
-    CREATE_TOKEN,
-    WireConnection,
-    WireError,
-    create_token_body,
-    login,
-    open_logged_in,
-)
 
 ID = "B3"
 TITLE = "propagation: create acked on A -> first login on B (p99)"
 TARGET_P99_MS = 100.0
-PAUSE_S = 0.05
-GIVE_UP_S = 10.0
 # Notifications written before the second sample (quick mode, full mode).
 BACKLOG = {True: 2_000, False: 20_000}
-
-
-async def _try_login(address: str, token_id: str, password: str, salted: dict) -> bool:
-    host, _, port = address.rpartition(":")
-    conn = await WireConnection.open(host, int(port))
-    try:
-        await login(conn, MECHANISM, token_id, password, token=True, salted_cache=salted)
-        return True
-    except WireError:
-        return False
-    finally:
-        conn.close()
 
 
 async def sample_propagation(
@@ -59,31 +36,12 @@ async def sample_propagation(
 ) -> tuple[list[float], list[int]]:
     """Seconds from each create's response to the first successful login elsewhere, and
     how many login attempts each took."""
-    admin = await open_logged_in(create_at, user, password)
-    salted: dict = {}
-    latencies: list[float] = []
-    attempts: list[int] = []
-    try:
-        for _ in range(samples):
-            created = await admin.request(CREATE_TOKEN, 3, create_token_body())
-            acked = time.perf_counter()
-            if created["ErrorCode"]:
-                raise RuntimeError(f"create failed with error code {created['ErrorCode']}")
-            token_id = created["TokenId"]
-            token_password = base64.b64encode(created["Hmac"]).decode("ascii")
-            tries = 0
-            while True:
-                tries += 1
-                if await _try_login(login_at, token_id, token_password, salted):
-                    break
-                if time.perf_counter() - acked > GIVE_UP_S:
-                    raise RuntimeError(f"token not usable on {login_at} after {GIVE_UP_S}s")
-            latencies.append(time.perf_counter() - acked)
-            attempts.append(tries)
-            await asyncio.sleep(PAUSE_S)
-    finally:
-        admin.close()
-    return latencies, attempts
+    results = await sample_creates(
+        create_at, user, password, samples,
+        lambda token_id, token_password, salted, acked: first_login(
+            login_at, token_id, token_password, salted, acked),
+    )
+    return [seconds for seconds, _ in results], [tries for _, tries in results]
 
 
 def run(ctx: BenchContext) -> Outcome:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from bench import env
 from bench.b1_logins import MECHANISM
-from bench.b3_propagation import _try_login
+from bench.propagation import try_login
 from bench.suite import BenchContext, Outcome, Target
 from tokensvc.cluster import CLUSTER_FILE, LocalCluster
 from tokensvc.scram.formatter import MIN_ITERATIONS, ScramMechanism, derive_credential
@@ -73,7 +73,7 @@ async def _first_login(address: str, token_id: str, password: str, deadline: flo
     while time.monotonic() < deadline:
         attempts += 1
         try:
-            if await _try_login(address, token_id, password, salted):
+            if await try_login(address, token_id, password, salted):
                 return attempts
         except OSError:
             pass  # not listening yet

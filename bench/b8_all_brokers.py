@@ -19,28 +19,14 @@ Target: p99 <= 100 ms, B3's propagation target, now for the slowest of the three
 from __future__ import annotations
 
 import asyncio
-import base64
-import time
 
 from bench import env
-from bench.b3_propagation import GIVE_UP_S, PAUSE_S, _try_login
+from bench.propagation import first_login, sample_creates
 from bench.suite import BenchContext, Outcome, Target, ratio
-from bench.wire import CREATE_TOKEN, create_token_body, open_logged_in
 
 ID = "B8"
 TITLE = "usable on all 3 brokers: create acked -> login works on every broker"
 TARGET_P99_MS = 100.0
-
-
-async def _first_login(address: str, token_id: str, password: str, salted: dict,
-                       acked: float) -> float:
-    attempts = 0
-    while True:
-        attempts += 1
-        if await _try_login(address, token_id, password, salted):
-            return time.perf_counter() - acked
-        if time.perf_counter() - acked > GIVE_UP_S:
-            raise RuntimeError(f"token not usable on {address} after {GIVE_UP_S}s")
 
 
 async def sample_all_brokers(
@@ -48,27 +34,17 @@ async def sample_all_brokers(
 ) -> tuple[list[float], list[float]]:
     """Per sample: seconds until every broker logged the token in, and until the
     answering broker did."""
-    admin = await open_logged_in(create_at, user, password)
-    salted: dict = {}
-    everywhere: list[float] = []
-    answering: list[float] = []
-    try:
-        for _ in range(samples):
-            created = await admin.request(CREATE_TOKEN, 3, create_token_body())
-            acked = time.perf_counter()
-            if created["ErrorCode"]:
-                raise RuntimeError(f"create failed with error code {created['ErrorCode']}")
-            token_id = created["TokenId"]
-            token_password = base64.b64encode(created["Hmac"]).decode("ascii")
-            times = await asyncio.gather(*(
-                _first_login(a, token_id, token_password, salted, acked) for a in addresses
-            ))
-            everywhere.append(max(times))
-            answering.append(times[addresses.index(create_at)])
-            await asyncio.sleep(PAUSE_S)
-    finally:
-        admin.close()
-    return everywhere, answering
+
+    async def on_all(token_id: str, token_password: str, salted: dict,
+                     acked: float) -> list[float]:
+        firsts = await asyncio.gather(*(
+            first_login(a, token_id, token_password, salted, acked) for a in addresses
+        ))
+        return [seconds for seconds, _ in firsts]
+
+    results = await sample_creates(create_at, user, password, samples, on_all)
+    answering_at = addresses.index(create_at)
+    return [max(times) for times in results], [times[answering_at] for times in results]
 
 
 def run(ctx: BenchContext) -> Outcome:

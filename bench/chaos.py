@@ -1,7 +1,7 @@
 """``python -m bench.chaos``: the fault suite (``./dev chaos``), checked from outside.
 
-Owns: a 3-node ZooKeeper ensemble (``zk.server.ZooKeeperEnsemble``) with 3 brokers on
-it (``tokensvc.cluster.LocalCluster``, separate processes), client threads that create,
+Owns: on a ``bench.fault_cluster.FaultCluster`` (a 3-node ZooKeeper ensemble with 3
+broker processes on it), client threads that create,
 renew and expire their own tokens on random brokers, the faults below, and after each
 fault the checks of ``bench.chaos_check`` plus those that need the brokers:
 
@@ -37,7 +37,6 @@ thread that started them (``die_with_parent``).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import os
 import random
@@ -50,23 +49,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from bench.chaos_check import RevocationRound, TrackedToken, Violation, WriteLedger, check_writes
-from bench.soak import (
+from bench.fault_cluster import (
     CREATE,
-    DESCRIBE,
     EXPIRE,
     RENEW,
     ClientError,
     Connection,
-    _error_name,
-    _password,
+    FaultCluster,
+    error_name,
+    token_password,
 )
-from tokensvc.cluster import LocalCluster, answers_api_versions
-from zk import layout
-from zk.client import ZkSettings, negotiated_session_timeout_ms, open_client
-from zk.server import ZooKeeperEnsemble, ZooKeeperNode
+from tokensvc.cluster import answers_api_versions
+from zk.client import negotiated_session_timeout_ms
+from zk.server import ZooKeeperNode
 from zk.token_store import StoreError, TokenStore
 
 FAULTS = ("controller", "zk-leader", "zk-follower", "broker", "pause5", "pause15",
@@ -96,22 +93,19 @@ class FaultResult:
     rounds: list[RevocationRound] = field(default_factory=list)
 
 
-class Chaos:
+class Chaos(FaultCluster):
     """The cluster, the load and the faults of one run."""
 
     def __init__(self, directory: Path, *, clients: int, seconds: float, seed: int,
                  session_timeout_ms: int | None, rounds: int,
                  zk_tick_ms: int | None = None) -> None:
-        self.directory = directory
+        super().__init__(directory)
         self.clients = clients
         self.seconds = seconds
         self.rng = random.Random(seed)
         self.rounds = rounds
         self.session_timeout_ms = session_timeout_ms
         self.zk_tick_ms = zk_tick_ms
-        self.ensemble: ZooKeeperEnsemble | None = None
-        self.cluster: LocalCluster | None = None
-        self.zk: Any = None
         self.negotiated_ms: int | None = None
         self._in_flight: dict[int, int] = {}   # client index -> broker of its pending write
         self._in_flight_lock = threading.Lock()
@@ -119,45 +113,12 @@ class Chaos:
     # -- set-up ---------------------------------------------------------------------------
 
     def start(self) -> None:
-        tick = {"tick_ms": self.zk_tick_ms} if self.zk_tick_ms else {}
-        self.ensemble = ZooKeeperEnsemble(self.directory / "zookeeper", 3, **tick)
-        self.ensemble.start()
-        connect = f"{self.ensemble.connect}/chaos"
         overrides = {}
         if self.session_timeout_ms is not None:
             overrides["zookeeper.session.timeout.ms"] = str(self.session_timeout_ms)
-        self.cluster = LocalCluster.up(self.directory / "cluster", brokers=3, zookeeper=connect,
-                                       overrides=overrides, die_with_parent=True)
-        asked = self.session_timeout_ms or 18_000
-        self.zk = open_client(ZkSettings(connect, session_timeout_ms=asked))
+        self.start_cluster("chaos", overrides, zk_tick_ms=self.zk_tick_ms,
+                           client_session_timeout_ms=self.session_timeout_ms)
         self.negotiated_ms = negotiated_session_timeout_ms(self.zk)
-        self.admin = (self.cluster.info["admin"]["username"],
-                      self.cluster.info["admin"]["password"])
-
-    def close(self) -> None:
-        if self.zk is not None:
-            self.zk.stop()
-            self.zk.close()
-        if self.cluster is not None:
-            for broker in self.cluster.broker_ids():
-                pid = self.cluster.broker_pid(broker)
-                if pid is not None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGCONT)
-            self.cluster.down(grace=5.0)
-        if self.ensemble is not None:
-            self.ensemble.stop()
-
-    def address(self, broker: int) -> tuple[str, int]:
-        host, _, port = self.cluster.broker_info(broker)["listeners"]["SASL_PLAINTEXT"] \
-            .rpartition(":")
-        return host, int(port)
-
-    def controller(self) -> int | None:
-        try:
-            return layout.decode_controller(self.zk.get(layout.CONTROLLER)[0])
-        except Exception:  # noqa: BLE001 - no controller at this moment
-            return None
 
     def zk_tokens(self) -> dict[str, int]:
         """Every token in ZooKeeper with its expiry timestamp; retried through faults."""
@@ -223,7 +184,7 @@ class Chaos:
         else:
             token = rng.choice(mine)
             target = rng.choice(self.cluster.broker_ids())
-            ledger.login(self._token_login(target, token.token_id, token.hmac, cache))
+            ledger.login(self.token_login(target, token.token_id, token.hmac, cache))
 
     def _write(self, index: int, broker: int, conn: Connection, ledger: WriteLedger,
                api: str, key: int, version: int, body: dict) -> dict | None:
@@ -239,17 +200,9 @@ class Chaos:
         finally:
             with self._in_flight_lock:
                 self._in_flight.pop(index, None)
-        ledger.answered(api, _error_name(answer["ErrorCode"]),
+        ledger.answered(api, error_name(answer["ErrorCode"]),
                         (time.monotonic() - started) * 1000)
         return answer
-
-    def _token_login(self, broker: int, token_id: str, hmac: bytes, cache: dict | None) -> str:
-        try:
-            Connection(self.address(broker), token_id, _password(hmac), token=True,
-                       cache=cache).close()
-        except ClientError as exc:
-            return "refused" if "login refused" in str(exc) else "connection"
-        return "ok"
 
     # -- one fault under load -------------------------------------------------------------
 
@@ -391,7 +344,7 @@ class Chaos:
             if created is None:
                 time.sleep(0.1)
         while created is not None and time.monotonic() - since < RECOVERY_LIMIT_S:
-            if self._token_login(victim, created.token_id, created.hmac, None) == "ok":
+            if self.token_login(victim, created.token_id, created.hmac, None) == "ok":
                 return time.monotonic() - since
             time.sleep(0.05)
         return None
@@ -414,7 +367,7 @@ class Chaos:
         cache: dict = {}
         for token in sample:
             for broker in self.cluster.broker_ids():
-                outcome = self._token_login(broker, token.token_id, token.hmac, cache)
+                outcome = self.token_login(broker, token.token_id, token.hmac, cache)
                 if outcome != "refused":
                     result.violations.append(Violation(
                         "expired token not refused", token.token_id,
@@ -428,12 +381,7 @@ class Chaos:
         while True:
             current = set(self.zk_tokens())
             try:
-                conn = Connection(self.address(broker), *self.admin)
-                try:
-                    answer = conn.call(DESCRIBE, 3, {"Owners": None})
-                finally:
-                    conn.close()
-                described = {t["TokenId"] for t in answer["Tokens"]}
+                described = self.described_token_ids(broker)
                 diff = f"{len(described - current)} extra, {len(current - described)} missing"
             except ClientError as exc:
                 described, diff = None, f"describe failed: {exc}"
@@ -482,7 +430,7 @@ class Chaos:
                 tokens.append(token)
         for token in tokens:  # the victim knows every token before it is frozen
             deadline = time.monotonic() + CONVERGE_LIMIT_S
-            while self._token_login(victim, token.token_id, token.hmac, None) != "ok":
+            while self.token_login(victim, token.token_id, token.hmac, None) != "ok":
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"broker {victim} never learnt token {token.token_id}")
                 time.sleep(0.1)
@@ -492,7 +440,7 @@ class Chaos:
         queued: list[threading.Thread] = []
 
         def queued_login(token: TrackedToken) -> None:
-            ok = self._token_login(victim, token.token_id, token.hmac, None) == "ok"
+            ok = self.token_login(victim, token.token_id, token.hmac, None) == "ok"
             with lock:
                 rnd.queued += 1
                 if ok:
@@ -512,7 +460,7 @@ class Chaos:
                     rnd.sessions_served += 1
                     rnd.success(time.monotonic() - resumed[0])
 
-        held = Connection(self.address(victim), tokens[0].token_id, _password(tokens[0].hmac),
+        held = Connection(self.address(victim), tokens[0].token_id, token_password(tokens[0].hmac),
                           token=True) if tokens else None
         pid = self.cluster.broker_pid(victim)
         os.kill(pid, signal.SIGSTOP)
@@ -524,7 +472,7 @@ class Chaos:
                     ledger.sent("expire")
                     ledger.expire_sending(token)
                     answer = conn.call(EXPIRE, 2, {"Hmac": token.hmac, "ExpiryTimePeriodMs": -1})
-                    ledger.answered("expire", _error_name(answer["ErrorCode"]), 0.0)
+                    ledger.answered("expire", error_name(answer["ErrorCode"]), 0.0)
                     if answer["ErrorCode"] == 0:
                         ledger.expired(token)
                         rnd.expired += 1
@@ -550,7 +498,7 @@ class Chaos:
             while time.monotonic() - resumed[0] < FRESH_WINDOW_S or tried < FRESH_MIN_PER_THREAD:
                 tried += 1
                 token = pick.choice(revoked)
-                ok = self._token_login(victim, token.token_id, token.hmac, None) == "ok"
+                ok = self.token_login(victim, token.token_id, token.hmac, None) == "ok"
                 with lock:
                     rnd.fresh += 1
                     if ok:

@@ -1,7 +1,7 @@
 """``python -m bench.soak --minutes M``: a long fault soak of a 3-broker cluster (``./dev soak``).
 
-Owns the soak: a 3-node ZooKeeper ensemble (``zk.server.ZooKeeperEnsemble``) and a
-3-broker ``LocalCluster`` on it, a mixed client load for ``--minutes`` minutes, and a
+Owns the soak: on a ``bench.fault_cluster.FaultCluster`` (a 3-node ZooKeeper ensemble and
+a 3-broker ``LocalCluster`` on it), a mixed client load for ``--minutes`` minutes, and a
 fault every ``--fault-every`` seconds, in rotation:
 
 - ``kill -9`` of the controller, restarted once its ZooKeeper session has expired,
@@ -27,15 +27,11 @@ It measures; it asserts nothing about speed. It must not print passwords or HMAC
 from __future__ import annotations
 
 import argparse
-import base64
-import contextlib
 import logging
 import os
 import random
 import shutil
 import signal
-import socket
-import struct
 import sys
 import tempfile
 import threading
@@ -46,23 +42,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokensvc.cluster import LocalCluster
+from bench.fault_cluster import (
+    CREATE,
+    DESCRIBE,
+    EXPIRE,
+    RENEW,
+    REQUEST_TIMEOUT_S,
+    ClientError,
+    Connection,
+    FaultCluster,
+    error_name,
+    token_password,
+)
 from tokensvc.core.errors import Errors
-from tokensvc.protocol import RequestHeader, decode_response, encode_request, frame
-from tokensvc.scram.client import ScramClient
-from tokensvc.scram.formatter import ScramMechanism
-from zk import layout
-from zk.client import ZkSettings, open_client
-from zk.server import ZooKeeperEnsemble
 from zk.token_store import StoreError, TokenStore
 
 log = logging.getLogger("bench.soak")
 
-SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
-CREATE, RENEW, EXPIRE, DESCRIBE = 38, 39, 40, 41
 SESSION_TIMEOUT_MS = 6000
 ZK_PAUSE_S = 10.0
-REQUEST_TIMEOUT_S = 40.0
 RESYNC_LIMIT_S = 120.0
 SHORT_LIFETIME_MS = 20_000
 RETRIABLE = {Errors.REQUEST_TIMED_OUT.name, Errors.NOT_CONTROLLER.name,
@@ -73,74 +71,6 @@ REFUSED_OK = {"refused", "refused (propagation lag)", "refused (unverified)"}
 # Answers the load expects in normal operation (a renew or expire racing with an
 # expire-now or the sweep finds no token).
 EXPECTED = {"NONE", Errors.DELEGATION_TOKEN_NOT_FOUND.name, Errors.DELEGATION_TOKEN_EXPIRED.name}
-MECHANISM = ScramMechanism.SCRAM_SHA_256
-
-
-class ClientError(Exception):
-    """A connection or login failed (the message names the class, never a secret)."""
-
-
-class Connection:
-    """A blocking, logged-in Kafka-protocol connection (one request at a time)."""
-
-    def __init__(self, address: tuple[str, int], username: str, password: str, *,
-                 token: bool = False, cache: dict | None = None) -> None:
-        self._corr = 0
-        try:
-            self._sock = socket.create_connection(address, timeout=REQUEST_TIMEOUT_S)
-        except OSError as exc:
-            raise ClientError(f"connect: {exc.__class__.__name__}") from None
-        try:
-            self._login(username, password, token, cache)
-        except BaseException:
-            self.close()
-            raise
-
-    def _login(self, username: str, password: str, token: bool, cache: dict | None) -> None:
-        if self.call(SASL_HANDSHAKE, 1, {"Mechanism": MECHANISM.mechanism_name})["ErrorCode"]:
-            raise ClientError("handshake refused")
-        client = ScramClient(MECHANISM, username, password,
-                             extensions={"tokenauth": "true"} if token else {},
-                             salted_password_cache=cache)
-        first = self.call(SASL_AUTHENTICATE, 2, {"AuthBytes": client.first_message()})
-        if first["ErrorCode"]:
-            raise ClientError("login refused")
-        final = self.call(SASL_AUTHENTICATE, 2,
-                          {"AuthBytes": client.final_message(first["AuthBytes"])})
-        if final["ErrorCode"]:
-            raise ClientError("login refused")
-        client.verify_server_final(final["AuthBytes"])
-
-    def call(self, api_key: int, version: int, body: dict) -> dict:
-        self._corr += 1
-        try:
-            self._sock.sendall(frame(encode_request(
-                RequestHeader(api_key, version, self._corr, "soak"), body)))
-            size = struct.unpack(">i", self._recv(4))[0]
-            corr, response = decode_response(api_key, version, self._recv(size))
-        except (OSError, struct.error) as exc:
-            raise ClientError(f"request: {exc.__class__.__name__}") from None
-        if corr != self._corr:
-            raise ClientError("correlation id mismatch")
-        return response
-
-    def _recv(self, size: int) -> bytes:
-        chunks = []
-        while size:
-            chunk = self._sock.recv(size)
-            if not chunk:
-                raise ConnectionError("closed by the broker")
-            chunks.append(chunk)
-            size -= len(chunk)
-        return b"".join(chunks)
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._sock.close()
-
-
-def _password(hmac: bytes) -> str:
-    return base64.b64encode(hmac).decode("ascii")
 
 
 @dataclass
@@ -172,10 +102,10 @@ class Ledger:
         return rng.choice(live[-200:]) if live else None
 
 
-class Soak:
+class Soak(FaultCluster):
     def __init__(self, directory: Path, minutes: float, fault_every_s: float, seed: int,
                  clients: int) -> None:
-        self.directory = directory
+        super().__init__(directory)
         self.deadline = time.monotonic() + minutes * 60
         self.fault_every_s = fault_every_s
         self.rng = random.Random(seed)
@@ -184,47 +114,14 @@ class Soak:
         self.stop = threading.Event()
         self.resync_s: list[tuple[str, float]] = []
         self.faults: list[str] = []
-        self.ensemble: ZooKeeperEnsemble | None = None
-        self.cluster: LocalCluster | None = None
-        self.zk: Any = None
 
     # -- set-up -------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.ensemble = ZooKeeperEnsemble(self.directory / "zookeeper", 3)
-        self.ensemble.start()
-        connect = f"{self.ensemble.connect}/soak"
-        overrides = {
+        self.start_cluster("soak", {
             "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
             "delegation.token.expiry.check.interval.ms": "2000",
-        }
-        self.cluster = LocalCluster.up(self.directory / "cluster", brokers=3, zookeeper=connect,
-                                       overrides=overrides, die_with_parent=True)
-        self.zk = open_client(ZkSettings(connect))
-        self.admin = (self.cluster.info["admin"]["username"],
-                      self.cluster.info["admin"]["password"])
-
-    def close(self) -> None:
-        if self.zk is not None:
-            self.zk.stop()
-            self.zk.close()
-        if self.cluster is not None:
-            self.cluster.down(grace=5.0)
-        if self.ensemble is not None:
-            for node in self.ensemble.nodes:
-                node.resume()
-            self.ensemble.stop()
-
-    def address(self, broker_id: int) -> tuple[str, int]:
-        host, _, port = self.cluster.broker_info(broker_id)["listeners"]["SASL_PLAINTEXT"] \
-            .rpartition(":")
-        return host, int(port)
-
-    def controller(self) -> int | None:
-        try:
-            return layout.decode_controller(self.zk.get(layout.CONTROLLER)[0])
-        except Exception:  # noqa: BLE001 - no controller at this moment
-            return None
+        })
 
     # -- load ---------------------------------------------------------------------------
 
@@ -301,7 +198,7 @@ class Soak:
         else:
             api = "describe"
             answer = self._call(conn, api, DESCRIBE, 3, {"Owners": None})
-        self.ledger.record(api, _error_name(answer["ErrorCode"]))
+        self.ledger.record(api, error_name(answer["ErrorCode"]))
 
     def _call(self, conn: Connection, api: str, key: int, version: int, body: dict) -> dict:
         try:
@@ -311,12 +208,8 @@ class Soak:
             raise
 
     def _token_login(self, broker: int, token: Token, cache: dict) -> str:
-        try:
-            Connection(self.address(broker), token.token_id, _password(token.hmac),
-                       token=True, cache=cache).close()
-        except ClientError as exc:
-            return "refused" if "login refused" in str(exc) else "connection"
-        return "NONE"
+        outcome = self.token_login(broker, token.token_id, token.hmac, cache)
+        return "NONE" if outcome == "ok" else outcome
 
     def _gone(self, token: Token) -> bool | None:
         """Whether the token was expired or swept meanwhile (a refused login is then
@@ -426,7 +319,7 @@ class Soak:
             for broker in sorted(waiting):
                 try:
                     Connection(self.address(broker), created["TokenId"],
-                               _password(created["Hmac"]), token=True).close()
+                               token_password(created["Hmac"]), token=True).close()
                     waiting.discard(broker)
                 except ClientError:
                     pass
@@ -453,12 +346,7 @@ class Soak:
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 try:
-                    conn = Connection(self.address(broker), *self.admin)
-                    try:
-                        answer = conn.call(DESCRIBE, 3, {"Owners": None})
-                    finally:
-                        conn.close()
-                    described = {t["TokenId"] for t in answer["Tokens"]}
+                    described = self.described_token_ids(broker)
                 except ClientError:
                     described = None
                 if described == set(store.token_ids()):
@@ -468,13 +356,6 @@ class Soak:
             if described != current:
                 diverged[broker] = len((described or set()) ^ current)
         return {"lost": lost, "diverged": diverged, "tokens": len(in_zookeeper)}
-
-
-def _error_name(code: int) -> str:
-    try:
-        return Errors(code).name
-    except ValueError:
-        return str(code)
 
 
 def run(minutes: float, fault_every_s: float, seed: int, clients: int,

@@ -574,9 +574,6 @@ class AclSync(ChangeNotifications):
         self._store = store
         self._authorizer = authorizer
         clock = clock or SystemClock()
-        extra: dict = {"count_min_age_ms": count_min_age_ms}
-        if max_pending is not None:
-            extra["max_pending"] = max_pending
         super().__init__(
             client,
             "acl-sync",
@@ -586,7 +583,8 @@ class AclSync(ChangeNotifications):
             is_purger=is_purger,
             now_ms=clock.now_ms,
             recoverable=(KafkaError, AclDataError),
-            **extra,
+            max_pending=max_pending,
+            count_min_age_ms=count_min_age_ms,
         )
 
     def start(self) -> None:

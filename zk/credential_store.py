@@ -459,9 +459,6 @@ class CredentialSync(ChangeNotifications):
         self._store = store
         self._cache = cache
         self._on_credential_resync = on_resync
-        extra: dict = {"count_min_age_ms": count_min_age_ms}
-        if max_pending is not None:
-            extra["max_pending"] = max_pending
         super().__init__(
             client,
             "credential-sync",
@@ -472,7 +469,8 @@ class CredentialSync(ChangeNotifications):
             now_ms=now_ms,
             on_resync=self._resynced,
             recoverable=(StoreError,),
-            **extra,
+            max_pending=max_pending,
+            count_min_age_ms=count_min_age_ms,
         )
 
     @property

@@ -135,6 +135,9 @@ ApplyChanges = Callable[[NotificationRoot, list[tuple[int, bytes]]], None]
 class ChangeNotifications:
     """Follow ``roots``; see the module docstring for the contract.
 
+    ``max_pending`` None means ``MAX_PENDING``, so the followers built on it can pass
+    their own ``max_pending`` argument through as it came.
+
     Stats: ``resync_count``, ``last_resync_ms``, ``applied_changes``, ``listings``,
     ``purged``.
     """
@@ -150,7 +153,7 @@ class ChangeNotifications:
         is_purger: Callable[[], bool] | None = None,
         now_ms: Callable[[], int] | None = None,
         retention_ms: int = RETENTION_MS,
-        max_pending: int = MAX_PENDING,
+        max_pending: int | None = None,
         count_min_age_ms: int | None = COUNT_MIN_AGE_MS,
         purge_interval_s: float = PURGE_INTERVAL_S,
         on_resync: Callable[[int], None] | None = None,
@@ -164,7 +167,7 @@ class ChangeNotifications:
         self._is_purger = is_purger or (lambda: False)
         self._now_ms = now_ms or (lambda: int(time.time() * 1000))
         self._retention_ms = retention_ms
-        self._max_pending = max_pending
+        self._max_pending = MAX_PENDING if max_pending is None else max_pending
         self._count_min_age_ms = count_min_age_ms
         self._purge_interval_s = purge_interval_s
         self._on_resync = on_resync

@@ -160,9 +160,6 @@ class TokenSync(ChangeNotifications):
         self.order = CommittedOrder(cache)
         self._loaded = 0
         self._on_token_resync = on_resync
-        extra: dict = {"count_min_age_ms": count_min_age_ms}
-        if max_pending is not None:
-            extra["max_pending"] = max_pending
         super().__init__(
             client,
             "token-sync",
@@ -173,7 +170,8 @@ class TokenSync(ChangeNotifications):
             now_ms=now_ms,
             on_resync=self._resynced,
             recoverable=(StoreError, layout.LayoutError),
-            **extra,
+            max_pending=max_pending,
+            count_min_age_ms=count_min_age_ms,
         )
 
     def start(self) -> None:

@@ -20,7 +20,10 @@ from tests.support.inproc import (
     add_user,
     bootstrap_user,
     broker_properties,
+    controller,
+    followers,
     wait_for_controller,
+    zk_client,
 )
 from tests.support.wait import retry
 from tokensvc.authz.acl import (
@@ -35,7 +38,6 @@ from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal
 from zk.acl_store import AclStore, AclSync
-from zk.client import ZkSettings, open_client
 
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS, DESCRIBE_SCRAM_USERS = 29, 30, 31, 50
 USERS = [("admin", "admin-secret"), ("broker", "broker-secret"), ("alice", "alice-secret"),
@@ -78,18 +80,8 @@ def cluster(zk_chroot, audit_root):
 
 @pytest.fixture(scope="module")
 def store(zk_chroot):
-    client = open_client(ZkSettings(zk_chroot))
-    yield AclStore(client)
-    client.stop()
-    client.close()
-
-
-def controller(cluster) -> InProcessBroker:
-    return next(b for b in cluster if b.broker.is_controller)
-
-
-def followers(cluster) -> list[InProcessBroker]:
-    return [b for b in cluster if not b.broker.is_controller]
+    with zk_client(zk_chroot) as client:
+        yield AclStore(client)
 
 
 def login(broker: InProcessBroker, user: str) -> WireClient:

@@ -7,13 +7,13 @@ connection poll briefly (``eventually``) instead of assuming instant propagation
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
+from tests.support.wait import retry
 from tokensvc.admin import AdminClient, AdminError, BrokerUnreachableError
 from tokensvc.authz.acl import (
     AccessControlEntry,
@@ -72,15 +72,9 @@ def users(admin: AdminClient, cluster: LocalCluster, admin_config: ClientConfig)
 
 
 def eventually(check: Callable[[], T], timeout: float = 10.0) -> T:
-    """``check()``'s value once it stops raising; its last error after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return check()
-        except (AdminError, AssertionError):
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.05)
+    """``check()``'s value once it stops raising an AdminError or AssertionError; its
+    last error after ``timeout``."""
+    return retry(check, timeout, errors=(AdminError, AssertionError))
 
 
 def failure_of(call: Callable[[], object]) -> AdminError:

@@ -13,6 +13,8 @@ from tests.support.inproc import (
     InProcessBroker,
     bootstrap_user,
     broker_properties,
+    controller,
+    follower,
     wait_for_controller,
 )
 from tests.support.wait import raising, retry
@@ -36,14 +38,6 @@ def cluster(zookeeper):
     yield brokers
     for b in brokers:
         b.stop()
-
-
-def controller(cluster) -> InProcessBroker:
-    return next(b for b in cluster if b.broker.is_controller)
-
-
-def non_controller(cluster) -> InProcessBroker:
-    return next(b for b in cluster if not b.broker.is_controller)
 
 
 def login(broker: InProcessBroker, user: str, password: str, **kw) -> WireClient:
@@ -81,7 +75,7 @@ def test_user_creates_token_owned_by_itself(cluster):
 
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
 def test_token_from_one_broker_logs_in_on_the_other(cluster, mechanism):
-    with login(non_controller(cluster), "alice", "alice-secret") as alice:
+    with login(follower(cluster), "alice", "alice-secret") as alice:
         created = create_token(alice)
     assert created["ErrorCode"] == 0
     for broker in cluster:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -46,15 +45,14 @@ from kafka.admin import UserScramCredentialUpsertion as KpUpsertion
 from tests.support.client import WireClient
 from tests.support.inproc import (
     InProcessBroker,
-    bootstrap_user,
-    broker_properties,
+    chroot_with_users,
+    running_brokers,
     wait_for_controller,
 )
 from tests.support.wait import retry
 from tokensvc.admin.client import AdminClient
 from tokensvc.admin.results import AdminError
 from tokensvc.client_config import client_config_from_properties
-from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
 from tokensvc.kafka_python_token import token_login_config
 
@@ -68,20 +66,12 @@ NOT_ALLOWED = int(Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED)
 
 @pytest.fixture(scope="module")
 def cluster(zookeeper, tmp_path_factory) -> Iterator[dict]:
-    connect = f"{zookeeper.connect}/client-matrix-{time.monotonic_ns()}"
-    for user, password in PASSWORDS.items():
-        bootstrap_user(connect, user, password)
+    connect = chroot_with_users(zookeeper.connect, "client-matrix", list(PASSWORDS.items()))
     audit = tmp_path_factory.mktemp("matrix-audit")
-    brokers = [
-        InProcessBroker(BrokerConfig.from_properties(broker_properties(
-            i, connect, audit_log_dir=str(audit / str(i))))).start()
-        for i in (1, 2, 3)
-    ]
-    controller = wait_for_controller(brokers)
-    others = [b for b in brokers if b is not controller]
-    yield {"brokers": brokers, "issuer": others[1], "login": others[0], "audit": audit}
-    for broker in brokers:
-        broker.stop()
+    with running_brokers(connect, (1, 2, 3), audit_root=audit) as brokers:
+        controller = wait_for_controller(brokers)
+        others = [b for b in brokers if b is not controller]
+        yield {"brokers": brokers, "issuer": others[1], "login": others[0], "audit": audit}
 
 
 def _bootstrap(broker: InProcessBroker) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.support.client import WireClient
+from tests.support.local_cluster import broker_address
 from tests.support.wait import retry
 from tokensvc.cluster import LocalCluster
 from tokensvc.config_loader import TOKENS_DISABLED
@@ -17,13 +18,8 @@ CREATE, DESCRIBE = 38, 41
 MAX_LIFETIME_MS = 600_000
 
 
-def _address(cluster: LocalCluster, broker_id: int) -> tuple[str, int]:
-    host, _, port = cluster.broker_info(broker_id)["listeners"]["SASL_PLAINTEXT"].rpartition(":")
-    return host, int(port)
-
-
 def _admin(cluster: LocalCluster, broker_id: int) -> WireClient:
-    return retry(lambda: WireClient(_address(cluster, broker_id), cluster.info["admin"]["username"],
+    return retry(lambda: WireClient(broker_address(cluster, broker_id), cluster.info["admin"]["username"],
                                     cluster.info["admin"]["password"]), timeout=15)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -19,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.delegation_token import delegation_token, format_date
+from tests.support.wait import retry
 from tokensvc.admin import AdminClient, AdminError
 from tokensvc.client_config import ClientConfig, load_client_config
 from tokensvc.cluster import LocalCluster
@@ -59,14 +59,9 @@ def cli_json(cluster: LocalCluster, props: str, *args: str) -> dict:
 
 
 def eventually(check: Callable[[], T], timeout: float = 10.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return check()
-        except (AdminError, AssertionError):
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.05)
+    """``check()``'s value once it stops raising an AdminError or AssertionError; its
+    last error after ``timeout``."""
+    return retry(check, timeout, errors=(AdminError, AssertionError))
 
 
 def token_properties(directory: Path, token: dict) -> str:

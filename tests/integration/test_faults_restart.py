@@ -22,7 +22,6 @@ import random
 import secrets
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Self
@@ -30,6 +29,7 @@ from typing import Self
 import pytest
 
 from tests.support.client import WireClient
+from tests.support.local_cluster import broker_address, broker_metric
 from tests.support.wait import wait_for
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.errors import Errors
@@ -49,20 +49,6 @@ TOKENS = 10_000
 LOGIN_SAMPLE = 300
 DAY_MS = 86_400_000
 RETRIABLE = {int(Errors.REQUEST_TIMED_OUT), int(Errors.NOT_CONTROLLER)}
-
-
-def _address(cluster: LocalCluster, broker_id: int) -> tuple[str, int]:
-    host, _, port = cluster.broker_info(broker_id)["listeners"]["SASL_PLAINTEXT"].rpartition(":")
-    return host, int(port)
-
-
-def _metric(cluster: LocalCluster, broker_id: int, name: str) -> float:
-    url = f"http://{cluster.broker_info(broker_id)['metrics']}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as page:
-        for line in page.read().decode().splitlines():
-            if line.startswith(f"{name} "):
-                return float(line.split()[1])
-    raise AssertionError(f"{name} is not exported")
 
 
 def _logs_in(address: tuple[str, int], token_id: str, password: str) -> bool:
@@ -114,20 +100,20 @@ def test_every_one_of_ten_thousand_tokens_authenticates_after_a_crash_restart(
                  "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS)}
     with LocalCluster.up(tmp_path / "cluster", brokers=1, zookeeper=zk_connect,
                          overrides=overrides, die_with_parent=True) as cluster:
-        address = _address(cluster, 1)
+        address = broker_address(cluster, 1)
         username, password = cluster.info["admin"]["username"], cluster.info["admin"]["password"]
         with WireClient(address, username, password) as admin:
             created = admin.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
         assert created["ErrorCode"] == 0
-        assert _metric(cluster, 1, "tokensvc_token_cache_size") == TOKENS + 1
+        assert broker_metric(cluster, 1, "tokensvc_token_cache_size") == TOKENS + 1
 
         killed = time.monotonic()
         cluster.kill_broker(1)
         cluster.start_broker(1)
         restart_s = time.monotonic() - killed
 
-        assert _metric(cluster, 1, "tokensvc_token_cache_size") == TOKENS + 1
-        assert _metric(cluster, 1, "tokensvc_derived_credentials") == 0
+        assert broker_metric(cluster, 1, "tokensvc_token_cache_size") == TOKENS + 1
+        assert broker_metric(cluster, 1, "tokensvc_derived_credentials") == 0
         described = _described_ids(address, username, password)
         assert described == {info.token_id for info in infos} | {created["TokenId"]}
 
@@ -143,7 +129,7 @@ def test_every_one_of_ten_thousand_tokens_authenticates_after_a_crash_restart(
         assert all(results), f"{results.count(False)} of {len(sample)} token logins failed"
         assert _logs_in(address, created["TokenId"],
                         base64.b64encode(created["Hmac"]).decode("ascii"))
-        assert _metric(cluster, 1, "tokensvc_derived_credentials") >= LOGIN_SAMPLE
+        assert broker_metric(cluster, 1, "tokensvc_derived_credentials") >= LOGIN_SAMPLE
     print(f"\n{TOKENS} tokens written in {written_s:.1f}s; kill -9 to serving again "
           f"{restart_s:.1f}s (session timeout {SESSION_TIMEOUT_MS} ms included); "
           f"{LOGIN_SAMPLE} token logins in {logins_s:.1f}s")
@@ -201,7 +187,7 @@ class CreateStream:
         while not self.stop.is_set():
             try:
                 if client is None:
-                    client = WireClient(_address(self.cluster, broker_id), info["username"],
+                    client = WireClient(broker_address(self.cluster, broker_id), info["username"],
                                         info["password"], client_id="kill-stream", timeout=30.0)
                 created = client.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
             except OSError:
@@ -254,5 +240,5 @@ def test_kill_dash_nine_of_the_controller_never_splits_a_token_from_its_notifica
     assert set(keyed) <= tokens
     for broker_id in cluster.broker_ids():
         wait_for(lambda b=broker_id: _described_ids(
-            _address(cluster, b), cluster.info["admin"]["username"],
+            broker_address(cluster, b), cluster.info["admin"]["username"],
             cluster.info["admin"]["password"]) == tokens, 15, "a cache equal to ZooKeeper")

@@ -15,18 +15,18 @@ import base64
 import os
 import signal
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.client import WireClient
+from tests.support.inproc import zk_client
+from tests.support.local_cluster import broker_address, broker_metric
 from tests.support.wait import wait_for
 from tokensvc.cluster import LocalCluster
 from zk import layout
 from zk.brokers import BrokerRegistry
-from zk.client import ZkSettings, open_client
 from zk.token_store import TokenStore
 
 CREATE, RENEW, EXPIRE, DESCRIBE = 38, 39, 40, 41
@@ -47,24 +47,8 @@ def cluster(tmp_path, zk_connect: str) -> Iterator[LocalCluster]:
 
 @pytest.fixture
 def zk(cluster: LocalCluster):
-    client = open_client(ZkSettings(cluster.info["zookeeper"]["connect"]))
-    yield client
-    client.stop()
-    client.close()
-
-
-def _address(cluster: LocalCluster, broker_id: int) -> tuple[str, int]:
-    host, _, port = cluster.broker_info(broker_id)["listeners"]["SASL_PLAINTEXT"].rpartition(":")
-    return host, int(port)
-
-
-def _metric(cluster: LocalCluster, broker_id: int, name: str) -> float:
-    url = f"http://{cluster.broker_info(broker_id)['metrics']}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as page:
-        for line in page.read().decode().splitlines():
-            if line.startswith(f"{name} "):
-                return float(line.split()[1])
-    raise AssertionError(f"{name} is not exported")
+    with zk_client(cluster.info["zookeeper"]["connect"]) as client:
+        yield client
 
 
 def _token_logs_in(address: tuple[str, int], created: dict) -> bool:
@@ -93,7 +77,7 @@ def test_broker_whose_session_expired_resyncs_to_changes_made_meanwhile(
     controller = wait_for(lambda: zk.exists(layout.CONTROLLER) and
                           layout.decode_controller(zk.get(layout.CONTROLLER)[0]), 15, "controller")
     frozen = next(b for b in cluster.broker_ids() if b != controller)
-    live, paused = _address(cluster, controller), _address(cluster, frozen)
+    live, paused = broker_address(cluster, controller), broker_address(cluster, frozen)
 
     def create(client: WireClient, max_lifetime_ms: int = -1) -> dict:
         created = client.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": max_lifetime_ms})
@@ -104,7 +88,7 @@ def test_broker_whose_session_expired_resyncs_to_changes_made_meanwhile(
         expired_meanwhile, renewed_meanwhile, kept = create(admin), create(admin), create(admin)
     for created in (expired_meanwhile, renewed_meanwhile, kept):
         wait_for(lambda c=created: _token_logs_in(paused, c), 5, "token login on the broker")
-    resyncs_before = _metric(cluster, frozen, "tokensvc_cache_resyncs")
+    resyncs_before = broker_metric(cluster, frozen, "tokensvc_cache_resyncs")
 
     pid = cluster.broker_pid(frozen)
     assert pid is not None
@@ -132,7 +116,7 @@ def test_broker_whose_session_expired_resyncs_to_changes_made_meanwhile(
     resumed_at = time.monotonic()
 
     wait_for(lambda: frozen in registry.brokers(), 20, "re-registration after the new session")
-    wait_for(lambda: _metric(cluster, frozen, "tokensvc_cache_resyncs") > resyncs_before, 20,
+    wait_for(lambda: broker_metric(cluster, frozen, "tokensvc_cache_resyncs") > resyncs_before, 20,
              "a full resync")
     in_zookeeper = {info.token_id: info.expiry_timestamp for info in store.load_all()}
     described = wait_for(

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from tests.support.client import WireClient
+from tests.support.local_cluster import broker_address
 from tests.support.wait import wait_for
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.errors import Errors
@@ -164,11 +165,6 @@ def cluster(tmp_path, ensemble: ZooKeeperEnsemble) -> Iterator[LocalCluster]:
         yield running
 
 
-def _address(cluster: LocalCluster, broker_id: int) -> tuple[str, int]:
-    host, _, port = cluster.broker_info(broker_id)["listeners"]["SASL_PLAINTEXT"].rpartition(":")
-    return host, int(port)
-
-
 def _described_ids(address: tuple[str, int], username: str, password: str) -> set[str]:
     with WireClient(address, username, password) as admin:
         described = admin.request(DESCRIBE, 3, {"Owners": None})
@@ -184,7 +180,7 @@ def test_ensemble_node_losses_keep_logins_working_and_lose_no_acknowledged_token
     ensemble: ZooKeeperEnsemble, cluster: LocalCluster
 ) -> None:
     username, password = cluster.info["admin"]["username"], cluster.info["admin"]["password"]
-    addresses = {b: _address(cluster, b) for b in cluster.broker_ids()}
+    addresses = {b: broker_address(cluster, b) for b in cluster.broker_ids()}
     with WireClient(addresses[1], username, password) as admin:
         seeds = [admin.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
                  for _ in range(4)]

@@ -19,7 +19,10 @@ from tests.support.inproc import (
     InProcessBroker,
     broker_properties,
     chroot_with_users,
+    controller,
+    follower,
     running_brokers,
+    zk_client,
 )
 from tokensvc.admin import AdminClient
 from tokensvc.client_config import client_config_from_properties
@@ -29,7 +32,6 @@ from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.protocol import RequestHeader, decode_response, encode_request
 from tokensvc.protocol.principal_serde import serialize_principal
 from tokensvc.scram.formatter import ScramMechanism
-from zk.client import ZkSettings, open_client
 from zk.requests import RequestRecords
 from zk.token_store import TokenStore
 
@@ -52,10 +54,8 @@ def cluster(zk_chroot):
 
 @pytest.fixture(scope="module")
 def zk(zk_chroot):
-    client = open_client(ZkSettings(zk_chroot))
-    yield client
-    client.stop()
-    client.close()
+    with zk_client(zk_chroot) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")
@@ -66,14 +66,6 @@ def store(zk):
 def recorded_token_id(zk, key: str) -> str | None:
     record = RequestRecords(zk).get(key)
     return None if record is None else record.outcome["token_id"]
-
-
-def controller(cluster) -> InProcessBroker:
-    return next(b for b in cluster if b.broker.is_controller)
-
-
-def follower(cluster) -> InProcessBroker:
-    return next(b for b in cluster if not b.broker.is_controller)
 
 
 def forwarded_count(broker: InProcessBroker, client_id: str) -> float:

@@ -13,21 +13,21 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import uuid
 
 import pytest
 
+from tests.support.client import open_channel, token_logs_in
 from tests.support.inproc import (
-    InProcessBroker,
     chroot_with_users,
+    controller,
+    follower,
     running_brokers,
+    zk_client,
 )
-from tokensvc.broker.channel import BrokerChannel, ChannelAuthError
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.protocol import RequestHeader, decode_response, encode_request
 from tokensvc.protocol.principal_serde import serialize_principal
-from zk.client import ZkSettings, open_client
 from zk.requests import RequestRecords
 from zk.token_store import TokenStore
 
@@ -49,33 +49,8 @@ def cluster(zk_chroot):
 
 @pytest.fixture(scope="module")
 def zk(zk_chroot):
-    client = open_client(ZkSettings(zk_chroot))
-    yield client
-    client.stop()
-    client.close()
-
-
-def controller(cluster) -> InProcessBroker:
-    return next(b for b in cluster if b.broker.is_controller)
-
-
-def follower(cluster) -> InProcessBroker:
-    return next(b for b in cluster if not b.broker.is_controller)
-
-
-async def _channel(address, username: str, password: str, *, mechanism: str = "SCRAM-SHA-512",
-                   token: bool = False) -> BrokerChannel:
-    channel = BrokerChannel(
-        address[0], address[1], security_protocol="SASL_PLAINTEXT", mechanism=mechanism,
-        username=username, password=password, client_id="broker-9",
-        extensions={"tokenauth": "true"} if token else None,
-    )
-    try:
-        await channel.connect(10.0)
-    except BaseException:
-        await channel.close()
-        raise
-    return channel
+    with zk_client(zk_chroot) as client:
+        yield client
 
 
 def _create_envelope(correlation_id: int, key: str) -> dict:
@@ -98,7 +73,8 @@ def test_envelopes_on_one_connection_run_together_and_each_gets_its_own_answer(c
     keys = [uuid.uuid4().hex for _ in range(count)]
 
     async def main() -> list[dict]:
-        peer = await _channel(ctl.address("BROKER"), "broker", "broker-secret")
+        peer = await open_channel(ctl.address("BROKER"), "broker", "broker-secret",
+                                  mechanism="SCRAM-SHA-512", client_id="broker-9")
         try:
             return await asyncio.gather(*(
                 peer.request(ENVELOPE, 0, _create_envelope(1000 + i, keys[i]), timeout=30)
@@ -130,7 +106,8 @@ def test_a_failed_write_in_a_batch_is_answered_alone_and_the_others_commit(clust
     count = 12
 
     async def main() -> tuple[dict, list[dict]]:
-        peer = await _channel(ctl.address("BROKER"), "broker", "broker-secret")
+        peer = await open_channel(ctl.address("BROKER"), "broker", "broker-secret",
+                                  mechanism="SCRAM-SHA-512", client_id="broker-9")
         try:
             first = await peer.request(ENVELOPE, 0, _create_envelope(1, "repeated-key-gc"),
                                        timeout=30)
@@ -159,25 +136,17 @@ def test_concurrent_creates_and_renews_through_a_non_controller_all_succeed_once
     fwd = follower(cluster)
     clients, per_client = 16, 6
 
-    async def logs_in(token_id: str, hmac: bytes) -> bool:
-        try:
-            channel = await _channel(fwd.address(), token_id, base64.b64encode(hmac).decode(),
-                                     mechanism="SCRAM-SHA-256", token=True)
-        except ChannelAuthError:
-            return False
-        await channel.close()
-        return True
-
     async def client() -> list[tuple[str, int, int, bool]]:
-        session = await _channel(fwd.address(), "alice", "alice-secret",
-                                 mechanism="SCRAM-SHA-256")
+        session = await open_channel(fwd.address(), "alice", "alice-secret",
+                                     client_id="broker-9")
         done = []
         try:
             for _ in range(per_client):
                 created = await session.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1},
                                                 timeout=30)
                 assert created["ErrorCode"] == 0, created
-                usable = await logs_in(created["TokenId"], created["Hmac"])
+                usable = await token_logs_in(fwd.address(), created["TokenId"], created["Hmac"],
+                                             client_id="broker-9")
                 renewed = await session.request(
                     RENEW, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 3_600_000}, timeout=30)
                 assert renewed["ErrorCode"] == 0, renewed

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.client import WireClient
+from tests.support.client import WireClient, recv_exact
+from tests.support.local_cluster import broker_address, broker_metric
 from tokensvc.cluster import LocalCluster
 from tokensvc.protocol import RequestHeader, decode_response, encode_request, frame
 from tokensvc.scram.client import ScramClient
@@ -52,30 +53,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator[Loc
 
 @pytest.fixture
 def address(cluster: LocalCluster) -> tuple[str, int]:
-    host, _, port = cluster.broker_info(1)["listeners"]["SASL_PLAINTEXT"].rpartition(":")
     _wait_for_no_client_connections(cluster)
-    return host, int(port)
+    return broker_address(cluster, 1)
 
 
 def _broker_log(cluster: LocalCluster) -> str:
     return Path(cluster.broker_info(1)["log"]).read_text(errors="replace")
 
 
-def _open_connections(cluster: LocalCluster) -> float:
-    import urllib.request
-
-    url = f"http://{cluster.broker_info(1)['metrics']}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as page:
-        for line in page.read().decode().splitlines():
-            if line.startswith("tokensvc_active_connections "):
-                return float(line.split()[1])
-    raise AssertionError("tokensvc_active_connections is not exported")
-
-
 def _wait_for_no_client_connections(cluster: LocalCluster) -> None:
     """Tests share one broker: start each with no connection of an earlier test left."""
     deadline = time.monotonic() + 2 * IDLE_MS / 1000 + 2
-    while _open_connections(cluster) > 0:
+    while broker_metric(cluster, 1, "tokensvc_active_connections") > 0:
         assert time.monotonic() < deadline, "connections of an earlier test stay open"
         time.sleep(0.05)
 
@@ -89,24 +78,13 @@ def _connect(address: tuple[str, int]) -> socket.socket:
     return sock
 
 
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
-    chunks = []
-    while size:
-        chunk = sock.recv(size)
-        if not chunk:
-            raise ConnectionError("closed by the broker")
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
-
-
 def _request_bytes(api_key: int, version: int, correlation_id: int, body: dict) -> bytes:
     return frame(encode_request(RequestHeader(api_key, version, correlation_id, "hardening"), body))
 
 
 def _read_response(sock: socket.socket, api_key: int, version: int) -> tuple[int, dict]:
-    size = struct.unpack(">i", _recv_exact(sock, 4))[0]
-    return decode_response(api_key, version, _recv_exact(sock, size))
+    size = struct.unpack(">i", recv_exact(sock, 4))[0]
+    return decode_response(api_key, version, recv_exact(sock, size))
 
 
 def _call(sock: socket.socket, api_key: int, version: int, body: dict, corr: int = 1) -> dict:

@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.client import WireClient
+from tests.support.local_cluster import broker_address
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.errors import Errors
 from tokensvc.core.keys import token_hmac
@@ -89,13 +90,8 @@ class Secrets:
         return [name for name, needle in self.needles.items() if needle in data]
 
 
-def _address(cluster: LocalCluster, broker_id: int) -> tuple[str, int]:
-    host, _, port = cluster.broker_info(broker_id)["listeners"]["SASL_PLAINTEXT"].rpartition(":")
-    return host, int(port)
-
-
 def _admin(cluster: LocalCluster, broker_id: int) -> WireClient:
-    return WireClient(_address(cluster, broker_id), cluster.info["admin"]["username"],
+    return WireClient(broker_address(cluster, broker_id), cluster.info["admin"]["username"],
                       cluster.info["admin"]["password"])
 
 
@@ -113,7 +109,7 @@ def _upsert_user(cluster: LocalCluster, user: str, password: str, found: Secrets
 
 
 def _login(cluster: LocalCluster, broker_id: int, user: str, password: str, **kw) -> WireClient:
-    return eventually(lambda: WireClient(_address(cluster, broker_id), user, password, **kw))
+    return eventually(lambda: WireClient(broker_address(cluster, broker_id), user, password, **kw))
 
 
 def _token_password(created: dict) -> str:
@@ -217,7 +213,7 @@ def test_after_a_full_run_no_log_audit_file_or_znode_holds_a_secret(
         for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
             _login(cluster, broker_id, renewable["TokenId"], _token_password(renewable),
                    token=True, mechanism=mechanism).close()
-    for name, key in _token_derived_keys(_address(cluster, 2), renewable).items():
+    for name, key in _token_derived_keys(broker_address(cluster, 2), renewable).items():
         found.add(f"token {name}", key)
     with _login(cluster, 2, "bob", passwords["bob"]) as bob:
         assert bob.request(RENEW, 2, {"Hmac": renewable["Hmac"], "RenewPeriodMs": 60_000}
@@ -241,7 +237,7 @@ def test_after_a_full_run_no_log_audit_file_or_znode_holds_a_secret(
     for user, password, token in failures:
         for broker_id in cluster.broker_ids():
             with pytest.raises(ConnectionError):
-                WireClient(_address(cluster, broker_id), user, password, token=token)
+                WireClient(broker_address(cluster, broker_id), user, password, token=token)
 
     zk = open_client(ZkSettings(cluster.info["zookeeper"]["connect"]))
     try:

@@ -24,12 +24,17 @@ from pathlib import Path
 import pytest
 
 from tests.support.client import WireClient
-from tests.support.inproc import InProcessBroker, bootstrap_user, broker_properties
+from tests.support.inproc import (
+    InProcessBroker,
+    chroot_with_users,
+    controller,
+    follower,
+    running_brokers,
+    zk_client,
+)
 from tests.support.wait import retry as eventually
 from tokensvc.audit.events import name_fingerprint
-from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
-from zk.client import ZkSettings, open_client
 from zk.token_store import TokenStore
 
 CREATE, RENEW, EXPIRE, DESCRIBE = 38, 39, 40, 41
@@ -40,30 +45,17 @@ PASSWORDS = {"admin": "admin-secret", "broker": "broker-secret", "alice": "alice
 
 @pytest.fixture(scope="module")
 def env(zookeeper, tmp_path_factory) -> Iterator[dict]:
-    connect = f"{zookeeper.connect}/hostile-security-{time.monotonic_ns()}"
-    for user, password in PASSWORDS.items():
-        bootstrap_user(connect, user, password)
+    connect = chroot_with_users(zookeeper.connect, "hostile-security", list(PASSWORDS.items()))
     audit = tmp_path_factory.mktemp("audit")
-    brokers = [
-        InProcessBroker(BrokerConfig.from_properties(broker_properties(
-            i, connect, audit_log_dir=str(audit),
-            connection_failed_authentication_delay_ms=str(DELAY_MS)))).start()
-        for i in (1, 2)
-    ]
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and not any(b.broker.is_controller for b in brokers):
-        time.sleep(0.05)
-    zk = open_client(ZkSettings(connect))
-    yield {
-        "controller": next(b for b in brokers if b.broker.is_controller),
-        "forwarder": next(b for b in brokers if not b.broker.is_controller),
-        "store": TokenStore(zk),
-        "audit": audit,
-    }
-    zk.stop()
-    zk.close()
-    for broker in brokers:
-        broker.stop()
+    with running_brokers(connect, (1, 2), audit_log_dir=str(audit),
+                         connection_failed_authentication_delay_ms=str(DELAY_MS)) as brokers, \
+            zk_client(connect) as zk:
+        yield {
+            "controller": controller(brokers),
+            "forwarder": follower(brokers),
+            "store": TokenStore(zk),
+            "audit": audit,
+        }
 
 
 def _password(created: dict) -> str:

@@ -29,7 +29,6 @@ import random
 import socket
 import struct
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -37,6 +36,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.local_cluster import broker_address, broker_metric
 from tests.unit.test_protocol_roundtrip import REQUEST_SAMPLES
 from tokensvc.cluster import LocalCluster
 from tokensvc.protocol import (
@@ -370,18 +370,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator[Loc
         yield running
 
 
-def _active_connections(cluster: LocalCluster) -> float:
-    url = f"http://{cluster.broker_info(1)['metrics']}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as page:
-        for line in page.read().decode().splitlines():
-            if line.startswith("tokensvc_active_connections "):
-                return float(line.split()[1])
-    raise AssertionError("tokensvc_active_connections is not exported")
-
-
 def test_five_hundred_hostile_connections_leave_the_broker_serving(cluster: LocalCluster) -> None:
-    host, _, port = cluster.broker_info(1)["listeners"]["SASL_PLAINTEXT"].rpartition(":")
-    address = (host, int(port))
+    address = broker_address(cluster, 1)
     password = cluster.info["admin"]["password"]
     all_cases = cases(CONNECTIONS, SEED)
 
@@ -399,7 +389,7 @@ def test_five_hundred_hostile_connections_leave_the_broker_serving(cluster: Loca
     assert canary.logins >= 3
     assert cluster.broker_pid(1) is not None
     deadline = time.monotonic() + IDLE_MS / 1000 + 5
-    while _active_connections(cluster) > 0:
+    while broker_metric(cluster, 1, "tokensvc_active_connections") > 0:
         assert time.monotonic() < deadline, "hostile connections were left open"
         time.sleep(0.1)
     log = Path(cluster.broker_info(1)["log"]).read_text(errors="replace")

@@ -9,28 +9,25 @@ identifiers.
 from __future__ import annotations
 
 import base64
-import time
 
 from tests.support.client import WireClient
-from tests.support.inproc import InProcessBroker, bootstrap_user, broker_properties
-from tokensvc.core.config import BrokerConfig
+from tests.support.inproc import InProcessBroker, chroot_with_users, running_brokers, zk_client
 from tokensvc.core.errors import Errors
 from tokensvc.core.keys import key_id, token_hmac
-from zk.client import ZkSettings, open_client
 from zk.token_store import TokenStore
 
 OLD, NEW = "rotation-old-key", "rotation-new-key"
 
 
-def _broker(connect: str, **extra: str) -> InProcessBroker:
-    props = broker_properties(1, connect, master_key=None, **extra)
-    return InProcessBroker(BrokerConfig.from_properties(props)).start()
-
-
-def _wait_controller(broker: InProcessBroker) -> None:
-    deadline = time.monotonic() + 15
-    while not broker.broker.is_controller and time.monotonic() < deadline:
-        time.sleep(0.05)
+def _token_under_the_old_key(zookeeper, name: str) -> tuple[str, dict]:
+    """A fresh chroot with the admin and broker users, and the create answer of a token a
+    broker running with key OLD issued there (that broker is stopped again)."""
+    connect = chroot_with_users(zookeeper.connect, name,
+                                [("admin", "admin-secret"), ("broker", "broker-secret")])
+    with running_brokers(connect, (1,), delegation_token_secret_key=OLD) as (before,), \
+            WireClient(before.address(), "admin", "admin-secret") as admin:
+        old = admin.request(38, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+    return connect, old
 
 
 def _token_login(broker: InProcessBroker, token_id: str, hmac: bytes) -> WireClient:
@@ -38,24 +35,12 @@ def _token_login(broker: InProcessBroker, token_id: str, hmac: bytes) -> WireCli
 
 
 def test_tokens_from_the_previous_key_keep_working_after_rotation(zookeeper):
-    connect = f"{zookeeper.connect}/rotation-{time.monotonic_ns()}"
-    bootstrap_user(connect, "admin", "admin-secret")
-    bootstrap_user(connect, "broker", "broker-secret")
-
-    before = _broker(connect, delegation_token_secret_key=OLD)
-    _wait_controller(before)
-    with WireClient(before.address(), "admin", "admin-secret") as admin:
-        old = admin.request(38, 3, {"Renewers": [], "MaxLifetimeMs": -1})
-    before.stop()
+    connect, old = _token_under_the_old_key(zookeeper, "rotation")
     assert old["ErrorCode"] == 0
     assert old["Hmac"] == token_hmac(OLD, old["TokenId"])
 
-    after = _broker(
-        connect,
-        delegation_token_secret_key=NEW, delegation_token_secret_key_previous=OLD,
-    )
-    try:
-        _wait_controller(after)
+    with running_brokers(connect, (1,), delegation_token_secret_key=NEW,
+                         delegation_token_secret_key_previous=OLD) as (after,):
         with _token_login(after, old["TokenId"], old["Hmac"]):
             pass
         with WireClient(after.address(), "admin", "admin-secret") as admin:
@@ -71,30 +56,15 @@ def test_tokens_from_the_previous_key_keep_working_after_rotation(zookeeper):
         assert hmacs[new["TokenId"]] == new["Hmac"]
         assert expired["ErrorCode"] == 0
 
-        client = open_client(ZkSettings(connect))
-        try:
+        with zk_client(connect) as client:
             stored = TokenStore(client).get(new["TokenId"])
-        finally:
-            client.stop()
-            client.close()
         assert stored is not None and stored.key_id == key_id(NEW)
-    finally:
-        after.stop()
 
 
 def test_a_token_whose_key_was_dropped_no_longer_authenticates(zookeeper):
-    connect = f"{zookeeper.connect}/rotation-drop-{time.monotonic_ns()}"
-    bootstrap_user(connect, "admin", "admin-secret")
-    bootstrap_user(connect, "broker", "broker-secret")
-    before = _broker(connect, delegation_token_secret_key=OLD)
-    _wait_controller(before)
-    with WireClient(before.address(), "admin", "admin-secret") as admin:
-        old = admin.request(38, 3, {"Renewers": [], "MaxLifetimeMs": -1})
-    before.stop()
+    connect, old = _token_under_the_old_key(zookeeper, "rotation-drop")
 
-    after = _broker(connect, delegation_token_secret_key=NEW)
-    try:
-        _wait_controller(after)
+    with running_brokers(connect, (1,), delegation_token_secret_key=NEW) as (after,):
         refused = False
         try:
             _token_login(after, old["TokenId"], old["Hmac"]).close()
@@ -104,5 +74,3 @@ def test_a_token_whose_key_was_dropped_no_longer_authenticates(zookeeper):
         with WireClient(after.address(), "admin", "admin-secret") as admin:
             renew = admin.request(39, 2, {"Hmac": old["Hmac"], "RenewPeriodMs": 60_000})
         assert renew["ErrorCode"] == Errors.DELEGATION_TOKEN_NOT_FOUND
-    finally:
-        after.stop()

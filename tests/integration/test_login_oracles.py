@@ -36,14 +36,13 @@ import pytest
 from tests.support.client import WireClient
 from tests.support.inproc import (
     InProcessBroker,
-    bootstrap_user,
-    broker_properties,
+    chroot_with_users,
+    running_brokers,
     wait_for_controller,
 )
 from tests.support.wait import retry
 from tokensvc.audit.events import FINGERPRINT_PREFIX, name_fingerprint
 from tokensvc.audit.rules import ReferenceAudit, RuleSettings
-from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import RequestHeader, decode_response, encode_request, frame
 from tokensvc.scram.formatter import ScramMechanism, client_proof
@@ -62,24 +61,16 @@ NOT_ALLOWED = int(Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED)
 
 @pytest.fixture(scope="module")
 def cluster(zookeeper, tmp_path_factory) -> Iterator[dict]:
-    connect = f"{zookeeper.connect}/login-oracles-{time.monotonic_ns()}"
-    for user, password in PASSWORDS.items():
-        bootstrap_user(connect, user, password)
+    connect = chroot_with_users(zookeeper.connect, "login-oracles", list(PASSWORDS.items()))
     audit = tmp_path_factory.mktemp("oracles-audit")
-    brokers = [
-        InProcessBroker(BrokerConfig.from_properties(broker_properties(
-            i, connect, audit_log_dir=str(audit / str(i))))).start()
-        for i in (1, 2, 3)
-    ]
-    controller = wait_for_controller(brokers)
-    yield {
-        "brokers": brokers,
-        "controller": controller,
-        "forwarder": next(b for b in brokers if b is not controller),
-        "audit": audit,
-    }
-    for broker in brokers:
-        broker.stop()
+    with running_brokers(connect, (1, 2, 3), audit_root=audit) as brokers:
+        controller = wait_for_controller(brokers)
+        yield {
+            "brokers": brokers,
+            "controller": controller,
+            "forwarder": next(b for b in brokers if b is not controller),
+            "audit": audit,
+        }
 
 
 # -- helpers -----------------------------------------------------------------------------------
@@ -277,21 +268,15 @@ def test_a_super_users_token_session_may_not_alter_credentials_or_acls(
 def test_the_setting_restores_kafkas_behaviour_for_token_sessions(
     zookeeper, tmp_path_factory
 ) -> None:
-    connect = f"{zookeeper.connect}/alter-access-{time.monotonic_ns()}"
-    for user, password in PASSWORDS.items():
-        bootstrap_user(connect, user, password)
-    broker = InProcessBroker(BrokerConfig.from_properties(broker_properties(
-        1, connect, delegation_token_session_alter_access_enable="true"))).start()
-    try:
-        wait_for_controller([broker])
+    connect = chroot_with_users(zookeeper.connect, "alter-access", list(PASSWORDS.items()))
+    with running_brokers(connect, (1,),
+                         delegation_token_session_alter_access_enable="true") as (broker,):
         token = create_token(broker, "admin")
         with token_session(broker, token) as session:
             altered = session.request(ALTER_SCRAM, 0, {
                 "Deletions": [], "Upsertions": [scram_upsertion("bob", "new-bob-password")]})
         assert [r["ErrorCode"] for r in altered["Results"]] == [0]
         WireClient(broker.address(), "bob", "new-bob-password", mechanism="SCRAM-SHA-256").close()
-    finally:
-        broker.stop()
 
 
 # -- collisions ---------------------------------------------------------------------------------
@@ -406,13 +391,8 @@ def test_old_librdkafka_nonce_is_refused_audited_and_logged_by_default(
 
 
 def test_old_librdkafka_nonce_logs_in_when_the_setting_is_on(zookeeper) -> None:
-    connect = f"{zookeeper.connect}/repeated-nonce-{time.monotonic_ns()}"
-    for user, password in PASSWORDS.items():
-        bootstrap_user(connect, user, password)
-    broker = InProcessBroker(BrokerConfig.from_properties(broker_properties(
-        1, connect, sasl_scram_accept_repeated_client_nonce="true"))).start()
-    try:
+    connect = chroot_with_users(zookeeper.connect, "repeated-nonce", list(PASSWORDS.items()))
+    with running_brokers(connect, (1,),
+                         sasl_scram_accept_repeated_client_nonce="true") as (broker,):
         answer = librdkafka_login(broker.address(), "bob", PASSWORDS["bob"])
         assert answer["ErrorCode"] == 0 and bytes(answer["AuthBytes"]).startswith(b"v=")
-    finally:
-        broker.stop()

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.client import recv_exact
 from tests.support.wait import poll_until, retry
 from tokensvc.cluster import LocalCluster
 from tokensvc.protocol import RequestHeader, decode_response, encode_request, frame
@@ -108,21 +109,10 @@ def _log(cluster: LocalCluster) -> str:
     return Path(cluster.broker_info(1)["log"]).read_text(errors="replace")
 
 
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
-    chunks = []
-    while size:
-        chunk = sock.recv(size)
-        if not chunk:
-            raise ConnectionError("closed by the broker")
-        chunks.append(chunk)
-        size -= len(chunk)
-    return b"".join(chunks)
-
-
 def _call(sock: socket.socket, api_key: int, version: int, body: dict) -> dict:
     sock.sendall(frame(encode_request(RequestHeader(api_key, version, 1, "membounds"), body)))
-    size = struct.unpack(">i", _recv_exact(sock, 4))[0]
-    return decode_response(api_key, version, _recv_exact(sock, size))[1]
+    size = struct.unpack(">i", recv_exact(sock, 4))[0]
+    return decode_response(api_key, version, recv_exact(sock, size))[1]
 
 
 def _logged_in(cluster: LocalCluster, user: str = USER, password: str = PASSWORD
@@ -321,15 +311,15 @@ def test_client_that_does_not_read_its_responses_stops_being_read_and_is_served_
 
         assert poll_until(settled, timeout=60, interval=1.0)
         assert last[0] - answered < count
-        response_size = len(frame(b"")) + struct.unpack(">i", _recv_exact(sock, 4))[0]
+        response_size = len(frame(b"")) + struct.unpack(">i", recv_exact(sock, 4))[0]
         grown = max(_rss(defaults) for _ in range(10)) - before
         assert grown < response_size * count // 3, f"the broker grew by {grown / MB:.1f} MB"
         # Reading lets everything through, in request order.
-        first = _recv_exact(sock, response_size - 4)
+        first = recv_exact(sock, response_size - 4)
         assert struct.unpack(">i", first[:4])[0] == 0
         for corr in range(1, count):
-            size = struct.unpack(">i", _recv_exact(sock, 4))[0]
-            assert struct.unpack(">i", _recv_exact(sock, size)[:4])[0] == corr
+            size = struct.unpack(">i", recv_exact(sock, 4))[0]
+            assert struct.unpack(">i", recv_exact(sock, size)[:4])[0] == corr
         sender.join(30)
         assert not sender.is_alive()
     finally:

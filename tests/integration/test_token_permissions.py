@@ -16,7 +16,14 @@ import uuid
 import pytest
 
 from tests.support.client import WireClient
-from tests.support.inproc import InProcessBroker, add_user, bootstrap_user, broker_properties
+from tests.support.inproc import (
+    InProcessBroker,
+    add_user,
+    bootstrap_user,
+    broker_properties,
+    controller,
+    follower,
+)
 from tokensvc.authz.acl import AclOperation, PatternType, ResourceType
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
@@ -50,14 +57,6 @@ def cluster(zookeeper):
     yield brokers
     for b in brokers:
         b.stop()
-
-
-def controller(cluster) -> InProcessBroker:
-    return next(b for b in cluster if b.broker.is_controller)
-
-
-def follower(cluster) -> InProcessBroker:
-    return next(b for b in cluster if not b.broker.is_controller)
 
 
 def new_user(cluster, prefix: str) -> str:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.client import recv_exact
 from tokensvc.cluster import LocalCluster
 from tokensvc.protocol import RequestHeader, decode_response, encode_request
 from tokensvc.scram.client import ScramClient
@@ -49,19 +50,9 @@ def _send(sock: socket.socket, api_key: int, version: int, corr: int, body: dict
     sock.sendall(struct.pack(">i", len(payload)) + payload)
 
 
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            raise ConnectionError("closed by the broker")
-        data += chunk
-    return data
-
-
 def _receive(sock: socket.socket, api_key: int, version: int) -> tuple[int, dict]:
-    size = struct.unpack(">i", _recv_exact(sock, 4))[0]
-    return decode_response(api_key, version, _recv_exact(sock, size))
+    size = struct.unpack(">i", recv_exact(sock, 4))[0]
+    return decode_response(api_key, version, recv_exact(sock, size))
 
 
 def _login(sock: socket.socket, cluster: LocalCluster) -> None:

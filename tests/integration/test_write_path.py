@@ -14,26 +14,29 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import uuid
+from collections.abc import AsyncIterator
 from typing import Self
 
 import pytest
 from kazoo.exceptions import NoNodeError
 
-from tests.support.client import WireClient
+from tests.support.client import WireClient, open_channel, token_logs_in
 from tests.support.inproc import (
-    InProcessBroker,
     chroot_with_users,
+    controller,
+    followers,
     running_brokers,
+    zk_client,
 )
-from tokensvc.broker.channel import BrokerChannel, ChannelAuthError
+from tokensvc.broker.channel import BrokerChannel
 from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.protocol import RequestHeader, encode_request
 from tokensvc.protocol.principal_serde import serialize_principal
 from tokensvc.scram.formatter import ScramMechanism
 from zk import layout
-from zk.client import ZkSettings, open_client
 from zk.credential_store import CHANGES_PATH
 from zk.errors import StoreUnavailable
 
@@ -58,45 +61,11 @@ def cluster(zk_chroot):
 
 @pytest.fixture(scope="module")
 def zk(zk_chroot):
-    client = open_client(ZkSettings(zk_chroot))
-    yield client
-    client.stop()
-    client.close()
-
-
-def controller(cluster) -> InProcessBroker:
-    return next(b for b in cluster if b.broker.is_controller)
-
-
-def followers(cluster) -> list[InProcessBroker]:
-    return [b for b in cluster if not b.broker.is_controller]
+    with zk_client(zk_chroot) as client:
+        yield client
 
 
 # --- async helpers: many requests without a thread per connection --------------------------
-
-
-async def _connect(address, username: str, password: str, *, token: bool = False,
-                   listener_protocol: str = "SASL_PLAINTEXT") -> BrokerChannel:
-    channel = BrokerChannel(
-        address[0], address[1], security_protocol=listener_protocol, mechanism="SCRAM-SHA-256",
-        username=username, password=password, client_id="write-path",
-        extensions={"tokenauth": "true"} if token else None,
-    )
-    try:
-        await channel.connect(10.0)
-    except BaseException:
-        await channel.close()
-        raise
-    return channel
-
-
-async def _logs_in(address, token_id: str, hmac: bytes) -> bool:
-    try:
-        channel = await _connect(address, token_id, base64.b64encode(hmac).decode(), token=True)
-    except ChannelAuthError:
-        return False
-    await channel.close()
-    return True
 
 
 async def _rounds(work, rounds: int = ROUNDS) -> list:
@@ -115,85 +84,80 @@ async def _rounds(work, rounds: int = ROUNDS) -> list:
 # --- read-your-writes --------------------------------------------------------------------------
 
 
-def test_create_then_login_on_the_same_non_controller_succeeds_every_time(cluster):
+@contextlib.asynccontextmanager
+async def _follower_sessions(cluster, username: str,
+                             password: str) -> AsyncIterator[tuple[list, list[BrokerChannel]]]:
+    """``username`` logged in on every non-controller: (their addresses, the sessions)."""
     targets = [b.address() for b in followers(cluster)]
+    sessions = [await open_channel(a, username, password, client_id="write-path") for a in targets]
+    try:
+        yield targets, sessions
+    finally:
+        for s in sessions:
+            await s.close()
 
+
+async def _create(session: BrokerChannel) -> dict:
+    return await session.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1}, timeout=15)
+
+
+def test_create_then_login_on_the_same_non_controller_succeeds_every_time(cluster):
     async def main() -> list[bool]:
-        sessions = [await _connect(a, "alice", "alice-secret") for a in targets]
+        async with _follower_sessions(cluster, "alice", "alice-secret") as (targets, sessions):
 
-        async def one(i: int) -> bool:
-            at = i % len(targets)
-            created = await sessions[at].request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1},
-                                                 timeout=15)
-            assert created["ErrorCode"] == 0, created
-            return await _logs_in(targets[at], created["TokenId"], created["Hmac"])
+            async def one(i: int) -> bool:
+                at = i % len(targets)
+                created = await _create(sessions[at])
+                assert created["ErrorCode"] == 0, created
+                return await token_logs_in(targets[at], created["TokenId"], created["Hmac"],
+                                           client_id="write-path")
 
-        try:
             return await _rounds(one)
-        finally:
-            for s in sessions:
-                await s.close()
 
     results = asyncio.run(main())
     assert sum(results) == ROUNDS, f"{ROUNDS - sum(results)} of {ROUNDS} logins refused"
 
 
 def test_renew_then_describe_on_the_same_non_controller_shows_the_new_expiry(cluster):
-    targets = [b.address() for b in followers(cluster)]
-
     async def main() -> list[bool]:
-        sessions = [await _connect(a, "bob", "bob-secret") for a in targets]
-        tokens = []
-        for i in range(10):
-            created = await sessions[i % 2].request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1},
-                                                    timeout=15)
-            tokens.append(created)
-        locks = [asyncio.Lock() for _ in tokens]
+        async with _follower_sessions(cluster, "bob", "bob-secret") as (targets, sessions):
+            tokens = [await _create(sessions[i % 2]) for i in range(10)]
+            locks = [asyncio.Lock() for _ in tokens]
 
-        async def one(i: int) -> bool:
-            at, t = i % len(targets), i % len(tokens)
-            async with locks[t]:  # renews of one token in order: each must be visible
-                renewed = await sessions[at].request(
-                    RENEW, 2, {"Hmac": tokens[t]["Hmac"], "RenewPeriodMs": 3_600_000 + i},
-                    timeout=15)
-                assert renewed["ErrorCode"] == 0, renewed
-                described = await sessions[at].request(
-                    DESCRIBE, 3, {"Owners": [{"PrincipalType": "User", "PrincipalName": "bob"}]},
-                    timeout=15)
-            shown = {d["TokenId"]: d["ExpiryTimestamp"] for d in described["Tokens"]}
-            return shown.get(tokens[t]["TokenId"]) == renewed["ExpiryTimestampMs"]
+            async def one(i: int) -> bool:
+                at, t = i % len(targets), i % len(tokens)
+                async with locks[t]:  # renews of one token in order: each must be visible
+                    renewed = await sessions[at].request(
+                        RENEW, 2, {"Hmac": tokens[t]["Hmac"], "RenewPeriodMs": 3_600_000 + i},
+                        timeout=15)
+                    assert renewed["ErrorCode"] == 0, renewed
+                    described = await sessions[at].request(
+                        DESCRIBE, 3, {"Owners": [{"PrincipalType": "User", "PrincipalName": "bob"}]},
+                        timeout=15)
+                shown = {d["TokenId"]: d["ExpiryTimestamp"] for d in described["Tokens"]}
+                return shown.get(tokens[t]["TokenId"]) == renewed["ExpiryTimestampMs"]
 
-        try:
             return await _rounds(one)
-        finally:
-            for s in sessions:
-                await s.close()
 
     results = asyncio.run(main())
     assert sum(results) == ROUNDS, f"{ROUNDS - sum(results)} of {ROUNDS} describes were stale"
 
 
 def test_expire_then_login_on_the_same_non_controller_is_refused_every_time(cluster):
-    targets = [b.address() for b in followers(cluster)]
-
     async def main() -> list[bool]:
-        sessions = [await _connect(a, "carol", "carol-secret") for a in targets]
+        async with _follower_sessions(cluster, "carol", "carol-secret") as (targets, sessions):
 
-        async def one(i: int) -> bool:
-            at = i % len(targets)
-            created = await sessions[at].request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1},
-                                                 timeout=15)
-            assert created["ErrorCode"] == 0, created
-            expired = await sessions[at].request(
-                EXPIRE, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1}, timeout=15)
-            assert expired["ErrorCode"] == 0, expired
-            return await _logs_in(targets[at], created["TokenId"], created["Hmac"])
+            async def one(i: int) -> bool:
+                at = i % len(targets)
+                created = await _create(sessions[at])
+                assert created["ErrorCode"] == 0, created
+                expired = await sessions[at].request(
+                    EXPIRE, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1}, timeout=15)
+                assert expired["ErrorCode"] == 0, expired
+                return await token_logs_in(targets[at], created["TokenId"], created["Hmac"],
+                                           client_id="write-path")
 
-        try:
             return await _rounds(one)
-        finally:
-            for s in sessions:
-                await s.close()
 
     results = asyncio.run(main())
     assert sum(results) == 0, f"{sum(results)} of {ROUNDS} revoked tokens still logged in"

@@ -1,16 +1,64 @@
-"""A small blocking Kafka-protocol client for broker tests (real sockets).
+"""Kafka-protocol clients for broker tests (real sockets), built on the broker's own
+inter-broker channel.
 
-Wraps the broker's own inter-broker channel in a private event loop so tests
-can log in (users or tokens) and send any request body.
+``WireClient`` wraps a channel in a private event loop so blocking tests can log in
+(users or tokens) and send any request body; ``open_channel`` and ``token_logs_in``
+are for asyncio tests that run many requests without a thread per connection;
+``recv_exact`` is for tests that write raw bytes to a broker's socket.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import socket
 import threading
 from typing import Self
 
-from tokensvc.broker.channel import BrokerChannel
+from tokensvc.broker.channel import BrokerChannel, ChannelAuthError
+
+
+def recv_exact(sock: socket.socket, size: int) -> bytes:
+    """Exactly ``size`` bytes from ``sock``; ConnectionError if the broker closes first."""
+    chunks = []
+    while size:
+        chunk = sock.recv(size)
+        if not chunk:
+            raise ConnectionError("closed by the broker")
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+async def open_channel(address: tuple[str, int], username: str, password: str, *,
+                       mechanism: str = "SCRAM-SHA-256", token: bool = False,
+                       client_id: str = "wire-test",
+                       security_protocol: str = "SASL_PLAINTEXT") -> BrokerChannel:
+    """A channel logged in on the running event loop (closed again if the login fails)."""
+    channel = BrokerChannel(
+        address[0], address[1], security_protocol=security_protocol, mechanism=mechanism,
+        username=username, password=password, client_id=client_id,
+        extensions={"tokenauth": "true"} if token else None,
+    )
+    try:
+        await channel.connect(10.0)
+    except BaseException:
+        await channel.close()
+        raise
+    return channel
+
+
+async def token_logs_in(address: tuple[str, int], token_id: str, hmac: bytes, *,
+                        client_id: str = "wire-test") -> bool:
+    """Whether a SCRAM-SHA-256 token login with ``token_id`` and ``hmac`` succeeds on a
+    fresh connection."""
+    try:
+        channel = await open_channel(address, token_id, base64.b64encode(hmac).decode(),
+                                     token=True, client_id=client_id)
+    except ChannelAuthError:
+        return False
+    await channel.close()
+    return True
 
 
 class WireClient:

@@ -14,13 +14,15 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from tokensvc.broker import eventloop
 from tokensvc.broker.broker import Broker
 from tokensvc.core.config import BrokerConfig
 from tokensvc.scram.formatter import ScramMechanism
 from zk import credential_store
-from zk.client import ZkSettings
+from zk.client import ZkSettings, open_client
 
 
 def bootstrap_user(zk_connect: str, user: str, password: str) -> None:
@@ -132,6 +134,33 @@ def wait_for_controller(brokers: list[InProcessBroker], timeout: float = 15.0) -
         time.sleep(0.05)
 
 
+def controller(brokers: Sequence[InProcessBroker]) -> InProcessBroker:
+    """The broker that is the controller now."""
+    return next(b for b in brokers if b.broker.is_controller)
+
+
+def followers(brokers: Sequence[InProcessBroker]) -> list[InProcessBroker]:
+    """The brokers that are not the controller now."""
+    return [b for b in brokers if not b.broker.is_controller]
+
+
+def follower(brokers: Sequence[InProcessBroker]) -> InProcessBroker:
+    """The first broker that is not the controller now."""
+    return next(b for b in brokers if not b.broker.is_controller)
+
+
+@contextmanager
+def zk_client(zk_connect: str) -> Iterator[Any]:
+    """A ZooKeeper client rooted at ``zk_connect`` for a test's own reads and writes;
+    stopped and closed on exit."""
+    client = open_client(ZkSettings(zk_connect))
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
 def chroot_with_users(zookeeper_connect: str, name: str,
                       users: Sequence[tuple[str, str]]) -> str:
     """A fresh chroot under ``zookeeper_connect`` holding a SCRAM credential per user."""
@@ -142,13 +171,17 @@ def chroot_with_users(zookeeper_connect: str, name: str,
 
 
 @contextmanager
-def running_brokers(zk_connect: str, ids: Sequence[int], **props: str) -> Iterator[list[InProcessBroker]]:
-    """In-process brokers ``ids`` on ``zk_connect`` (with ``props`` overrides), once a
-    controller is elected; stopped on exit."""
-    brokers = [
-        InProcessBroker(BrokerConfig.from_properties(broker_properties(i, zk_connect, **props))).start()
-        for i in ids
-    ]
+def running_brokers(zk_connect: str, ids: Sequence[int], *, audit_root: Path | None = None,
+                    **props: str) -> Iterator[list[InProcessBroker]]:
+    """In-process brokers ``ids`` on ``zk_connect`` (with ``props`` overrides; with
+    ``audit_root``, broker ``i`` audits to ``audit_root/i``), once a controller is
+    elected; stopped on exit."""
+
+    def properties(i: int) -> dict[str, str]:
+        audit = {"audit_log_dir": str(audit_root / str(i))} if audit_root is not None else {}
+        return broker_properties(i, zk_connect, **audit, **props)
+
+    brokers = [InProcessBroker(BrokerConfig.from_properties(properties(i))).start() for i in ids]
     try:
         wait_for_controller(brokers)
         yield brokers

@@ -1,0 +1,194 @@
+"""The 3-node, 3-broker cluster that the fault drivers (``bench.soak``, ``bench.chaos``) break.
+
+Owns what both drivers do the same way: a 3-node ZooKeeper ensemble
+(``zk.server.ZooKeeperEnsemble``) with a 3-broker ``LocalCluster`` on it (separate
+processes, tied to the starting thread by ``die_with_parent``) and a ZooKeeper client
+of the driver's own (:class:`FaultCluster`: start, close, a broker's address, the
+current controller, a describe, one token login); and the blocking Kafka-protocol
+client they drive it with (:class:`Connection`: one logged-in connection, one request
+at a time).
+
+It must not inject faults, generate load or judge anything: the drivers do. It never
+prints or keeps a password or an HMAC beyond the call that uses it.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import signal
+import socket
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from tokensvc.cluster import LocalCluster
+from tokensvc.core.errors import Errors
+from tokensvc.protocol import RequestHeader, decode_response, encode_request, frame
+from tokensvc.scram.client import ScramClient
+from tokensvc.scram.formatter import ScramMechanism
+from zk import layout
+from zk.client import ZkSettings, open_client
+from zk.server import ZooKeeperEnsemble
+
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+CREATE, RENEW, EXPIRE, DESCRIBE = 38, 39, 40, 41
+REQUEST_TIMEOUT_S = 40.0
+MECHANISM = ScramMechanism.SCRAM_SHA_256
+
+
+class ClientError(Exception):
+    """A connection or login failed (the message names the class, never a secret)."""
+
+
+class Connection:
+    """A blocking, logged-in Kafka-protocol connection (one request at a time)."""
+
+    def __init__(self, address: tuple[str, int], username: str, password: str, *,
+                 token: bool = False, cache: dict | None = None) -> None:
+        self._corr = 0
+        try:
+            self._sock = socket.create_connection(address, timeout=REQUEST_TIMEOUT_S)
+        except OSError as exc:
+            raise ClientError(f"connect: {exc.__class__.__name__}") from None
+        try:
+            self._login(username, password, token, cache)
+        except BaseException:
+            self.close()
+            raise
+
+    def _login(self, username: str, password: str, token: bool, cache: dict | None) -> None:
+        if self.call(SASL_HANDSHAKE, 1, {"Mechanism": MECHANISM.mechanism_name})["ErrorCode"]:
+            raise ClientError("handshake refused")
+        client = ScramClient(MECHANISM, username, password,
+                             extensions={"tokenauth": "true"} if token else {},
+                             salted_password_cache=cache)
+        first = self.call(SASL_AUTHENTICATE, 2, {"AuthBytes": client.first_message()})
+        if first["ErrorCode"]:
+            raise ClientError("login refused")
+        final = self.call(SASL_AUTHENTICATE, 2,
+                          {"AuthBytes": client.final_message(first["AuthBytes"])})
+        if final["ErrorCode"]:
+            raise ClientError("login refused")
+        client.verify_server_final(final["AuthBytes"])
+
+    def call(self, api_key: int, version: int, body: dict) -> dict:
+        self._corr += 1
+        try:
+            self._sock.sendall(frame(encode_request(
+                RequestHeader(api_key, version, self._corr, "soak"), body)))
+            size = struct.unpack(">i", self._recv(4))[0]
+            corr, response = decode_response(api_key, version, self._recv(size))
+        except (OSError, struct.error) as exc:
+            raise ClientError(f"request: {exc.__class__.__name__}") from None
+        if corr != self._corr:
+            raise ClientError("correlation id mismatch")
+        return response
+
+    def _recv(self, size: int) -> bytes:
+        chunks = []
+        while size:
+            chunk = self._sock.recv(size)
+            if not chunk:
+                raise ConnectionError("closed by the broker")
+            chunks.append(chunk)
+            size -= len(chunk)
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+
+def token_password(hmac: bytes) -> str:
+    """A token's SCRAM password: its HMAC in base64."""
+    return base64.b64encode(hmac).decode("ascii")
+
+
+def error_name(code: int) -> str:
+    """The Kafka error name of ``code`` ("NONE" for 0), or the number if it is unknown."""
+    try:
+        return Errors(code).name
+    except ValueError:
+        return str(code)
+
+
+class FaultCluster:
+    """3 ZooKeeper nodes, 3 brokers on them, and a ZooKeeper client; the drivers subclass it."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.ensemble: ZooKeeperEnsemble | None = None
+        self.cluster: LocalCluster | None = None
+        self.zk: Any = None
+        self.admin: tuple[str, str] = ("", "")
+
+    def start_cluster(self, chroot: str, overrides: Mapping[str, str], *,
+                      zk_tick_ms: int | None = None,
+                      client_session_timeout_ms: int | None = None) -> None:
+        """Start the ensemble (``zk_tick_ms``: its tickTime, default zk.server's), the
+        brokers under ``/chroot`` with ``overrides``, and this driver's own ZooKeeper
+        client (``client_session_timeout_ms``: the session it asks for, default
+        ``ZkSettings``')."""
+        tick = {"tick_ms": zk_tick_ms} if zk_tick_ms else {}
+        self.ensemble = ZooKeeperEnsemble(self.directory / "zookeeper", 3, **tick)
+        self.ensemble.start()
+        connect = f"{self.ensemble.connect}/{chroot}"
+        self.cluster = LocalCluster.up(self.directory / "cluster", brokers=3, zookeeper=connect,
+                                       overrides=dict(overrides), die_with_parent=True)
+        asked = {"session_timeout_ms": client_session_timeout_ms} \
+            if client_session_timeout_ms is not None else {}
+        self.zk = open_client(ZkSettings(connect, **asked))
+        self.admin = (self.cluster.info["admin"]["username"],
+                      self.cluster.info["admin"]["password"])
+
+    def close(self) -> None:
+        """Stop everything started, first resuming any broker or ZooKeeper node a fault
+        left stopped."""
+        if self.zk is not None:
+            self.zk.stop()
+            self.zk.close()
+        if self.cluster is not None:
+            for broker in self.cluster.broker_ids():
+                pid = self.cluster.broker_pid(broker)
+                if pid is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGCONT)
+            self.cluster.down(grace=5.0)
+        if self.ensemble is not None:
+            for node in self.ensemble.nodes:
+                node.resume()
+            self.ensemble.stop()
+
+    def address(self, broker: int) -> tuple[str, int]:
+        host, _, port = self.cluster.broker_info(broker)["listeners"]["SASL_PLAINTEXT"] \
+            .rpartition(":")
+        return host, int(port)
+
+    def controller(self) -> int | None:
+        try:
+            return layout.decode_controller(self.zk.get(layout.CONTROLLER)[0])
+        except Exception:  # noqa: BLE001 - no controller at this moment
+            return None
+
+    def described_token_ids(self, broker: int) -> set[str]:
+        """The token ids ``broker`` describes to the admin (raises ClientError if it
+        cannot be asked)."""
+        conn = Connection(self.address(broker), *self.admin)
+        try:
+            answer = conn.call(DESCRIBE, 3, {"Owners": None})
+        finally:
+            conn.close()
+        return {t["TokenId"] for t in answer["Tokens"]}
+
+    def token_login(self, broker: int, token_id: str, hmac: bytes, cache: dict | None) -> str:
+        """One token login on a fresh connection to ``broker``: "ok", "refused" (the
+        broker said no) or "connection" (it could not be asked)."""
+        try:
+            Connection(self.address(broker), token_id, token_password(hmac), token=True,
+                       cache=cache).close()
+        except ClientError as exc:
+            return "refused" if "login refused" in str(exc) else "connection"
+        return "ok"

@@ -1,0 +1,85 @@
+"""The propagation measurement B3 and B8 share: create a token, then poll logins until it works.
+
+Owns the one loop both benchmarks time: a super-user connection creates a token on one
+broker, and from the moment the response arrives each watched broker is asked to log the
+token in on fresh connections, again and again, until it succeeds
+(:func:`sample_creates`, :func:`first_login`). It also owns the single login attempt
+(:func:`try_login`) that B4 polls with. Samples are taken one at a time, ``PAUSE_S``
+apart; a broker that has not served the token after ``GIVE_UP_S`` fails the run.
+
+It must not start brokers or judge results: the benchmarks choose the brokers, and
+summarise and judge the times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from bench.b1_logins import MECHANISM
+from bench.wire import (
+    CREATE_TOKEN,
+    WireConnection,
+    WireError,
+    create_token_body,
+    login,
+    open_logged_in,
+)
+
+PAUSE_S = 0.05
+GIVE_UP_S = 10.0
+
+T = TypeVar("T")
+# Called once per created token: (token id, token password, salted cache, acked time).
+AfterCreate = Callable[[str, str, dict, float], Awaitable[T]]
+
+
+async def try_login(address: str, token_id: str, password: str, salted: dict) -> bool:
+    """One token login on a fresh connection to ``address``: whether it succeeded."""
+    host, _, port = address.rpartition(":")
+    conn = await WireConnection.open(host, int(port))
+    try:
+        await login(conn, MECHANISM, token_id, password, token=True, salted_cache=salted)
+        return True
+    except WireError:
+        return False
+    finally:
+        conn.close()
+
+
+async def first_login(address: str, token_id: str, password: str, salted: dict,
+                      acked: float) -> tuple[float, int]:
+    """Seconds from ``acked`` (a ``time.perf_counter`` reading) to the first successful
+    login on ``address``, and how many attempts it took."""
+    attempts = 0
+    while True:
+        attempts += 1
+        if await try_login(address, token_id, password, salted):
+            return time.perf_counter() - acked, attempts
+        if time.perf_counter() - acked > GIVE_UP_S:
+            raise RuntimeError(f"token not usable on {address} after {GIVE_UP_S}s")
+
+
+async def sample_creates(create_at: str, user: str, password: str, samples: int,
+                         after_create: AfterCreate[T]) -> list[T]:
+    """Create ``samples`` tokens one at a time on ``create_at`` as ``user``; after each
+    create's response, await ``after_create`` with the new token and the moment the
+    response arrived. Its results, in order."""
+    admin = await open_logged_in(create_at, user, password)
+    salted: dict = {}
+    results: list[T] = []
+    try:
+        for _ in range(samples):
+            created = await admin.request(CREATE_TOKEN, 3, create_token_body())
+            acked = time.perf_counter()
+            if created["ErrorCode"]:
+                raise RuntimeError(f"create failed with error code {created['ErrorCode']}")
+            token_password = base64.b64encode(created["Hmac"]).decode("ascii")
+            results.append(await after_create(created["TokenId"], token_password, salted, acked))
+            await asyncio.sleep(PAUSE_S)
+    finally:
+        admin.close()
+    return results

@@ -1,0 +1,27 @@
+"""Reading a ``tokensvc.cluster.LocalCluster`` (broker processes) from tests.
+
+Owns how a test finds a broker process's client address and reads one of its exported
+metrics. It must not start, stop or change the cluster: the tests' fixtures do.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+
+from tokensvc.cluster import LocalCluster
+
+
+def broker_address(cluster: LocalCluster, broker_id: int) -> tuple[str, int]:
+    """``broker_id``'s SASL_PLAINTEXT listener as (host, port)."""
+    host, _, port = cluster.broker_info(broker_id)["listeners"]["SASL_PLAINTEXT"].rpartition(":")
+    return host, int(port)
+
+
+def broker_metric(cluster: LocalCluster, broker_id: int, name: str) -> float:
+    """The value ``broker_id`` exports for metric ``name`` now (fails the test if none)."""
+    url = f"http://{cluster.broker_info(broker_id)['metrics']}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as page:
+        for line in page.read().decode().splitlines():
+            if line.startswith(f"{name} "):
+                return float(line.split()[1])
+    raise AssertionError(f"{name} is not exported")
