@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from tokensvc.broker.channel import BrokerChannel
 from tokensvc.broker.context import WriteTicket, committed_token_of
 from tokensvc.broker.decoding import decode_client_request
+from tokensvc.broker.services import TOKENS_ROOT
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import decode_response, encode_response, response_error_code
 from tokensvc.protocol.principal_serde import serialize_principal
@@ -63,7 +64,6 @@ _CONNECT_TIMEOUT_S = 5.0
 CHANNELS_PER_CONTROLLER = 2
 
 Version = tuple[str, int]
-TOKENS_ROOT = "tokens"
 # (security protocol, host, port) of a broker's listener, or None.
 EndpointLookup = Callable[[int, str], "tuple[str, str, int] | None"]
 
