@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import multiprocessing
 import os
 import re
@@ -291,6 +292,7 @@ async def _describe(address: str, user: str, password: str, login: tuple[str, st
     reader = spawn.Process(target=_describe_all, args=(address, user, password, sent, out),
                            daemon=True)
     reader.start()
+    pauses = _GcPauses()
     try:
         while not sent.is_set() and reader.is_alive():
             await asyncio.sleep(0.001)
@@ -302,6 +304,7 @@ async def _describe(address: str, user: str, password: str, login: tuple[str, st
                 latencies.append(time.perf_counter() - began)
         size, count, describe_all = await asyncio.to_thread(out.get, True, 600)
     finally:
+        pauses.close()
         reader.join(10)
     return {
         "describe_owner_ms": round(statistics.median(samples) * 1000, 3),
@@ -310,7 +313,29 @@ async def _describe(address: str, user: str, password: str, login: tuple[str, st
         "describe_all_tokens": count,
         "logins_during_describe": len(latencies),
         "login_during_describe_ms": round(max(latencies) * 1000, 1) if latencies else None,
+        "timer_gc_pause_max_ms": round(pauses.longest * 1000, 1),
+        "timer_gc_full_collections": pauses.full,
     }
+
+
+class _GcPauses:
+    """The garbage collections of this (the timing) process while it is open."""
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self.full = 0
+        self._began = 0.0
+        gc.callbacks.append(self._seen)
+
+    def _seen(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        self.longest = max(self.longest, time.perf_counter() - self._began)
+        self.full += info["generation"] == 2
+
+    def close(self) -> None:
+        gc.callbacks.remove(self._seen)
 
 
 async def _login_rate(address: str, token_id: str, password: str) -> float:

@@ -3,8 +3,12 @@
 Owns: :class:`ExpirySweeper`, a thread that every ``interval_ms`` -- and only while this
 broker is the controller -- asks the cache for due tokens (``cache.due(now)``, an index
 ordered by deadline, no scan), deletes each from ZooKeeper under the controller guard,
-and then runs the ``purge(now_ms)`` it was given (the broker passes the purge of every
-change-notification root and of old request records).
+and then, at most once per ``purge_interval_ms`` of the injected clock, runs the
+``purge(now_ms)`` it was given (the broker passes the purge of every change-notification
+root and of old request records). The purge has its own cadence because it lists roots
+and stats their oldest children: at a short sweep interval (B9 sweeps every 500 ms) a
+purge per sweep kept the ZooKeeper connection busy with reads that found nothing to
+delete, and the freshness gate's confirmation rounds queued behind them.
 
 Each due token is re-read from ZooKeeper before it is deleted (due tokens are read in
 batches of ``SWEEP_BATCH`` with multi-reads, and a batch's deletes are pipelined, so a
@@ -37,6 +41,10 @@ log = logging.getLogger(__name__)
 
 # Due tokens re-read (one multi-read) and deleted (pipelined) per step of a sweep.
 SWEEP_BATCH = 1_000
+
+# The controller's purge of old notifications and request records runs at most this
+# often (the notification followers' own purge uses the same minute).
+PURGE_INTERVAL_MS = 60_000
 
 REASON_EXPIRED = "expired"
 REASON_MAX_LIFETIME = "max_lifetime"
@@ -78,6 +86,7 @@ purge of old notifications and request records -- returned).
         interval_ms: int,
         on_removed: RemovedListener | None = None,
         purge: Callable[[int], int] | None = None,
+        purge_interval_ms: int = PURGE_INTERVAL_MS,
     ) -> None:
         if interval_ms <= 0:
             raise ValueError("interval_ms must be positive")
@@ -88,6 +97,8 @@ purge of old notifications and request records -- returned).
         self._interval_s = interval_ms / 1000.0
         self._on_removed = on_removed
         self._purge = purge
+        self._purge_interval_ms = purge_interval_ms
+        self._purged_at_ms: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._sweep_lock = threading.Lock()
@@ -119,6 +130,12 @@ purge of old notifications and request records -- returned).
             except StoreError as exc:
                 log.warning("expiry sweep failed: %s", exc)
 
+    def _purge_due(self, now_ms: int) -> bool:
+        """True on the first sweep and once ``purge_interval_ms`` has passed since the
+        last purge (either way the clock moved: a clock set back purges too)."""
+        last = self._purged_at_ms
+        return last is None or abs(now_ms - last) >= self._purge_interval_ms
+
     def sweep_once(self) -> int:
         """One sweep now; returns how many tokens it deleted (0 when not the controller)."""
         with self._sweep_lock:
@@ -131,7 +148,8 @@ purge of old notifications and request records -- returned).
                 due = [info.token_id for info in self._cache.due(now)]
                 for lo in range(0, len(due), SWEEP_BATCH):
                     removed += self._remove_expired(due[lo : lo + SWEEP_BATCH], now)
-                if self._purge is not None:
+                if self._purge is not None and self._purge_due(now):
+                    self._purged_at_ms = now
                     self.purged_notifications += self._purge(now)
             except NotControllerError:
                 log.info("lost controllership during the expiry sweep; stopping it")

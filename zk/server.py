@@ -267,6 +267,8 @@ class ZooKeeperNode:
             java,
             f"-Xmx{self.heap_mb}m",
             "-XX:+UseSerialGC",
+            # Its collections, for the operator (docs/operations.md): five files of 10 MB.
+            f"-Xlog:gc:file={self.data_dir / 'gc.log'}:time,uptime:filecount=5,filesize=10m",
             "-Dzookeeper.admin.enableServer=false",
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
             "-cp",

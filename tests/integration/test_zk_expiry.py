@@ -218,3 +218,19 @@ def test_sweeper_close_stops_its_thread(cluster):
     time.sleep(0.1)
     assert leader.sweeper.sweeps == count
     assert not leader.sweeper.running
+
+
+def test_sweeps_closer_than_the_purge_interval_purge_once(cluster, clock):
+    """A short sweep interval does not purge on every sweep: the purge lists and stats
+    the notification roots, and at 2 sweeps a second that kept ZooKeeper busy."""
+    (leader,) = cluster(1)
+    calls: list[int] = []
+    sweeper = ExpirySweeper(leader.store, leader.cache, leader.election, clock, interval_ms=500,
+                            purge=lambda now: calls.append(now) or 0)
+    for _ in range(3):
+        sweeper.sweep_once()
+        clock.advance(500)
+    assert calls == [T0]
+    clock.advance(60_000)
+    sweeper.sweep_once()
+    assert calls == [T0, T0 + 61_500]

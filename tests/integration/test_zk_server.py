@@ -136,6 +136,8 @@ def test_default_heap_holds_a_million_tokens_and_purge_keeps_data_bounded(tmp_pa
         )
         assert int(cfg["autopurge.purgeInterval"]) >= 1
         assert int(cfg["autopurge.snapRetainCount"]) == 3
+        # Its collections are logged for the operator (it logs one line at start).
+        assert "Using" in (tmp_path / "zk" / "gc.log").read_text()
     finally:
         server.stop()
 
