@@ -100,8 +100,11 @@ def usage_text(info: dict[str, Any], directory: Path) -> str:
     return "\n".join(lines)
 
 
-def _wait_for_signal() -> None:
-    """Block until SIGINT or SIGTERM arrives."""
+def _wait_for_signal(announce: str) -> None:
+    """Print ``announce``, then block until SIGINT or SIGTERM arrives. The handlers are
+    in place before the announcement: a signal sent as soon as it is read is caught
+    (printed first, a SIGTERM sent at once under load killed the process before the
+    cluster was stopped)."""
     stop = threading.Event()
 
     def handler(signum: int, frame: FrameType | None) -> None:
@@ -109,6 +112,7 @@ def _wait_for_signal() -> None:
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
+        click.echo(announce)
         while not stop.wait(0.5):
             pass
     finally:
@@ -154,9 +158,8 @@ def up(
     click.echo(usage_text(local.info, path))
     if not foreground:
         return
-    click.echo("\nRunning in the foreground: press Ctrl-C to stop the cluster.")
     try:
-        _wait_for_signal()
+        _wait_for_signal("\nRunning in the foreground: press Ctrl-C to stop the cluster.")
     finally:
         click.echo("stopping the cluster ...")
         local.down()

@@ -51,50 +51,60 @@ def test_expiry_index_due_is_strictly_past_deadline_in_order() -> None:
     assert len(index) == 3
 
 
-def test_expiry_index_put_many_agrees_with_put_whether_many_or_few() -> None:
+def test_expiry_index_put_many_agrees_with_put() -> None:
     rng = random.Random(7)
     one_by_one, batched = ExpiryIndex(), ExpiryIndex()
-    for round_size in (500, 3, 200, 1):  # heapify for many, pushes for few
-        items = [(rng.randint(0, 1_000), f"t{rng.randint(0, 400)}") for _ in range(round_size)]
-        for deadline, token_id in items:
-            one_by_one.put(token_id, deadline)
-        batched.put_many(items)
-        assert len(batched) == len(one_by_one)
-        for now in (0, 250, 500, 1_001):
-            assert batched.due(now) == one_by_one.due(now)
-        assert batched.next_deadline() == one_by_one.next_deadline()
+    items = [(rng.randint(0, 10 * ExpiryIndex.BUCKET_MS), f"t{i}") for i in range(500)]
+    for deadline, token_id in items:
+        one_by_one.put(token_id, deadline)
+    batched.put_many(items)
+    assert len(batched) == len(one_by_one) == 500
+    for now in (0, ExpiryIndex.BUCKET_MS, 5 * ExpiryIndex.BUCKET_MS + 1, 11 * ExpiryIndex.BUCKET_MS):
+        assert batched.due(now) == one_by_one.due(now)
+    assert batched.next_deadline() == one_by_one.next_deadline() == min(d for d, _ in items)
 
 
-def test_expiry_index_reput_moves_token_and_discard_forgets_it() -> None:
+def test_expiry_index_moving_a_token_and_discarding_it() -> None:
     index = ExpiryIndex()
+    late = 3 * ExpiryIndex.BUCKET_MS + 5
     index.put("a", 100)
     index.put("b", 150)
-    index.put("a", 500)
-    index.discard("b")
-    assert index.due(400) == []
-    assert index.due(501) == ["a"]
-    assert index.next_deadline() == 500
-    index.discard("a")
+    index.discard("a", 100)
+    index.put("a", late)  # moved to another bucket
+    index.discard("b", 150)
+    index.discard("b", 150)  # twice: nothing
+    index.discard("a", 100)  # a deadline it no longer has: nothing
+    assert len(index) == 1
+    assert index.due(late) == []
+    assert index.due(late + 1) == ["a"]
+    assert index.next_deadline() == late
+    index.discard("a", late)
     assert index.next_deadline() is None
+    assert len(index) == 0
 
 
 def test_expiry_index_matches_a_scan_after_many_random_changes() -> None:
     rng = random.Random(7)
     index = ExpiryIndex()
     model: dict[str, int] = {}
+    span = 20 * ExpiryIndex.BUCKET_MS
     for _ in range(5000):
         token_id = f"t{rng.randrange(300)}"
-        if rng.random() < 0.25:
-            index.discard(token_id)
-            model.pop(token_id, None)
-        else:
-            deadline = rng.randrange(10_000)
+        if token_id in model:
+            index.discard(token_id, model.pop(token_id))
+        if rng.random() < 0.75:
+            deadline = rng.randrange(span)
             index.put(token_id, deadline)
             model[token_id] = deadline
-    for now in (0, 2500, 5000, 10_001):
+    assert len(index) == len(model)
+    for now in (0, span // 4, span // 2, span + 1):
         expected = sorted((d, t) for t, d in model.items() if d < now)
         assert index.due(now) == [t for _, t in expected]
-    assert len(index._heap) <= 2 * len(model) + ExpiryIndex._COMPACT_SLACK + 1
+    assert index.next_deadline() == min(model.values())
+    # An emptied bucket is dropped, not kept as an empty dict.
+    for token_id, deadline in list(model.items()):
+        index.discard(token_id, deadline)
+    assert len(index) == 0 and index.next_deadline() is None and index._buckets == {}
 
 
 # -- indexes -----------------------------------------------------------------------------
@@ -366,3 +376,52 @@ def test_a_resync_compares_in_chunks_releasing_the_lock_between_them(monkeypatch
         ["t1", "t2", "t4", "t5", "t7", "t8", "t10", "t11"]
     )
     assert sorted(i.token_id for i in cache.due(3001)) == sorted(cache.token_ids())
+
+
+# -- the HMAC index: keys shared by several tokens ----------------------------------------
+
+
+def test_tokens_sharing_an_hmac_key_are_each_found_by_their_own_hmac_only(monkeypatch) -> None:
+    """The index keeps 60 bits of each HMAC; tokens whose keys collide share a slot, and
+    a lookup compares the whole HMAC (forced here: every HMAC gets the same key)."""
+    import tokensvc.core.cache as cache_module
+
+    monkeypatch.setattr(cache_module, "hmac_key", lambda hmac: 7)
+    cache = TokenCache(MasterKeys(KEY))
+    tokens = [cache.upsert(info(f"t{i}")) for i in range(3)]
+    for token in tokens:
+        assert cache.by_hmac(token.hmac) == token
+    forged = bytearray(tokens[0].hmac)
+    forged[-1] ^= 1
+    assert cache.by_hmac(bytes(forged)) is None
+    assert cache.by_hmac(b"short") is None
+    cache.remove("t1")
+    assert cache.by_hmac(tokens[1].hmac) is None
+    assert cache.by_hmac(tokens[0].hmac) == tokens[0]
+    assert cache.by_hmac(tokens[2].hmac) == tokens[2]
+    cache.remove("t0")
+    assert cache.by_hmac(tokens[2].hmac) == tokens[2]
+    cache.remove("t2")
+    assert cache._by_hmac == {}
+
+
+def test_a_renewal_keeps_the_hmac_index_and_the_credentials_and_a_rekey_replaces_them() -> None:
+    new_kid = key_id("new-key")
+    cache = TokenCache(MasterKeys("new-key", [KEY]))
+    under_old = cache.upsert(info("t1", kid=KID))
+    cache.scram_credential("t1", SHA256)
+    assert cache.derived_count() == 1
+    cache.upsert(info("t1", expiry=3000, kid=KID))  # renewal: same key, same HMAC
+    assert cache.scram_salt("t1", SHA256).derived
+    assert cache.by_hmac(under_old.hmac).info.expiry_timestamp == 3000
+    under_new = cache.upsert(info("t1", expiry=3000, kid=new_kid))  # re-keyed
+    assert under_new.hmac != under_old.hmac
+    assert cache.by_hmac(under_old.hmac) is None
+    assert cache.by_hmac(under_new.hmac) == under_new
+    assert not cache.scram_salt("t1", SHA256).derived
+    assert cache.due(3001) == [under_new.info] and cache.due(2001) == []
+    cache.upsert(info("t1", kid=key_id("a-key-nobody-has")))
+    assert cache.unknown_key_tokens() == 1
+    assert cache.by_hmac(under_new.hmac) is None and cache.by_id("t1") is None
+    cache.remove("t1")
+    assert cache.unknown_key_tokens() == 0 and len(cache) == 0 and cache._by_hmac == {}

@@ -10,11 +10,15 @@ derived from the HMAC on a token's first authentication and kept until the
 token is removed or re-keyed; renewals keep them. It recomputes HMACs from the
 master keys; ZooKeeper never has them.
 
-Entries are compact, for a million tokens per broker: one slotted record per
-token holding its details, its HMAC and its credentials packed as one bytes
-object per mechanism in a slot of its own (a derived salt is not stored);
-``DelegationToken`` and ``ScramCredential`` objects are built when asked for,
-not kept.
+Entries are compact, for a million tokens per broker (docs/performance.md, B9):
+a token is held as its ``TokenInformation`` and one entry in each index, nothing
+more. Its HMAC is not kept: it is computed again from the master key when a
+lookup returns the token (one HMAC-SHA512, about 2 us). The HMAC index is keyed
+by the HMAC's first 60 bits as an int and checks the whole HMAC on lookup. The
+expiry index holds one dict entry per token in minute buckets. Credentials, once
+derived, are packed as one bytes object per mechanism (a derived salt is not
+stored) in a map of their own. ``DelegationToken`` and ``ScramCredential``
+objects are built when asked for, not kept.
 
 It must not do I/O or read a clock (callers pass ``now_ms``), and it holds its
 one lock only for dictionary and heap work: PBKDF2 and listener callbacks run
@@ -25,7 +29,7 @@ and does not know where tokens come from (``zk.sync`` feeds it).
 from __future__ import annotations
 
 import gc
-import heapq
+import hmac as hmac_lib
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -63,98 +67,92 @@ def deadline_of(info: TokenInformation) -> int:
 
 
 class ExpiryIndex:
-    """Token ids ordered by deadline (min of expiry and max timestamp).
+    """Token ids by deadline (min of expiry and max timestamp), in buckets of
+    :attr:`BUCKET_MS`.
 
-    A binary heap of ``(deadline, token_id)`` with lazy invalidation: ``put``
-    and ``discard`` only update the live map, stale heap entries are skipped
-    and dropped when they surface, and the heap is rebuilt when stale entries
-    outnumber live ones. ``put`` is O(log n), ``discard`` O(1), ``due`` O(k)
-    plus the stale entries it meets, for k due tokens. Not thread-safe: the
+    One dict per bucket maps each token id to its deadline (the int the token
+    already holds: no tuple, no second map). ``put`` and ``discard`` are O(1),
+    ``due`` costs the buckets' keys plus the tokens of the buckets it reads, and an
+    empty bucket is dropped. The caller names the deadline it put when it discards
+    (the cache knows it from the token), which is what keeps this index at one dict
+    entry per token: a heap of ``(deadline, id)`` tuples and a map of live
+    deadlines held about 100 bytes per token, this about 40. Not thread-safe: the
     cache calls it under its lock.
     """
 
-    __slots__ = ("_heap", "_live")
+    __slots__ = ("_buckets", "_count")
 
-    _COMPACT_SLACK = 64
+    BUCKET_MS = 60_000
 
     def __init__(self) -> None:
-        self._heap: list[tuple[int, str]] = []
-        self._live: dict[str, int] = {}
+        self._buckets: dict[int, dict[str, int]] = {}
+        self._count = 0
 
     def __len__(self) -> int:
-        return len(self._live)
+        return self._count
 
     def put(self, token_id: str, deadline: int) -> None:
-        if self._live.get(token_id) == deadline:
+        """Index ``token_id`` at ``deadline`` (discard its previous deadline first)."""
+        key = deadline // self.BUCKET_MS
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            self._buckets[key] = {token_id: deadline}
+            self._count += 1
             return
-        self._live[token_id] = deadline
-        heapq.heappush(self._heap, (deadline, token_id))
-        self._maybe_compact()
+        if token_id not in bucket:
+            self._count += 1
+        bucket[token_id] = deadline
 
     def put_many(self, items: Iterable[tuple[int, str]]) -> None:
-        """``put`` for many ``(deadline, token_id)`` at once: one heapify when they are
-        many (a cold start), single pushes when they are few (a resync's changes)."""
-        heap, live = self._heap, self._live
-        fresh = []
+        """``put`` for many ``(deadline, token_id)``."""
+        put = self.put
         for deadline, token_id in items:
-            if live.get(token_id) != deadline:
-                live[token_id] = deadline
-                fresh.append((deadline, token_id))
-        if len(fresh) * 16 > len(heap):
-            heap.extend(fresh)
-            heapq.heapify(heap)
-        else:
-            for item in fresh:
-                heapq.heappush(heap, item)
-        self._maybe_compact()
+            put(token_id, deadline)
 
-    def discard(self, token_id: str) -> None:
-        if self._live.pop(token_id, None) is not None:
-            self._maybe_compact()
+    def discard(self, token_id: str, deadline: int) -> None:
+        """Forget ``token_id``, indexed at ``deadline`` (nothing if it is not there)."""
+        key = deadline // self.BUCKET_MS
+        bucket = self._buckets.get(key)
+        if bucket is not None and bucket.get(token_id) == deadline:
+            del bucket[token_id]
+            self._count -= 1
+            if not bucket:
+                del self._buckets[key]
 
     def clear(self) -> None:
-        self._heap.clear()
-        self._live.clear()
+        self._buckets.clear()
+        self._count = 0
 
     def due(self, now_ms: int) -> list[str]:
-        """Ids whose deadline is strictly before ``now_ms``, earliest first."""
-        heap, live = self._heap, self._live
-        while heap and live.get(heap[0][1]) != heap[0][0]:
-            heapq.heappop(heap)
-        found: list[tuple[int, str]] = []
-        # Every entry below now_ms is reachable from the root through entries
-        # that are also below now_ms (heap order), so walk only that subtree.
-        stack = [0] if heap else []
-        while stack:
-            i = stack.pop()
-            deadline, token_id = heap[i]
-            if deadline >= now_ms:
-                continue
-            if live.get(token_id) == deadline:
-                found.append((deadline, token_id))
-            for child in (2 * i + 1, 2 * i + 2):
-                if child < len(heap):
-                    stack.append(child)
+        """Ids whose deadline is strictly before ``now_ms``, earliest first (ties by id)."""
+        last = (now_ms - 1) // self.BUCKET_MS
+        buckets = self._buckets
+        found = [
+            (deadline, token_id)
+            for key in sorted(k for k in buckets if k <= last)
+            for token_id, deadline in buckets[key].items()
+            if deadline < now_ms
+        ]
         found.sort()
         return [token_id for _, token_id in found]
 
     def next_deadline(self) -> int | None:
-        """The earliest live deadline, or None when empty."""
-        heap, live = self._heap, self._live
-        while heap and live.get(heap[0][1]) != heap[0][0]:
-            heapq.heappop(heap)
-        return heap[0][0] if heap else None
-
-    def _maybe_compact(self) -> None:
-        if len(self._heap) > 2 * len(self._live) + self._COMPACT_SLACK:
-            self._heap = [(d, t) for t, d in self._live.items()]
-            heapq.heapify(self._heap)
+        """The earliest deadline, or None when empty."""
+        if not self._buckets:
+            return None
+        return min(self._buckets[min(self._buckets)].values())
 
 
 _MECHANISMS = tuple(ScramMechanism)
-# One slot of _Entry per mechanism (left unset until that credential is derived).
-_CREDENTIAL_SLOTS = tuple(f"credential{i}" for i in range(len(_MECHANISMS)))
-_SLOT = dict(zip(_MECHANISMS, _CREDENTIAL_SLOTS, strict=True))
+# A derived token's credentials: one packed bytes object per mechanism, in this order.
+_MECHANISM_INDEX = {m: i for i, m in enumerate(_MECHANISMS)}
+
+
+def hmac_key(hmac: bytes) -> int:
+    """The HMAC index's key for ``hmac``: its first 60 bits as an int (two 30-bit
+    digits, the smallest int object that holds them; the full HMAC is compared on
+    every lookup, so two tokens sharing a key only share a dict slot)."""
+    return int.from_bytes(hmac[:8], "big") >> 4
 
 
 def _pack(credential: ScramCredential, salt_derived: bool) -> bytes:
@@ -169,29 +167,6 @@ def _unpack(blob: bytes, iterations: int, derived: bytes | None) -> ScramCredent
     half = (len(blob) - salt_end) // 2
     salt = blob[1:salt_end] if salt_end > 1 or derived is None else derived
     return ScramCredential(salt, blob[salt_end:salt_end + half], blob[salt_end + half:], iterations)
-
-
-class _Entry:
-    """One token as the cache holds it. ``hmac`` is None when its key is unknown;
-    ``credential0``, ``credential1``, ... hold the packed credential of each SCRAM
-    mechanism once derived (unset until then: no tuple, no placeholder)."""
-
-    __slots__ = ("hmac", "info", *_CREDENTIAL_SLOTS)
-
-    def __init__(self, info: TokenInformation, hmac: bytes | None) -> None:
-        self.info = info
-        self.hmac = hmac
-
-    @property
-    def token(self) -> DelegationToken | None:
-        return DelegationToken(self.info, self.hmac) if self.hmac is not None else None
-
-    def keep_credentials(self, old: _Entry) -> None:
-        """Take over ``old``'s derived credentials (same HMAC: a renewal)."""
-        for name in _CREDENTIAL_SLOTS:
-            packed = getattr(old, name, None)
-            if packed is not None:
-                setattr(self, name, packed)
 
 
 def principals_of(info: TokenInformation) -> tuple[KafkaPrincipal, ...]:
@@ -224,8 +199,13 @@ class TokenCache:
         # Token salts are derived, not random: the same on every broker (docs/security.md).
         self._salt_secret = derived_secret(keys, SCRAM_SALT_LABEL)
         self._lock = threading.Lock()
-        self._entries: dict[str, _Entry] = {}
-        self._by_hmac: dict[bytes, str] = {}
+        # A token is its TokenInformation and nothing else: its HMAC is computed again
+        # from the master key when asked for (about 2 us), never kept.
+        self._entries: dict[str, TokenInformation] = {}
+        # hmac_key(HMAC) -> token id, or a tuple of ids in the rare case two share a key.
+        self._by_hmac: dict[int, str | tuple[str, ...]] = {}
+        # Derived credentials only: token id -> [packed credential or None per mechanism].
+        self._credentials: dict[str, list[bytes | None]] = {}
         # Each principal's token ids as the keys of a dict: more compact than a set.
         self._by_principal: dict[KafkaPrincipal, dict[str, None]] = {}
         self._expiry = ExpiryIndex()
@@ -240,21 +220,19 @@ class TokenCache:
         """Add or update a token; returns it with its HMAC, or None if its key is unknown."""
         hmac = self._hmac_or_none(info)
         with self._lock:
-            changed = self._apply_upsert(info, hmac)
-            entry = self._entries[info.token_id]
-            token = entry.token
+            changed = self._apply_upsert(info, None if hmac is None else hmac_key(hmac))
         if changed:
             self._notify([info], [])
-        return token
+        return DelegationToken(info, hmac) if hmac is not None else None
 
     def remove(self, token_id: str) -> TokenInformation | None:
         """Drop a token and its credentials; returns what was removed, if anything."""
         with self._lock:
-            entry = self._apply_remove(token_id)
-        if entry is None:
+            info = self._apply_remove(token_id)
+        if info is None:
             return None
-        self._notify([], [entry.info])
-        return entry.info
+        self._notify([], [info])
+        return info
 
     def replace_all(self, infos: Iterable[TokenInformation]) -> None:
         """Make the cache hold exactly ``infos`` (a resynchronisation).
@@ -263,8 +241,8 @@ class TokenCache:
         new or changed tokens upserted, unchanged ones (and their derived
         credentials) left alone. Listeners hear of every change.
 
-        Made for a cold start of a million tokens: the expiry heap is built once,
-        and the cyclic garbage collector is paused while entries are inserted
+        Made for a cold start of a million tokens: HMACs are computed outside the
+        lock and only their index keys kept, and the cyclic garbage collector is paused while entries are inserted
         (they all live on, so collections would only walk them again and again:
         at a million tokens that made the fill grow faster than the data). After a
         fill of :data:`FREEZE_AFTER` tokens or more, ``gc.freeze()`` moves the heap
@@ -297,23 +275,23 @@ class TokenCache:
             with self._lock:
                 changed.extend(
                     info for info in fresh[lo : lo + RESYNC_CHUNK]
-                    if (entry := entries.get(info.token_id)) is None or entry.info != info
+                    if (held := entries.get(info.token_id)) is None or held != info
                 )
         del fresh
         with self._lock:
             held = list(entries)
         gone = [tid for tid in held if tid not in wanted]
         del held
-        hmac_or_none = self._hmac_or_none
-        hmacs = [hmac_or_none(info) for info in changed]
+        key_or_none = self._hmac_key_or_none
+        hmacs = [key_or_none(info) for info in changed]
         upserted: list[TokenInformation] = []
         removed: list[TokenInformation] = []
         deadlines: list[tuple[int, str]] = []
         with self._lock:
             for tid in gone:
-                entry = self._apply_remove(tid)
-                if entry is not None:
-                    removed.append(entry.info)
+                info = self._apply_remove(tid)
+                if info is not None:
+                    removed.append(info)
             del wanted
             apply_upsert = self._apply_upsert
             for i, info in enumerate(changed):
@@ -340,19 +318,27 @@ class TokenCache:
 
     def by_id(self, token_id: str) -> DelegationToken | None:
         with self._lock:
-            entry = self._entries.get(token_id)
-            return entry.token if entry is not None else None
+            info = self._entries.get(token_id)
+        return self._token(info) if info is not None else None
 
     def by_hmac(self, hmac: bytes) -> DelegationToken | None:
+        hmac = bytes(hmac)
+        if len(hmac) < 8:
+            return None
         with self._lock:
-            token_id = self._by_hmac.get(bytes(hmac))
-            return self._entries[token_id].token if token_id is not None else None
+            found = self._by_hmac.get(hmac_key(hmac))
+            ids = () if found is None else (found,) if isinstance(found, str) else found
+            infos = [self._entries[token_id] for token_id in ids]
+        for info in infos:
+            token = self._token(info)
+            if token is not None and hmac_lib.compare_digest(token.hmac, hmac):
+                return token
+        return None
 
     def info(self, token_id: str) -> TokenInformation | None:
         """The token's details, including tokens whose key is unknown."""
         with self._lock:
-            entry = self._entries.get(token_id)
-            return entry.info if entry is not None else None
+            return self._entries.get(token_id)
 
     def tokens(self) -> list[DelegationToken]:
         """Every token that has an HMAC (i.e. whose key is known).
@@ -361,7 +347,8 @@ class TokenCache:
         :meth:`tokens_by_ids` in slices instead.
         """
         with self._lock:
-            return [e.token for e in self._entries.values() if e.hmac is not None]
+            infos = list(self._entries.values())
+        return [t for info in infos if (t := self._token(info)) is not None]
 
     def token_ids(self) -> list[str]:
         """The ids of every token, including tokens whose key is unknown (a snapshot)."""
@@ -384,19 +371,15 @@ class TokenCache:
 
     def tokens_by_ids(self, token_ids: Iterable[str]) -> list[DelegationToken]:
         """The tokens with these ids that are still cached and have an HMAC, in order."""
-        out = []
         with self._lock:
             entries = self._entries
-            for token_id in token_ids:
-                entry = entries.get(token_id)
-                if entry is not None and entry.hmac is not None:
-                    out.append(DelegationToken(entry.info, entry.hmac))
-        return out
+            infos = [info for token_id in token_ids if (info := entries.get(token_id)) is not None]
+        return [t for info in infos if (t := self._token(info)) is not None]
 
     def due(self, now_ms: int) -> list[TokenInformation]:
         """Tokens strictly past their expiry or max lifetime at ``now_ms``, earliest first."""
         with self._lock:
-            return [self._entries[tid].info for tid in self._expiry.due(now_ms)]
+            return [self._entries[tid] for tid in self._expiry.due(now_ms)]
 
     def next_deadline(self) -> int | None:
         """The earliest min(expiry, max) of any token, or None when empty."""
@@ -426,11 +409,12 @@ class TokenCache:
         is unknown or its master key is. Matches ``CredentialLookup.token_salt``."""
         salt = derived_salt(self._salt_secret or b"", mechanism, token_id)
         with self._lock:
-            entry = self._entries.get(token_id)
-            if entry is None or entry.hmac is None or self._salt_secret is None:
+            info = self._entries.get(token_id)
+            if info is None or self._salt_secret is None or not self._keys.knows(info.key_id):
                 return None
-            derived = getattr(entry, _SLOT[mechanism], None) is not None
-            return TokenSalt(salt, self._iterations, entry.info, derived)
+            packed = self._credentials.get(token_id)
+            derived = packed is not None and packed[_MECHANISM_INDEX[mechanism]] is not None
+            return TokenSalt(salt, self._iterations, info, derived)
 
     def scram_credential(
         self, token_id: str, mechanism: ScramMechanism
@@ -442,59 +426,75 @@ class TokenCache:
         master key's SCRAM salt secret, and kept, across renewals, until the
         token is removed. None when the token is unknown or its master key is. Matches ``CredentialLookup.token_credential``.
         """
-        slot = _SLOT[mechanism]
+        slot = _MECHANISM_INDEX[mechanism]
         secret = self._salt_secret
         salt = derived_salt(secret, mechanism, token_id) if secret else None
         with self._lock:
-            entry = self._entries.get(token_id)
-            if entry is None or entry.hmac is None:
+            info = self._entries.get(token_id)
+            if info is None:
                 return None
-            packed = getattr(entry, slot, None)
-            if packed is not None:
-                return _unpack(packed, self._iterations, salt), entry.info
-            token = DelegationToken(entry.info, entry.hmac)
+            held = self._credentials.get(token_id)
+            if held is not None and (packed := held[slot]) is not None:
+                return _unpack(packed, self._iterations, salt), info
+        token = self._token(info)
+        if token is None:
+            return None
         credential = derive_credential(token.hmac_b64, mechanism, self._iterations, salt)
         with self._lock:
-            entry = self._entries.get(token_id)
-            if entry is None or entry.hmac != token.hmac:
+            info = self._entries.get(token_id)
+            # Still there under the same key (a renewal keeps the HMAC, a re-key does not).
+            if info is None or info.key_id != token.info.key_id:
                 return None
-            packed = getattr(entry, slot, None)
+            held = self._credentials.get(token_id)
+            if held is None:
+                held = self._credentials[token_id] = [None] * len(_MECHANISMS)
+            packed = held[slot]
             if packed is None:
-                packed = _pack(credential, salt is not None)
-                setattr(entry, slot, packed)
+                packed = held[slot] = _pack(credential, salt is not None)
                 self._derived += 1
-            return _unpack(packed, self._iterations, salt), entry.info
+            return _unpack(packed, self._iterations, salt), info
 
     # -- internals (callers hold the lock unless noted) ---------------------------
 
     def _hmac_or_none(self, info: TokenInformation) -> bytes | None:
-        """The token's HMAC, None for an unknown key. Runs without the lock."""
+        """The token's HMAC, None for an unknown key. Needs no lock."""
         try:
             return self._keys.hmac(info.token_id, info.key_id)
         except UnknownKeyError:
             return None
 
+    def _hmac_key_or_none(self, info: TokenInformation) -> int | None:
+        """The HMAC index's key for the token, None for an unknown key."""
+        hmac = self._hmac_or_none(info)
+        return None if hmac is None else hmac_key(hmac)
+
+    def _token(self, info: TokenInformation) -> DelegationToken | None:
+        """The token with its HMAC, None for an unknown key. Needs no lock."""
+        hmac = self._hmac_or_none(info)
+        return DelegationToken(info, hmac) if hmac is not None else None
+
     def _apply_upsert(
         self,
         info: TokenInformation,
-        hmac: bytes | None,
+        key: int | None,
         deadlines: list[tuple[int, str]] | None = None,
     ) -> bool:
-        """Store ``info``; False when the cache already held exactly it. The expiry
-        index is updated here, or later from ``deadlines`` when the caller batches."""
+        """Store ``info`` (``key``: its :func:`hmac_key`, None for an unknown key);
+        False when the cache already held exactly it. The expiry index is updated
+        here, or later from ``deadlines`` when the caller batches."""
         token_id = info.token_id
-        old = self._entries.get(token_id)
-        if old is not None and old.info == info:
-            return False
-        entry = self._entries[token_id] = _Entry(info, hmac)
+        entries = self._entries
+        old = entries.get(token_id)
         if old is not None:
-            if old.hmac is not None and old.hmac == hmac:
-                entry.keep_credentials(old)
-            self._unindex(old)
-        if hmac is not None:
-            self._by_hmac[hmac] = token_id
-        else:
-            self._unknown_key += 1
+            if old == info:
+                return False
+            self._unindex(old, keep_hmac=old.key_id == info.key_id)
+        entries[token_id] = info
+        if old is None or old.key_id != info.key_id:
+            if key is not None:
+                self._index_hmac(key, token_id)
+            else:
+                self._unknown_key += 1
         by_principal = self._by_principal
         for principal in principals_of(info):
             ids = by_principal.get(principal)
@@ -509,28 +509,49 @@ class TokenCache:
             deadlines.append((deadline, token_id))
         return True
 
-    def _apply_remove(self, token_id: str) -> _Entry | None:
-        entry = self._entries.pop(token_id, None)
-        if entry is not None:
-            self._unindex(entry)
-            self._expiry.discard(token_id)
-        return entry
+    def _apply_remove(self, token_id: str) -> TokenInformation | None:
+        info = self._entries.pop(token_id, None)
+        if info is not None:
+            self._unindex(info, keep_hmac=False)
+        return info
 
-    def _unindex(self, entry: _Entry) -> None:
-        """Drop ``entry`` from the HMAC and principal indexes and the unknown-key count."""
-        token_id = entry.info.token_id
-        if entry.hmac is not None:
-            if self._by_hmac.get(entry.hmac) == token_id:
-                del self._by_hmac[entry.hmac]
-        else:
-            self._unknown_key -= 1
+    def _unindex(self, info: TokenInformation, *, keep_hmac: bool) -> None:
+        """Drop ``info`` from the principal and expiry indexes and, unless ``keep_hmac``
+        (a change under the same key: same HMAC, credentials kept), from the HMAC
+        index, the unknown-key count and the derived credentials."""
+        token_id = info.token_id
+        if not keep_hmac:
+            self._credentials.pop(token_id, None)
+            key = self._hmac_key_or_none(info)
+            if key is not None:
+                self._unindex_hmac(key, token_id)
+            else:
+                self._unknown_key -= 1
         by_principal = self._by_principal
-        for principal in principals_of(entry.info):
+        for principal in principals_of(info):
             ids = by_principal.get(principal)
             if ids is not None:
                 ids.pop(token_id, None)
                 if not ids:
                     del by_principal[principal]
+        self._expiry.discard(token_id, min(info.expiry_timestamp, info.max_timestamp))
+
+    def _index_hmac(self, key: int, token_id: str) -> None:
+        held = self._by_hmac.get(key)
+        if held is None or held == token_id:
+            self._by_hmac[key] = token_id
+        elif isinstance(held, str):
+            self._by_hmac[key] = (held, token_id)
+        elif token_id not in held:
+            self._by_hmac[key] = (*held, token_id)
+
+    def _unindex_hmac(self, key: int, token_id: str) -> None:
+        held = self._by_hmac.get(key)
+        if held == token_id:
+            del self._by_hmac[key]
+        elif isinstance(held, tuple) and token_id in held:
+            rest = tuple(t for t in held if t != token_id)
+            self._by_hmac[key] = rest[0] if len(rest) == 1 else rest
 
     def _notify(self, upserted: list[TokenInformation], removed: list[TokenInformation]) -> None:
         """Tell every listener about the tokens ``upserted`` and ``removed``. Runs

@@ -26,6 +26,9 @@ class KafkaPrincipal:
         return self.principal_type == USER_TYPE
 
     def without_token_flag(self) -> KafkaPrincipal:
+        """This principal as a plain one (itself when it is one already: no new object)."""
+        if not self.token_authenticated:
+            return self
         return KafkaPrincipal(self.principal_type, self.name)
 
     @classmethod
