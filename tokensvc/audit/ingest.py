@@ -56,8 +56,16 @@ from pathlib import Path
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
-from tokensvc.audit.lake import ID_HASH, LakeLayout, lake_layout
+from tokensvc.audit import aggregates
+from tokensvc.audit.lake import (
+    AGGREGATES_VERSION,
+    ID_HASH,
+    LAKE_EVENT_SCHEMA,
+    LakeLayout,
+    lake_layout,
+)
 from tokensvc.audit.lines import (
     CORRUPT,
     EVENT_FIELDS,
@@ -131,12 +139,17 @@ def _move_batch(src: Path, dst: Path, prefix: str, stall: Callable[[], None]) ->
 def _remove_batch(lake: LakeLayout, batch_id: int) -> None:
     """Delete what an earlier, killed run of ``batch_id`` left in the lake."""
     prefix = lake.batch_prefix(batch_id)
-    for directory in (lake.events, lake.quarantine, lake.stats):
+    for directory in (lake.events, lake.quarantine, lake.agg, lake.stats):
         for root, _dirs, files in os.walk(directory):
             for name in files:
                 if name.startswith(prefix):
                     os.unlink(Path(root) / name)
     shutil.rmtree(lake.batches / str(batch_id), ignore_errors=True)
+    shutil.rmtree(_agg_staging(lake, batch_id), ignore_errors=True)
+
+
+def _agg_staging(lake: LakeLayout, batch_id: int) -> Path:
+    return lake.batches / f"{batch_id}-agg"
 
 
 class BatchCommitter:
@@ -195,7 +208,8 @@ class BatchCommitter:
                            staging, now_ms, "append")
         events = int(counts.get("ok", 0))
         bad = {r: int(counts.get(r, 0)) for r in MALFORMED_REASONS}
-        ids = _distinct_ids(batch.sparkSession, staging) if events else 0
+        ids = _write_aggregates(batch.sparkSession, staging, _agg_staging(lake, batch_id)) \
+            if events else 0
         written = time.monotonic()
         prefix = lake.batch_prefix(batch_id)
         stall = self._stall(batch_id)
@@ -205,8 +219,13 @@ class BatchCommitter:
             shutil.rmtree(quarantine_dir)
         _move_batch(staging, lake.events, prefix, stall)
         shutil.rmtree(staging, ignore_errors=True)
+        agg_staging = _agg_staging(lake, batch_id)
+        if agg_staging.is_dir():
+            _move_batch(agg_staging, lake.agg, prefix, stall)
+            shutil.rmtree(agg_staging)
         _write_stats(lake, batch_id, {"batch": batch_id, "events": events,
-                                      "distinct_ids": ids, "malformed": bad})
+                                      "distinct_ids": ids, "malformed": bad,
+                                      "aggregates": AGGREGATES_VERSION})
 
         totals = self.totals
         totals.write_s += written - started
@@ -225,12 +244,15 @@ class BatchCommitter:
             f"events/s")
 
 
-def _distinct_ids(spark: SparkSession, staging: Path) -> int:
-    """Distinct ``id_hash`` values among the events a batch wrote to ``staging``."""
-    written = (spark.read.option("basePath", str(staging))
-               .schema(f"{ID_HASH} long, date string").parquet(str(staging)))
-    row = written.filter(F.col("date") != QUARANTINE_PART).agg(
-        F.count_distinct(ID_HASH).alias("ids")).first()
+def _write_aggregates(spark: SparkSession, staging: Path, target: Path) -> int:
+    """Write the partial tables of the events a batch wrote to ``staging`` under
+    ``target/<table>`` (one file each); the number of distinct ``id_hash`` values."""
+    schema = T.StructType([*LAKE_EVENT_SCHEMA.fields, T.StructField(ID_HASH, T.LongType())])
+    written = (spark.read.option("basePath", str(staging)).schema(schema)
+               .parquet(str(staging)).filter(F.col("date") != QUARANTINE_PART))
+    for name, build in aggregates.PARTIALS.items():
+        build(written).coalesce(1).write.parquet(str(target / name))
+    row = written.agg(F.count_distinct(ID_HASH).alias("ids")).first()
     return int(row["ids"]) if row is not None else 0
 
 
