@@ -208,8 +208,9 @@ class BatchCommitter:
                            staging, now_ms, "append")
         events = int(counts.get("ok", 0))
         bad = {r: int(counts.get(r, 0)) for r in MALFORMED_REASONS}
-        ids = _write_aggregates(batch.sparkSession, staging, _agg_staging(lake, batch_id)) \
-            if events else 0
+        ids, agg_rows = _write_aggregates(
+            batch.sparkSession, staging, _agg_staging(lake, batch_id), batch_id) \
+            if events else (0, dict.fromkeys(aggregates.TABLES, 0))
         written = time.monotonic()
         prefix = lake.batch_prefix(batch_id)
         stall = self._stall(batch_id)
@@ -225,7 +226,8 @@ class BatchCommitter:
             shutil.rmtree(agg_staging)
         _write_stats(lake, batch_id, {"batch": batch_id, "events": events,
                                       "distinct_ids": ids, "malformed": bad,
-                                      "aggregates": AGGREGATES_VERSION})
+                                      "aggregates": AGGREGATES_VERSION,
+                                      "aggregate_rows": agg_rows})
 
         totals = self.totals
         totals.write_s += written - started
@@ -244,16 +246,22 @@ class BatchCommitter:
             f"events/s")
 
 
-def _write_aggregates(spark: SparkSession, staging: Path, target: Path) -> int:
+def _write_aggregates(spark: SparkSession, staging: Path, target: Path, batch_id: int
+                      ) -> tuple[int, dict[str, int]]:
     """Write the partial tables of the events a batch wrote to ``staging`` under
-    ``target/<table>`` (one file each); the number of distinct ``id_hash`` values."""
+    ``target/<table>`` (one file each). Returns the number of distinct ``id_hash``
+    values and the rows written per table."""
     schema = T.StructType([*LAKE_EVENT_SCHEMA.fields, T.StructField(ID_HASH, T.LongType())])
     written = (spark.read.option("basePath", str(staging)).schema(schema)
                .parquet(str(staging)).filter(F.col("date") != QUARANTINE_PART))
+    rows = {}
     for name, build in aggregates.PARTIALS.items():
-        build(written).coalesce(1).write.parquet(str(target / name))
+        observation = Observation(f"ingest-{batch_id}-{name}")
+        (build(written).observe(observation, F.count(F.lit(1)).alias("rows"))
+         .coalesce(1).write.parquet(str(target / name)))
+        rows[name] = int(observation.get.get("rows", 0))
     row = written.agg(F.count_distinct(ID_HASH).alias("ids")).first()
-    return int(row["ids"]) if row is not None else 0
+    return (int(row["ids"]) if row is not None else 0), rows
 
 
 def _write_stats(lake: LakeLayout, batch_id: int, stats: dict[str, object]) -> None:

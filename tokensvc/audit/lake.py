@@ -115,7 +115,8 @@ def _parquet_files(directory: Path) -> bool:
 class LakeStats:
     """What the batches' statistics files say about the whole lake.
 
-    ``aggregated``: every batch wrote its partial tables (``agg/``).
+    ``aggregate_rows``: rows of each partial table (``agg/``) over all batches, or
+    None if some batch wrote none (a lake written before they existed).
     ``statuses``: line counts by status (``ok`` and the quarantine reasons), as the
     report's scan would count them. ``ids_repeat``: True if some batch holds fewer
     distinct id hashes than events (an id repeats: the report de-duplicates), False
@@ -126,7 +127,7 @@ class LakeStats:
 
     statuses: dict[str, int]
     ids_repeat: bool | None
-    aggregated: bool = False
+    aggregate_rows: dict[str, int] | None = None
 
 
 def _batch_ids(directory: Path) -> set[int]:
@@ -163,20 +164,31 @@ def read_stats(root: str | os.PathLike[str]) -> LakeStats | None:
             statuses[reason] = statuses.get(reason, 0) + int(n)
         repeat = repeat or int(batch["distinct_ids"]) < events
         with_events += events > 0
-    aggregated = all(batch.get("aggregates") == AGGREGATES_VERSION for batch in stats.values())
+    aggregate_rows: dict[str, int] | None = None
+    if all(batch.get("aggregates") == AGGREGATES_VERSION for batch in stats.values()):
+        aggregate_rows = {name: sum(int(batch["aggregate_rows"][name]) for batch in stats.values())
+                          for name in aggregates.TABLES}
     return LakeStats(statuses, True if repeat else (False if with_events <= 1 else None),
-                     aggregated)
+                     aggregate_rows)
 
 
-def read_partials(spark: SparkSession, root: str | os.PathLike[str]) -> dict[str, DataFrame]:
+def read_partials(spark: SparkSession, root: str | os.PathLike[str],
+                  expected_rows: dict[str, int]) -> dict[str, DataFrame] | None:
     """The lake's per-batch partial tables (:mod:`tokensvc.audit.aggregates`), each
-    as one DataFrame of every batch's rows, for the report to merge."""
+    as one DataFrame of every batch's rows, for the report to merge; None if their
+    rows (from the Parquet footers) are not ``expected_rows`` (files removed or
+    added by hand: then the report reads the events)."""
     lake = lake_layout(root)
     tables = {}
     for name, schema in aggregates.partial_schemas(spark, LAKE_EVENT_SCHEMA).items():
         directory = lake.agg / name
-        tables[name] = (spark.read.schema(schema).parquet(str(directory))
-                        if _parquet_files(directory) else spark.createDataFrame([], schema))
+        if _parquet_files(directory):
+            tables[name] = spark.read.schema(schema).parquet(str(directory))
+            rows = tables[name].count()
+        else:
+            tables[name], rows = spark.createDataFrame([], schema), 0
+        if rows != expected_rows.get(name):
+            return None
     return tables
 
 

@@ -395,9 +395,9 @@ def run_report(spark: SparkSession, options: ReportOptions) -> dict[str, Any]:
 
 
 def _statuses(spark: SparkSession, options: ReportOptions, classified: DataFrame
-              ) -> tuple[dict[str, int], bool, bool]:
-    """Line counts by status, whether some event id repeats, and whether the lake's
-    partial tables can stand for its events. From the lake's
+              ) -> tuple[dict[str, int], bool, dict[str, int] | None]:
+    """Line counts by status, whether some event id repeats, and the rows of the
+    lake's partial tables if they stand for its events. From the lake's
     per-batch statistics when they match the rows in the lake's Parquet footers (no
     event is read, except the ``id_hash`` column when only a check across batches can
     tell), else by one scan: distinct
@@ -412,13 +412,13 @@ def _statuses(spark: SparkSession, options: ReportOptions, classified: DataFrame
             repeat = stats.ids_repeat
             if repeat is None:
                 repeat = distinct_id_hashes(spark, lake) < ok
-            return stats.statuses, repeat, stats.aggregated
+            return stats.statuses, repeat, stats.aggregate_rows
     rows = classified.groupBy("status").agg(
         F.count("*").alias("n"),
         F.countDistinct(F.xxhash64("event_id")).alias("ids")).collect()
     statuses = {r["status"]: r["n"] for r in rows}
     ok_ids = sum(r["ids"] for r in rows if r["status"] == "ok")
-    return statuses, ok_ids < statuses.get("ok", 0), False
+    return statuses, ok_ids < statuses.get("ok", 0), None
 
 
 def _merged_counts(partials: dict[str, DataFrame]) -> tuple[dict[str, Any], list[Any]]:
@@ -445,11 +445,11 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
         classified = classify(read_events(spark, options.input, options.glob)).persist()
         cached.append(classified)
     try:
-        statuses, repeat, aggregated = _statuses(spark, options, classified)
+        statuses, repeat, agg_rows = _statuses(spark, options, classified)
         # The lake's partial tables hold every event once (no id repeats) and at any
         # time: they stand for the events unless a time range is asked for.
-        partials = (read_partials(spark, options.lake)
-                    if options.lake is not None and aggregated and not repeat
+        partials = (read_partials(spark, options.lake, agg_rows)
+                    if options.lake is not None and agg_rows is not None and not repeat
                     and options.since_ms is None and options.until_ms is None else None)
         in_range = F.lit(True)
         if options.since_ms is not None:
