@@ -174,7 +174,7 @@ def test_batch_partial_tables_merge_to_what_the_events_give(spark: SparkSession,
 def test_report_merges_the_partial_tables_of_many_batches(tmp_path: Path,
                                                           spark: SparkSession) -> None:
     data, lake = tmp_path / "audit", tmp_path / "lake"
-    generate(data, 1_500, seed=5, brokers=3)  # three files: three one-chunk batches
+    generate(data, 600, seed=5, brokers=3)  # three files: three one-chunk batches
     run_ingest(spark, IngestOptions(str(data), str(lake), once=True, max_files_per_batch=1),
                echo=print)
     layout = lake_layout(lake)

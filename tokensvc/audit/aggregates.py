@@ -71,26 +71,30 @@ def requests(events: DataFrame) -> DataFrame:
 
 
 def token_partials(events: DataFrame) -> DataFrame:
-    """Per token id, from events: what :func:`merge_tokens` combines."""
-    null_s, null_l = F.lit(None).cast(_S), F.lit(None).cast(_L)
-    create_ok = (F.col("action") == "create") & F.col("ok")
-    rows = logins(events).filter((F.col("kind") == "token") & F.col("tid").isNotNull()).select(
-        F.col("tid").alias("token_id"), F.lit("login").alias("src"), "ts", "broker_id", "ok",
-        null_s.alias("action"), "client_host",
-        F.when(F.col("ok"), F.col("principal")).alias("owner"),
-        F.lit(OWNER_FROM_LOGIN).alias("p"),
-    ).unionByName(requests(events).filter(F.col("token_id").isNotNull()).select(
-        "token_id", F.lit("token").alias("src"), "ts", "broker_id", "ok", "action",
-        "client_host", "owner",
-        F.when(create_ok, OWNER_FROM_CREATE).otherwise(OWNER_FROM_TOKEN).alias("p"),
-    )).unionByName(events.filter(F.col("type") == "sweep").select(
-        "token_id", F.lit("sweep").alias("src"), "ts", "broker_id", F.lit(True).alias("ok"),
-        null_s.alias("action"), null_s.alias("client_host"), "owner",
-        F.lit(OWNER_FROM_SWEEP).alias("p"),
-    ))
+    """Per token id, from events: what :func:`merge_tokens` combines. One pass: each
+    event is a token login, a token request or a sweep (or none), by its type."""
+    kind = F.col("type")
+    ok = F.col("outcome") == "success"
+    tid = F.coalesce("token_id", "username")
+    is_login = (kind == "authentication") & (F.col("kind") == "token") & tid.isNotNull()
+    is_request = (kind == "token") & F.col("token_id").isNotNull()
+    is_sweep = kind == "sweep"
+    create_ok = (F.col("action") == "create") & ok
+    rows = events.filter(is_login | is_request | is_sweep).select(
+        F.when(is_login, tid).otherwise(F.col("token_id")).alias("token_id"),
+        F.when(is_login, "login").when(is_request, "token").otherwise("sweep").alias("src"),
+        "ts", "broker_id", F.when(is_sweep, True).otherwise(ok).alias("ok"),
+        F.when(is_request, F.col("action")).alias("action"),
+        F.when(~is_sweep, F.col("client_host")).alias("client_host"),
+        F.when(is_login, F.when(ok, F.col("principal"))).otherwise(F.col("owner")).alias("owner"),
+        F.when(is_login, OWNER_FROM_LOGIN)
+        .when(is_request, F.when(create_ok, OWNER_FROM_CREATE).otherwise(OWNER_FROM_TOKEN))
+        .otherwise(OWNER_FROM_SWEEP).alias("p"),
+    )
     src, ok, action = F.col("src"), F.col("ok"), F.col("action")
     login_ok = (src == "login") & ok
     ends = ((src == "token") & (action == "expire") & ok) | (src == "sweep")
+    null_l = F.lit(None).cast(_L)
     return rows.groupBy("token_id").agg(
         F.count(F.when(login_ok, 1)).alias("logins_ok"),
         F.count(F.when((src == "login") & ~ok, 1)).alias("logins_failed"),
@@ -99,7 +103,8 @@ def token_partials(events: DataFrame) -> DataFrame:
         F.min(F.when(login_ok, F.col("ts"))).alias("first_use"),
         F.max(F.when(login_ok, F.col("ts"))).alias("last_use"),
         F.min(F.when(F.col("owner").isNotNull(), F.struct("p", "owner"))).alias("owned"),
-        F.min(F.when((src == "token") & create_ok, F.col("ts"))).alias("created"),
+        F.min(F.when((src == "token") & (action == "create") & ok, F.col("ts")))
+        .alias("created"),
         F.min(F.when(ends, F.struct(F.col("ts"), src.alias("how")))).alias("ended"),
         F.lit(False).alias("in_snapshot"), null_l.alias("issue_ms"), null_l.alias("end_ms"),
     )
@@ -188,16 +193,19 @@ def merge_types(partials: DataFrame) -> DataFrame:
 
 def grouped_partials(events: DataFrame) -> DataFrame:
     """unknown_token, expired_token_use and token_session_token_request per (rule,
-    token id or requester, client host): count, first and last time."""
-    failures = logins(events).filter(~F.col("ok"))
-    rows = failures.filter(F.col("reason").isin("unknown_token", "expired_token")).select(
-        F.when(F.col("reason") == "unknown_token", "unknown_token")
+    token id or requester, client host): count, first and last time. One pass."""
+    kind, reason = F.col("type"), F.col("reason")
+    failed_with = ((kind == "authentication") & ~(F.col("outcome") == "success")
+                   & reason.isin("unknown_token", "expired_token"))
+    from_session = (kind == "token") & F.coalesce("token_authenticated", F.lit(False))
+    rows = events.filter(failed_with | from_session).select(
+        F.when(from_session, "token_session_token_request")
+        .when(reason == "unknown_token", "unknown_token")
         .otherwise("expired_token_use").alias("rule"),
-        F.col("tid").alias("key"), "client_host", "ts",
-    ).unionByName(requests(events).filter("token_authenticated").select(
-        F.lit("token_session_token_request").alias("rule"), F.col("requester").alias("key"),
+        F.when(from_session, F.col("requester"))
+        .otherwise(F.coalesce("token_id", "username")).alias("key"),
         "client_host", "ts",
-    ))
+    )
     return rows.groupBy("rule", "key", "client_host").agg(
         F.count("*").alias("count"), F.min("ts").alias("first_ts"),
         F.max("ts").alias("last_ts"))
