@@ -22,15 +22,18 @@ Exactly once, step by step:
    same *N*;
 3. batch *N* first deletes every lake file whose name starts with its prefix
    (``b<N>-``: leftovers of a run of *N* that was killed), writes into
-   ``_batches/<N>``, then moves the files into the lake under that prefix, and
-   last writes its statistics file ``stats/b<N>-stats.json`` (atomically: a
-   rename), which a report takes as the mark of a complete batch.
+   ``_batches/<N>``, computes its partial tables (:mod:`tokensvc.audit.aggregates`)
+   from those files into ``_batches/<N>-agg``, then moves the files into the lake
+   under that prefix (events, quarantine, ``agg/``), and last writes its
+   statistics file ``stats/b<N>-stats.json`` (atomically: a rename), which a
+   report takes as the mark of a complete batch.
 
 The statistics are what the report would otherwise scan every event for: the
 batch's events, its quarantined lines by reason, and the number of distinct
 64-bit hashes of its event ids (``id_hash``, a column of the event files). The
 hashes are counted with one small job over the ``id_hash`` column just written
-to ``_batches/<N>``, so the report knows, without reading an event, whether an
+to ``_batches/<N>`` (after one job per partial table, whose row counts, observed,
+go into the statistics too), so the report knows, without reading an event, whether an
 id can repeat inside a batch; across batches it checks ``id_hash`` itself
 (:func:`tokensvc.audit.lake.read_stats`).
 
