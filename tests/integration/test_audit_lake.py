@@ -24,10 +24,17 @@ from pyspark.sql import functions as F
 from cli.audit_cmd import audit
 from tests.spark_support import shared_spark
 from tests.support.wait import wait_for
+from tokensvc.audit import aggregates
 from tokensvc.audit.events import authentication_event, stamp
 from tokensvc.audit.generator import SNAPSHOT_FILE, generate
 from tokensvc.audit.ingest import STALL_ENV, IngestOptions, run_ingest
-from tokensvc.audit.lake import ID_HASH, distinct_id_hashes, lake_layout, read_stats
+from tokensvc.audit.lake import (
+    ID_HASH,
+    distinct_id_hashes,
+    lake_layout,
+    read_partials,
+    read_stats,
+)
 from tokensvc.audit.report import REPORTS, build_options, run_report
 
 pytestmark = pytest.mark.spark
@@ -131,6 +138,79 @@ def test_report_from_lake_agrees_with_json_row_for_row(spark: SparkSession,
     lake_summary = {k: v for k, v in both["lake_summary"].items() if k not in skip}
     assert lake_summary == {k: v for k, v in both["json_summary"].items() if k not in skip}
     assert both["lake_summary"]["findings_by_rule"]["failed_login_burst_token"] >= 2
+
+
+MERGES = {aggregates.TOKENS: aggregates.merge_tokens, aggregates.HOURS: aggregates.merge_hours,
+          aggregates.TYPES: aggregates.merge_types, aggregates.GROUPED: aggregates.merge_grouped}
+
+
+def _sorted_rows(df: Any) -> list[dict[str, Any]]:
+    """Rows as dicts, arrays sorted (a merged set has no order), in a stable order."""
+    rows = [{k: sorted(v) if isinstance(v, list) else v for k, v in r.asDict(True).items()}
+            for r in df.collect()]
+    return sorted(rows, key=repr)
+
+
+def assert_partials_match_events(spark: SparkSession, lake: Path) -> dict[str, int]:
+    """The lake's stored partial tables, merged, equal the same tables built from the
+    lake's events now; their rows per table."""
+    stats = read_stats(lake)
+    assert stats is not None and stats.aggregate_rows is not None
+    stored = read_partials(spark, lake, stats.aggregate_rows)
+    assert stored is not None
+    events = spark.read.parquet(str(lake_layout(lake).events))
+    for name, merge in MERGES.items():
+        assert _sorted_rows(merge(stored[name])) == \
+            _sorted_rows(merge(aggregates.PARTIALS[name](events))), name
+    return stats.aggregate_rows
+
+
+def test_batch_partial_tables_merge_to_what_the_events_give(spark: SparkSession,
+                                                            both: dict) -> None:
+    rows = assert_partials_match_events(spark, both["lake"])
+    assert all(rows[table] > 0 for table in aggregates.TABLES), rows  # none left empty
+
+
+def test_report_merges_the_partial_tables_of_many_batches(tmp_path: Path,
+                                                          spark: SparkSession) -> None:
+    data, lake = tmp_path / "audit", tmp_path / "lake"
+    generate(data, 600, seed=5, brokers=3)  # three files: three one-chunk batches
+    run_ingest(spark, IngestOptions(str(data), str(lake), once=True, max_files_per_batch=1),
+               echo=print)
+    layout = lake_layout(lake)
+    assert len(list(layout.stats.iterdir())) == 3
+    assert sorted(p.name[:14] for p in (layout.agg / aggregates.TOKENS).iterdir()) == [
+        layout.batch_prefix(n) for n in range(3)]
+    snapshot = str(data / SNAPSHOT_FILE)
+
+    def usage(out: str, *, input_path: str | None = None, lake_path: str | None = None
+              ) -> dict[str, Any]:
+        run_report(spark, build_options(input_path, str(tmp_path / out), tokens=snapshot,
+                                        lake=lake_path))
+        rows = spark.read.parquet(str(tmp_path / out / "token_usage" / "parquet")).collect()
+        return {r["token_id"]: r.asDict() for r in rows}
+
+    from_json = usage("json", input_path=str(data))
+    assert usage("lake", lake_path=str(lake)) == from_json
+
+    # The report reads the partial tables: one batch's token rows changed by hand
+    # (same number of rows) show in its token_usage.
+    part = next((layout.agg / aggregates.TOKENS).glob("b000000000001-*.parquet"))
+    changed = spark.read.parquet(str(part)).withColumn("logins_ok", F.col("logins_ok") + 1000)
+    changed.coalesce(1).write.parquet(str(tmp_path / "changed"))
+    part.unlink()
+    os.replace(next((tmp_path / "changed").glob("part-*.parquet")), part)
+    doctored = usage("doctored", lake_path=str(lake))
+    assert {t: r["logins_ok"] - from_json[t]["logins_ok"] for t, r in doctored.items()
+            if r["logins_ok"] != from_json[t]["logins_ok"]}
+    assert {r["logins_ok"] - from_json[t]["logins_ok"] for t, r in doctored.items()} <= {0, 1000}
+
+    # A partial table file removed: its rows no longer match the statistics, so the
+    # report does not use the tables (it reads the events, as for a lake without them).
+    part.unlink()
+    stats = read_stats(lake)
+    assert stats is not None and stats.aggregate_rows is not None
+    assert read_partials(spark, lake, stats.aggregate_rows) is None
 
 
 def test_batch_statistics_count_what_the_lake_holds(spark: SparkSession, both: dict) -> None:
@@ -288,3 +368,10 @@ def test_kill_9_in_the_middle_of_a_batch_then_run_again_loses_and_repeats_nothin
     assert sorted(p.name for p in layout.stats.iterdir()) == [
         layout.stats_file(n).name for n in range(len(list(layout.stats.iterdir())))]
     assert distinct_id_hashes(spark, lake) == 1_500
+    # ... and each batch's partial tables once: one file per table and batch, which
+    # merged give what the events in the lake give.
+    batches = len(list(layout.stats.iterdir()))
+    for table in aggregates.TABLES:
+        names = sorted(p.name[:14] for p in (layout.agg / table).glob("*.parquet"))
+        assert names == [layout.batch_prefix(n) for n in range(batches)], table
+    assert assert_partials_match_events(spark, lake)[aggregates.TYPES] >= 1

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tokensvc.audit.lake import lake_layout, read_stats
+from tokensvc.audit.lake import AGGREGATES_VERSION, lake_layout, read_stats
 
 
 def _batch(lake: Path, batch_id: int, events: int, distinct_ids: int,
@@ -59,3 +59,39 @@ def test_a_batch_without_statistics_makes_the_report_scan(tmp_path: Path) -> Non
 def test_a_lake_without_batches_is_empty(tmp_path: Path) -> None:
     stats = read_stats(tmp_path)
     assert stats is not None and stats.statuses == {"ok": 0} and stats.ids_repeat is False
+
+
+def _with_aggregates(lake: Path, batch_id: int, rows: dict[str, int]) -> None:
+    """What a batch's statistics say when it wrote partial tables."""
+    path = lake_layout(lake).stats_file(batch_id)
+    stats = json.loads(path.read_text())
+    stats.update(aggregates=AGGREGATES_VERSION, aggregate_rows=rows)
+    path.write_text(json.dumps(stats))
+
+
+def test_partial_table_rows_add_up_over_the_batches(tmp_path: Path) -> None:
+    _batch(tmp_path, 0, 10, 10)
+    _batch(tmp_path, 1, 5, 5)
+    _with_aggregates(tmp_path, 0, {"tokens": 4, "hours": 2, "types": 1, "grouped": 0})
+    _with_aggregates(tmp_path, 1, {"tokens": 3, "hours": 1, "types": 2, "grouped": 1})
+    stats = read_stats(tmp_path)
+    assert stats is not None
+    assert stats.aggregate_rows == {"tokens": 7, "hours": 3, "types": 3, "grouped": 1}
+
+
+def test_a_batch_without_partial_tables_makes_the_report_read_events(tmp_path: Path) -> None:
+    _batch(tmp_path, 0, 10, 10)
+    _batch(tmp_path, 1, 5, 5)  # written before batches wrote partial tables
+    _with_aggregates(tmp_path, 0, {"tokens": 4, "hours": 2, "types": 1, "grouped": 0})
+    stats = read_stats(tmp_path)
+    assert stats is not None and stats.statuses["ok"] == 15
+    assert stats.aggregate_rows is None
+
+
+def test_partial_table_files_of_a_batch_without_statistics_make_it_incomplete(
+        tmp_path: Path) -> None:
+    _batch(tmp_path, 0, 10, 10)
+    tokens = lake_layout(tmp_path).agg / "tokens"
+    tokens.mkdir(parents=True)
+    (tokens / "b000000000001-part-00000.snappy.parquet").write_bytes(b"")
+    assert read_stats(tmp_path) is None

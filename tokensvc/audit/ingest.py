@@ -22,15 +22,18 @@ Exactly once, step by step:
    same *N*;
 3. batch *N* first deletes every lake file whose name starts with its prefix
    (``b<N>-``: leftovers of a run of *N* that was killed), writes into
-   ``_batches/<N>``, then moves the files into the lake under that prefix, and
-   last writes its statistics file ``stats/b<N>-stats.json`` (atomically: a
-   rename), which a report takes as the mark of a complete batch.
+   ``_batches/<N>``, computes its partial tables (:mod:`tokensvc.audit.aggregates`)
+   from those files into ``_batches/<N>-agg``, then moves the files into the lake
+   under that prefix (events, quarantine, ``agg/``), and last writes its
+   statistics file ``stats/b<N>-stats.json`` (atomically: a rename), which a
+   report takes as the mark of a complete batch.
 
 The statistics are what the report would otherwise scan every event for: the
 batch's events, its quarantined lines by reason, and the number of distinct
 64-bit hashes of its event ids (``id_hash``, a column of the event files). The
 hashes are counted with one small job over the ``id_hash`` column just written
-to ``_batches/<N>``, so the report knows, without reading an event, whether an
+to ``_batches/<N>`` (after one job per partial table, whose row counts, observed,
+go into the statistics too), so the report knows, without reading an event, whether an
 id can repeat inside a batch; across batches it checks ``id_hash`` itself
 (:func:`tokensvc.audit.lake.read_stats`).
 
@@ -56,8 +59,16 @@ from pathlib import Path
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
-from tokensvc.audit.lake import ID_HASH, LakeLayout, lake_layout
+from tokensvc.audit import aggregates
+from tokensvc.audit.lake import (
+    AGGREGATES_VERSION,
+    ID_HASH,
+    LAKE_EVENT_SCHEMA,
+    LakeLayout,
+    lake_layout,
+)
 from tokensvc.audit.lines import (
     CORRUPT,
     EVENT_FIELDS,
@@ -71,7 +82,15 @@ from tokensvc.audit.lines import (
 from tokensvc.audit.spool import DEFAULT_CLOSED_AFTER_S, DEFAULT_GLOB, Spool
 
 QUARANTINE_PART = "__quarantine__"
-_WRITERS_KEY = "spark.sql.maxConcurrentOutputFileWriters"
+# Session settings while ingest runs (restored after). A batch holds a few dates per
+# task: a file writer per date avoids sorting the batch by date before writing it.
+# The per-token partial table (collect_set) stays hash-based instead of falling back
+# to sorting after 128 tokens per task (at 1M events: 5.2 s sorted, see
+# docs/performance.md, B6).
+_SESSION_CONF = {
+    "spark.sql.maxConcurrentOutputFileWriters": "16",
+    "spark.sql.objectHashAggregate.sortBased.fallbackThreshold": "1000000",
+}
 # Test hook: the batch with this id stops (blocks) after moving its first file into
 # the lake, so a test can kill -9 the process in the middle of a batch.
 STALL_ENV = "TOKENSVC_AUDIT_INGEST_STALL_BATCH"
@@ -131,12 +150,17 @@ def _move_batch(src: Path, dst: Path, prefix: str, stall: Callable[[], None]) ->
 def _remove_batch(lake: LakeLayout, batch_id: int) -> None:
     """Delete what an earlier, killed run of ``batch_id`` left in the lake."""
     prefix = lake.batch_prefix(batch_id)
-    for directory in (lake.events, lake.quarantine, lake.stats):
+    for directory in (lake.events, lake.quarantine, lake.agg, lake.stats):
         for root, _dirs, files in os.walk(directory):
             for name in files:
                 if name.startswith(prefix):
                     os.unlink(Path(root) / name)
     shutil.rmtree(lake.batches / str(batch_id), ignore_errors=True)
+    shutil.rmtree(_agg_staging(lake, batch_id), ignore_errors=True)
+
+
+def _agg_staging(lake: LakeLayout, batch_id: int) -> Path:
+    return lake.batches / f"{batch_id}-agg"
 
 
 class BatchCommitter:
@@ -195,7 +219,9 @@ class BatchCommitter:
                            staging, now_ms, "append")
         events = int(counts.get("ok", 0))
         bad = {r: int(counts.get(r, 0)) for r in MALFORMED_REASONS}
-        ids = _distinct_ids(batch.sparkSession, staging) if events else 0
+        ids, agg_rows = _write_aggregates(
+            batch.sparkSession, staging, _agg_staging(lake, batch_id), batch_id) \
+            if events else (0, dict.fromkeys(aggregates.TABLES, 0))
         written = time.monotonic()
         prefix = lake.batch_prefix(batch_id)
         stall = self._stall(batch_id)
@@ -205,8 +231,14 @@ class BatchCommitter:
             shutil.rmtree(quarantine_dir)
         _move_batch(staging, lake.events, prefix, stall)
         shutil.rmtree(staging, ignore_errors=True)
+        agg_staging = _agg_staging(lake, batch_id)
+        if agg_staging.is_dir():
+            _move_batch(agg_staging, lake.agg, prefix, stall)
+            shutil.rmtree(agg_staging)
         _write_stats(lake, batch_id, {"batch": batch_id, "events": events,
-                                      "distinct_ids": ids, "malformed": bad})
+                                      "distinct_ids": ids, "malformed": bad,
+                                      "aggregates": AGGREGATES_VERSION,
+                                      "aggregate_rows": agg_rows})
 
         totals = self.totals
         totals.write_s += written - started
@@ -225,13 +257,22 @@ class BatchCommitter:
             f"events/s")
 
 
-def _distinct_ids(spark: SparkSession, staging: Path) -> int:
-    """Distinct ``id_hash`` values among the events a batch wrote to ``staging``."""
-    written = (spark.read.option("basePath", str(staging))
-               .schema(f"{ID_HASH} long, date string").parquet(str(staging)))
-    row = written.filter(F.col("date") != QUARANTINE_PART).agg(
-        F.count_distinct(ID_HASH).alias("ids")).first()
-    return int(row["ids"]) if row is not None else 0
+def _write_aggregates(spark: SparkSession, staging: Path, target: Path, batch_id: int
+                      ) -> tuple[int, dict[str, int]]:
+    """Write the partial tables of the events a batch wrote to ``staging`` under
+    ``target/<table>`` (one file each). Returns the number of distinct ``id_hash``
+    values and the rows written per table."""
+    schema = T.StructType([*LAKE_EVENT_SCHEMA.fields, T.StructField(ID_HASH, T.LongType())])
+    written = (spark.read.option("basePath", str(staging)).schema(schema)
+               .parquet(str(staging)).filter(F.col("date") != QUARANTINE_PART))
+    rows = {}
+    for name, build in aggregates.PARTIALS.items():
+        observation = Observation(f"ingest-{batch_id}-{name}")
+        (build(written).observe(observation, F.count(F.lit(1)).alias("rows"))
+         .coalesce(1).write.parquet(str(target / name)))
+        rows[name] = int(observation.get.get("rows", 0))
+    row = written.agg(F.count_distinct(ID_HASH).alias("ids")).first()
+    return (int(row["ids"]) if row is not None else 0), rows
 
 
 def _write_stats(lake: LakeLayout, batch_id: int, stats: dict[str, object]) -> None:
@@ -313,10 +354,9 @@ def run_ingest(spark: SparkSession, options: IngestOptions, *,
         writer = writer.trigger(availableNow=True)
     else:
         writer = writer.trigger(processingTime=f"{int(options.trigger_s * 1000)} milliseconds")
-    # A batch holds a few dates per task: a file writer per date avoids sorting the
-    # batch by date before writing it.
-    previous = spark.conf.get(_WRITERS_KEY)
-    spark.conf.set(_WRITERS_KEY, "16")
+    previous = {key: spark.conf.get(key) for key in _SESSION_CONF}
+    for key, value in _SESSION_CONF.items():
+        spark.conf.set(key, value)
     query = writer.start()
     try:
         while not query.awaitTermination(1.0 if options.once else options.trigger_s):
@@ -329,7 +369,8 @@ def run_ingest(spark: SparkSession, options: IngestOptions, *,
     finally:
         if query.isActive:
             query.stop()
-        spark.conf.set(_WRITERS_KEY, previous)
+        for key, value in previous.items():
+            spark.conf.set(key, value)
     totals.elapsed_s = time.monotonic() - started
     return totals
 

@@ -8,8 +8,12 @@
   plus ``id_hash``, the 64-bit ``xxhash64`` of ``event_id`` (null on quarantine rows);
 * ``stats/b<batch>-stats.json``: one small JSON object per committed batch:
   ``events`` (valid events), ``malformed`` (quarantined lines by reason) and
-  ``distinct_ids`` (distinct ``id_hash`` values among the batch's events),
+  ``distinct_ids`` (distinct ``id_hash`` values among the batch's events) and
+  ``aggregates`` (:data:`AGGREGATES_VERSION`, when the batch wrote ``agg/``),
   read by :func:`read_stats`;
+* ``agg/<table>/b<batch>-part-*.parquet``: the batch's partial tables
+  (``tokens``, ``hours``, ``types``, ``grouped``: :mod:`tokensvc.audit.aggregates`),
+  which the report merges instead of reading every event (:func:`read_partials`);
 * ``quarantine/b<batch>-part-*.parquet``: malformed lines with ``malformed_reason``,
   ``line`` (the text), ``source`` (the spool chunk) and ``ingested_ms``;
 * ``_spool/`` (chunks of whole lines, :mod:`tokensvc.audit.spool`),
@@ -17,9 +21,9 @@
   ``_batches/`` (a batch being written), which belong to
   :mod:`tokensvc.audit.ingest`.
 
-Both tables are written by one pass over a batch's lines, so their files share one
-Parquet schema (an event file's quarantine columns are null and the other way
-round); readers name the columns they want. Files are named by the micro-batch
+The event and quarantine files are written by one pass over a batch's lines, so
+they share one Parquet schema (an event file's quarantine columns are null and the
+other way round); readers name the columns they want. Files are named by the micro-batch
 that wrote them, which is what makes a batch
 that is run again after a crash replace its own leftovers instead of adding to
 them. This module must not write to the lake; it only names and reads it.
@@ -38,6 +42,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from tokensvc.audit import aggregates
 from tokensvc.audit.lines import EVENT_FIELDS, REPORT_FIELDS
 
 QUARANTINE_FIELDS = T.StructType([
@@ -46,6 +51,9 @@ QUARANTINE_FIELDS = T.StructType([
 ])
 LAKE_EVENT_SCHEMA = T.StructType([*EVENT_FIELDS.fields, T.StructField("date", T.StringType())])
 ID_HASH = "id_hash"
+# A batch's statistics file says ``"aggregates": AGGREGATES_VERSION`` when the batch
+# wrote its partial tables (agg/); a change of their columns changes the version.
+AGGREGATES_VERSION = 1
 STATS_SUFFIX = "-stats.json"
 _BATCH_FILE = re.compile(r"^b(\d{12})-")
 
@@ -73,6 +81,10 @@ class LakeLayout:
     @property
     def checkpoint(self) -> Path:
         return self.root / "_checkpoint"
+
+    @property
+    def agg(self) -> Path:
+        return self.root / "agg"
 
     @property
     def stats(self) -> Path:
@@ -103,6 +115,8 @@ def _parquet_files(directory: Path) -> bool:
 class LakeStats:
     """What the batches' statistics files say about the whole lake.
 
+    ``aggregate_rows``: rows of each partial table (``agg/``) over all batches, or
+    None if some batch wrote none (a lake written before they existed).
     ``statuses``: line counts by status (``ok`` and the quarantine reasons), as the
     report's scan would count them. ``ids_repeat``: True if some batch holds fewer
     distinct id hashes than events (an id repeats: the report de-duplicates), False
@@ -113,6 +127,7 @@ class LakeStats:
 
     statuses: dict[str, int]
     ids_repeat: bool | None
+    aggregate_rows: dict[str, int] | None = None
 
 
 def _batch_ids(directory: Path) -> set[int]:
@@ -136,7 +151,8 @@ def read_stats(root: str | os.PathLike[str]) -> LakeStats | None:
             match = _BATCH_FILE.match(path.name)
             if match and path.name.endswith(STATS_SUFFIX):
                 stats[int(match.group(1))] = json.loads(path.read_text(encoding="utf-8"))
-    if not (_batch_ids(lake.events) | _batch_ids(lake.quarantine)) <= stats.keys():
+    written = _batch_ids(lake.events) | _batch_ids(lake.quarantine) | _batch_ids(lake.agg)
+    if not written <= stats.keys():
         return None
     statuses: dict[str, int] = {"ok": 0}
     repeat = False
@@ -148,7 +164,32 @@ def read_stats(root: str | os.PathLike[str]) -> LakeStats | None:
             statuses[reason] = statuses.get(reason, 0) + int(n)
         repeat = repeat or int(batch["distinct_ids"]) < events
         with_events += events > 0
-    return LakeStats(statuses, True if repeat else (False if with_events <= 1 else None))
+    aggregate_rows: dict[str, int] | None = None
+    if all(batch.get("aggregates") == AGGREGATES_VERSION for batch in stats.values()):
+        aggregate_rows = {name: sum(int(batch["aggregate_rows"][name]) for batch in stats.values())
+                          for name in aggregates.TABLES}
+    return LakeStats(statuses, True if repeat else (False if with_events <= 1 else None),
+                     aggregate_rows)
+
+
+def read_partials(spark: SparkSession, root: str | os.PathLike[str],
+                  expected_rows: dict[str, int]) -> dict[str, DataFrame] | None:
+    """The lake's per-batch partial tables (:mod:`tokensvc.audit.aggregates`), each
+    as one DataFrame of every batch's rows, for the report to merge; None if their
+    rows (from the Parquet footers) are not ``expected_rows`` (files removed or
+    added by hand: then the report reads the events)."""
+    lake = lake_layout(root)
+    tables = {}
+    for name, schema in aggregates.partial_schemas(spark, LAKE_EVENT_SCHEMA).items():
+        directory = lake.agg / name
+        if _parquet_files(directory):
+            tables[name] = spark.read.schema(schema).parquet(str(directory))
+            rows = tables[name].count()
+        else:
+            tables[name], rows = spark.createDataFrame([], schema), 0
+        if rows != expected_rows.get(name):
+            return None
+    return tables
 
 
 def row_counts(spark: SparkSession, root: str | os.PathLike[str]) -> tuple[int, int]:

@@ -34,21 +34,23 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from tokensvc.audit import aggregates
 from tokensvc.audit.events import WRITER_EVENT_TYPE
 from tokensvc.audit.html import HTML_FINDINGS, HTML_TOP_TOKENS, HTML_UNUSED_SAMPLE, PageData, render
-from tokensvc.audit.lake import LakeError, distinct_id_hashes, read_lake, read_stats, row_counts
+from tokensvc.audit.lake import (
+    LakeError,
+    distinct_id_hashes,
+    read_lake,
+    read_partials,
+    read_stats,
+    row_counts,
+)
 from tokensvc.audit.lines import EVENT_SCHEMA, MALFORMED_REASONS, classify, json_reader_options
 from tokensvc.audit.rules import (
     DEFAULT_SETTINGS,
     FINDING_COLUMNS,
-    HOUR_MS,
     LIFECYCLE_COLUMNS,
     LOGINS_HOURLY_COLUMNS,
-    OWNER_FROM_CREATE,
-    OWNER_FROM_LOGIN,
-    OWNER_FROM_SNAPSHOT,
-    OWNER_FROM_SWEEP,
-    OWNER_FROM_TOKEN,
     OWNER_USAGE_COLUMNS,
     RULE_SEVERITY,
     RULES,
@@ -168,10 +170,6 @@ def empty_snapshot(spark: SparkSession) -> DataFrame:
 # --- reports -------------------------------------------------------------------
 
 
-def _hour(ts: Column) -> Column:
-    return ts - ts % HOUR_MS
-
-
 def _hour_text(hour_ms: Column) -> Column:
     return F.date_format(F.timestamp_millis(hour_ms), "yyyy-MM-dd'T'HH:00'Z'")
 
@@ -179,87 +177,28 @@ def _hour_text(hour_ms: Column) -> Column:
 class Reports:
     """The report DataFrames over one set of in-range, de-duplicated events.
 
-    Built to need few shuffles: one aggregation per token (logins, token requests,
-    sweeps and snapshot rows together), one per hour, one window for both kinds of
-    failed-login burst, one aggregation for the grouped findings.
+    The counts, sums and sets come from partial tables (:mod:`tokensvc.audit.aggregates`):
+    ``partials`` (the lake's per-batch tables) when given, else built from ``events``;
+    either way one merge per table. The failed-login bursts and the findings per
+    event read ``events`` (only the failed logins and the token creates).
     """
 
     def __init__(self, events: DataFrame, snapshot: DataFrame, settings: RuleSettings,
-                 as_of_ms: int) -> None:
+                 as_of_ms: int, partials: dict[str, DataFrame] | None = None) -> None:
         self.settings = settings
         self.as_of_ms = as_of_ms
         self.events = events
-        self.logins = events.filter(F.col("type") == "authentication").select(
-            "ts", "broker_id", (F.col("outcome") == "success").alias("ok"), "kind",
-            F.coalesce("token_id", "username").alias("tid"), "principal", "client_host",
-            "reason",
-        )
-        self.requests = events.filter(F.col("type") == "token").select(
-            "ts", "broker_id", "action", (F.col("outcome") == "success").alias("ok"),
-            "requester", F.coalesce("token_authenticated", F.lit(False))
-            .alias("token_authenticated"), "owner", "token_id", "client_host",
-        )
-        self.tokens = self._tokens(snapshot).persist()  # small, read by most reports
+        self.logins = aggregates.logins(events)
+        self.requests = aggregates.requests(events)
+        if partials is None:
+            partials = {name: build(events) for name, build in aggregates.PARTIALS.items()}
+        self.partials = partials
+        tokens = partials[aggregates.TOKENS]
+        self.tokens = aggregates.merge_tokens(tokens.unionByName(
+            aggregates.snapshot_tokens(snapshot, tokens))).persist()  # small, read by most
 
     def close(self) -> None:
         self.tokens.unpersist()
-
-    # -- per token ----------------------------------------------------------------
-
-    def _tokens(self, snapshot: DataFrame) -> DataFrame:
-        """One row per token id: usage, owner, creation, end, snapshot expiry."""
-        null_s, null_l = F.lit(None).cast(_S), F.lit(None).cast(_L)
-        create_ok = (F.col("action") == "create") & F.col("ok")
-        rows = [
-            self.logins.filter((F.col("kind") == "token") & F.col("tid").isNotNull()).select(
-                F.col("tid").alias("token_id"), F.lit("login").alias("src"), "ts", "broker_id",
-                "ok", F.lit(None).cast(_S).alias("action"), "client_host",
-                F.when(F.col("ok"), F.col("principal")).alias("owner"),
-                F.lit(OWNER_FROM_LOGIN).alias("p"), null_l.alias("issue_ms"),
-                null_l.alias("end_ms")),
-            self.requests.filter(F.col("token_id").isNotNull()).select(
-                "token_id", F.lit("token").alias("src"), "ts", "broker_id", "ok", "action",
-                "client_host", "owner",
-                F.when(create_ok, OWNER_FROM_CREATE).otherwise(OWNER_FROM_TOKEN).alias("p"),
-                null_l.alias("issue_ms"), null_l.alias("end_ms")),
-            self.events.filter(F.col("type") == "sweep").select(
-                "token_id", F.lit("sweep").alias("src"), "ts", "broker_id", F.lit(True)
-                .alias("ok"), null_s.alias("action"), null_s.alias("client_host"), "owner",
-                F.lit(OWNER_FROM_SWEEP).alias("p"), null_l.alias("issue_ms"),
-                null_l.alias("end_ms")),
-            snapshot.select(
-                "token_id", F.lit("snapshot").alias("src"), null_l.alias("ts"),
-                F.lit(None).cast(_I).alias("broker_id"), F.lit(True).alias("ok"),
-                null_s.alias("action"), null_s.alias("client_host"), "owner",
-                F.lit(OWNER_FROM_SNAPSHOT).alias("p"), "issue_ms",
-                F.least("expiry_ms", "max_ms").alias("end_ms")),
-        ]
-        union = rows[0]
-        for df in rows[1:]:
-            union = union.unionByName(df)
-        src, ok, action = F.col("src"), F.col("ok"), F.col("action")
-        login_ok = (src == "login") & ok
-        ends = ((src == "token") & (action == "expire") & ok) | (src == "sweep")
-        facts = union.groupBy("token_id").agg(
-            F.count(F.when(login_ok, 1)).alias("logins_ok"),
-            F.count(F.when((src == "login") & ~ok, 1)).alias("logins_failed"),
-            F.collect_set(F.when(login_ok, F.col("client_host"))).alias("hosts"),
-            F.sort_array(F.collect_set(F.when(login_ok, F.col("broker_id")))).alias("brokers"),
-            F.min(F.when(login_ok, F.col("ts"))).alias("first_use"),
-            F.max(F.when(login_ok, F.col("ts"))).alias("last_use"),
-            F.min(F.when(F.col("owner").isNotNull(), F.struct("p", "owner"))).alias("owned"),
-            F.min(F.when((src == "token") & (action == "create") & ok, F.col("ts")))
-            .alias("created"),
-            F.min(F.when(ends, F.struct(F.col("ts"), src.alias("how")))).alias("ended"),
-            F.max(src == "snapshot").alias("in_snapshot"),
-            F.min("issue_ms").alias("issue_ms"),
-            F.min("end_ms").alias("snapshot_end_ms"),
-        )
-        return facts.select(
-            "token_id", F.col("owned.owner").alias("owner"), "logins_ok", "logins_failed",
-            F.size("hosts").alias("distinct_hosts"), "brokers", "first_use", "last_use",
-            "hosts", "created", "ended", "in_snapshot", "issue_ms", "snapshot_end_ms",
-        )
 
     def token_usage(self) -> DataFrame:
         return self.tokens.select(*TOKEN_USAGE_COLUMNS)
@@ -275,19 +214,9 @@ class Reports:
     # -- per hour -----------------------------------------------------------------
 
     def hourly(self) -> DataFrame:
-        """Logins and lifecycle changes per hour, in one aggregation."""
-        kind, ok = F.col("type"), F.col("outcome") == "success"
-        change = (kind == "token") & ok
-        return self.events.filter(kind.isin("authentication", "token", "sweep")).groupBy(
-            _hour(F.col("ts")).alias("hour_ms")
-        ).agg(
-            F.count(F.when((kind == "authentication") & ok, 1)).alias("ok"),
-            F.count(F.when((kind == "authentication") & ~ok, 1)).alias("failed"),
-            F.count(F.when(change & (F.col("action") == "create"), 1)).alias("creates"),
-            F.count(F.when(change & (F.col("action") == "renew"), 1)).alias("renews"),
-            F.count(F.when(change & (F.col("action") == "expire"), 1)).alias("expiries"),
-            F.count(F.when(kind == "sweep", 1)).alias("sweeps"),
-        ).withColumn("hour", _hour_text(F.col("hour_ms")))
+        """Logins and lifecycle changes per hour."""
+        return aggregates.merge_hours(self.partials[aggregates.HOURS]).withColumn(
+            "hour", _hour_text(F.col("hour_ms")))
 
     @staticmethod
     def lifecycle(hourly: DataFrame) -> DataFrame:
@@ -335,21 +264,8 @@ class Reports:
     def _grouped(self) -> DataFrame:
         """unknown_token, expired_token_use and token_session_token_request, in one
         aggregation keyed by (rule, token id or requester, client host)."""
-        failures = self.logins.filter(~F.col("ok"))
-        rows = failures.filter(F.col("reason").isin("unknown_token", "expired_token")).select(
-            F.when(F.col("reason") == "unknown_token", "unknown_token")
-            .otherwise("expired_token_use").alias("rule"),
-            F.col("tid").alias("key"), "client_host", "ts",
-        ).unionByName(self.requests.filter("token_authenticated").select(
-            F.lit("token_session_token_request").alias("rule"), F.col("requester").alias("key"),
-            "client_host", "ts",
-        ))
-        grouped = (
-            rows.groupBy("rule", "key", "client_host")
-            .agg(F.count("*").alias("count"), F.min("ts").alias("first_ts"),
-                 F.max("ts").alias("last_ts"))
-            .join(self._owners(), F.col("key") == F.col("owner_of"), "left")
-        )
+        grouped = aggregates.merge_grouped(self.partials[aggregates.GROUPED]).join(
+            self._owners(), F.col("key") == F.col("owner_of"), "left")
         rule, count = F.col("rule"), F.col("count")
         session = rule == "token_session_token_request"
         detail = (
@@ -479,8 +395,9 @@ def run_report(spark: SparkSession, options: ReportOptions) -> dict[str, Any]:
 
 
 def _statuses(spark: SparkSession, options: ReportOptions, classified: DataFrame
-              ) -> tuple[dict[str, int], bool]:
-    """Line counts by status, and whether some event id repeats. From the lake's
+              ) -> tuple[dict[str, int], bool, dict[str, int] | None]:
+    """Line counts by status, whether some event id repeats, and the rows of the
+    lake's partial tables if they stand for its events. From the lake's
     per-batch statistics when they match the rows in the lake's Parquet footers (no
     event is read, except the ``id_hash`` column when only a check across batches can
     tell), else by one scan: distinct
@@ -495,13 +412,23 @@ def _statuses(spark: SparkSession, options: ReportOptions, classified: DataFrame
             repeat = stats.ids_repeat
             if repeat is None:
                 repeat = distinct_id_hashes(spark, lake) < ok
-            return stats.statuses, repeat
+            return stats.statuses, repeat, stats.aggregate_rows
     rows = classified.groupBy("status").agg(
         F.count("*").alias("n"),
         F.countDistinct(F.xxhash64("event_id")).alias("ids")).collect()
     statuses = {r["status"]: r["n"] for r in rows}
     ok_ids = sum(r["ids"] for r in rows if r["status"] == "ok")
-    return statuses, ok_ids < statuses.get("ok", 0)
+    return statuses, ok_ids < statuses.get("ok", 0), None
+
+
+def _merged_counts(partials: dict[str, DataFrame]) -> tuple[dict[str, Any], list[Any]]:
+    """The summary's counts and its rows per event type, from the partial tables."""
+    type_rows = aggregates.merge_types(partials[aggregates.TYPES]).collect()
+    events = sum(r["n"] for r in type_rows)
+    firsts = [r["first_ts"] for r in type_rows if r["first_ts"] is not None]
+    lasts = [r["last_ts"] for r in type_rows if r["last_ts"] is not None]
+    return ({"deduped": events, "events": events, "first": min(firsts, default=None),
+             "last": max(lasts, default=None)}, type_rows)
 
 
 def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, Any]:
@@ -518,7 +445,12 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
         classified = classify(read_events(spark, options.input, options.glob)).persist()
         cached.append(classified)
     try:
-        statuses, repeat = _statuses(spark, options, classified)
+        statuses, repeat, agg_rows = _statuses(spark, options, classified)
+        # The lake's partial tables hold every event once (no id repeats) and at any
+        # time: they stand for the events unless a time range is asked for.
+        partials = (read_partials(spark, options.lake, agg_rows)
+                    if options.lake is not None and agg_rows is not None and not repeat
+                    and options.since_ms is None and options.until_ms is None else None)
         in_range = F.lit(True)
         if options.since_ms is not None:
             in_range = in_range & (F.col("ts") >= options.since_ms)
@@ -532,15 +464,19 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
             cached.append(valid)
         deduped = valid.withColumn("in_range", in_range)
         events = deduped.filter("in_range").drop("in_range")
-        counts = deduped.agg(
-            F.count("*").alias("deduped"),
-            F.count(F.when(F.col("in_range"), 1)).alias("events"),
-            F.min(F.when(F.col("in_range"), F.col("ts"))).alias("first"),
-            F.max(F.when(F.col("in_range"), F.col("ts"))).alias("last"),
-        ).first()
-        assert counts is not None
-        type_rows = events.groupBy("type").agg(F.count("*").alias("n"),
-                                               F.sum("dropped").alias("dropped")).collect()
+        if partials is not None:
+            counts, type_rows = _merged_counts(partials)
+        else:
+            row = deduped.agg(
+                F.count("*").alias("deduped"),
+                F.count(F.when(F.col("in_range"), 1)).alias("events"),
+                F.min(F.when(F.col("in_range"), F.col("ts"))).alias("first"),
+                F.max(F.when(F.col("in_range"), F.col("ts"))).alias("last"),
+            ).first()
+            assert row is not None
+            counts = row.asDict()
+            type_rows = events.groupBy("type").agg(F.count("*").alias("n"),
+                                                   F.sum("dropped").alias("dropped")).collect()
         by_type = {r["type"]: r["n"] for r in type_rows}
         dropped = sum(r["dropped"] or 0 for r in type_rows if r["type"] == WRITER_EVENT_TYPE)
         first_ts, last_ts = counts["first"], counts["last"]
@@ -549,7 +485,7 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
         snapshot = (read_snapshot(spark, options.tokens) if options.tokens
                     else empty_snapshot(spark)).persist()
         cached.append(snapshot)
-        reports = Reports(events, snapshot, options.settings, as_of)
+        reports = Reports(events, snapshot, options.settings, as_of, partials)
         cached.append(reports.tokens)
         hourly = reports.hourly().persist()
         cached.append(hourly)
@@ -633,7 +569,7 @@ def _write_html(out: Path, summary: dict[str, Any], frames: dict[str, DataFrame]
     severity = F.element_at(F.create_map(*[
         x for rule, sev in RULE_SEVERITY.items() for x in (F.lit(rule), F.lit(sev))]),
         F.col("rule"))
-    hourly = findings.groupBy(_hour(F.col("first_ts")).alias("hour_ms")).agg(*[
+    hourly = findings.groupBy(aggregates.hour_of(F.col("first_ts")).alias("hour_ms")).agg(*[
         F.count(F.when(severity == s, 1)).alias(s) for s in SEVERITIES]).orderBy("hour_ms")
     top = frames["token_usage"].orderBy(
         (F.col("logins_ok") + F.col("logins_failed")).desc(), "token_id").limit(HTML_TOP_TOKENS)
