@@ -35,6 +35,7 @@ from typing import Protocol
 from tokensvc.core.clock import Clock
 from tokensvc.core.token import TokenInformation
 from zk.election import ControllerElection
+from zk.notifications import PURGE_INTERVAL_S
 from zk.token_store import NotControllerError, StoreError, TokenStore
 
 log = logging.getLogger(__name__)
@@ -43,8 +44,8 @@ log = logging.getLogger(__name__)
 SWEEP_BATCH = 1_000
 
 # The controller's purge of old notifications and request records runs at most this
-# often (the notification followers' own purge uses the same minute).
-PURGE_INTERVAL_MS = 60_000
+# often: the same interval as the notification followers' own purge.
+PURGE_INTERVAL_MS = int(PURGE_INTERVAL_S * 1000)
 
 REASON_EXPIRED = "expired"
 REASON_MAX_LIFETIME = "max_lifetime"

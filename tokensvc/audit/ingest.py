@@ -219,8 +219,8 @@ class BatchCommitter:
                            staging, now_ms, "append")
         events = int(counts.get("ok", 0))
         bad = {r: int(counts.get(r, 0)) for r in MALFORMED_REASONS}
-        ids, agg_rows = _write_aggregates(
-            batch.sparkSession, staging, _agg_staging(lake, batch_id), batch_id) \
+        agg_staging = _agg_staging(lake, batch_id)
+        ids, agg_rows = _write_aggregates(batch.sparkSession, staging, agg_staging, batch_id) \
             if events else (0, dict.fromkeys(aggregates.TABLES, 0))
         written = time.monotonic()
         prefix = lake.batch_prefix(batch_id)
@@ -231,7 +231,6 @@ class BatchCommitter:
             shutil.rmtree(quarantine_dir)
         _move_batch(staging, lake.events, prefix, stall)
         shutil.rmtree(staging, ignore_errors=True)
-        agg_staging = _agg_staging(lake, batch_id)
         if agg_staging.is_dir():
             _move_batch(agg_staging, lake.agg, prefix, stall)
             shutil.rmtree(agg_staging)

@@ -502,7 +502,7 @@ class TokenCache:
                 by_principal[principal] = {token_id: None}
             else:
                 ids[token_id] = None
-        deadline = min(info.expiry_timestamp, info.max_timestamp)
+        deadline = deadline_of(info)
         if deadlines is None:
             self._expiry.put(token_id, deadline)
         else:
@@ -534,7 +534,7 @@ class TokenCache:
                 ids.pop(token_id, None)
                 if not ids:
                     del by_principal[principal]
-        self._expiry.discard(token_id, min(info.expiry_timestamp, info.max_timestamp))
+        self._expiry.discard(token_id, deadline_of(info))
 
     def _index_hmac(self, key: int, token_id: str) -> None:
         held = self._by_hmac.get(key)
