@@ -116,8 +116,9 @@ def render(creds: Credentials, fmt: str, written_at_ms: int) -> bytes:
     if fmt == "properties":
         props = {key: str(getattr(creds, name)) for key, name in _PROPERTIES.items()}
         props["sasl.jaas.config"] = creds.jaas_config
-        lines = [f"# tokensvc agent: token {creds.token_id}, expires {_iso(creds.expiry_ms)}, "
-                 f"max {_iso(creds.max_ms)}"]
+        header = (f"# tokensvc agent: token {creds.token_id}, "
+                  f"expires {_iso(creds.expiry_ms)}, max {_iso(creds.max_ms)}")
+        lines = [header]
         for key, value in props.items():
             # Plain ``key=value`` where Java reads it back unchanged (a ``=`` after the first
             # is part of the value), so a shell script's ``cut -d= -f2-`` works too.
