@@ -77,19 +77,18 @@ def options_from(params: dict, config: ClientConfig, timeout_s: float) -> AgentO
 
 
 def run_agent(params: dict, config: ClientConfig, timeout_s: float) -> None:
-    options = options_from(params, config, timeout_s)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = threading.Event()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
+    options = options_from(params, config, timeout_s)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         agent = Agent(options, stop=stop)
         code = agent.run()
     except AgentExit as exc:
-        click.echo(f"Error: {exc}", err=True)
-        sys.exit(exc.code)
+        sys.exit(exc.code)  # the agent's log has said why, in one line
     except StateError as exc:
         raise click.ClickException(str(exc)) from None
     except OSError as exc:  # the metrics port taken, ...

@@ -7,7 +7,8 @@ calls its listeners with the new :class:`~tokensvc.agent.credentials.Credentials
 that cannot be parsed (written by something else, or missing for a moment) is logged and
 the current token kept: a listener never sees half a token.
 
-The ``follow_*`` functions connect a running client to a watcher:
+The ``follow_*`` functions connect a running client to a watcher (the ``*_applier``
+functions give the callable they register, for a job with its own source of tokens):
 
 * confluent-kafka ``Producer``, ``Consumer``, ``AdminClient``:
   ``set_sasl_credentials`` (librdkafka's ``rd_kafka_sasl_set_credentials``) -- used at the
@@ -150,16 +151,16 @@ def aiokafka_config(creds: Credentials) -> dict[str, str]:
 # -- following a running client ------------------------------------------------------------
 
 
-def follow_confluent(client: Any, watcher: CredentialsWatcher) -> None:
-    """Each new token goes to a confluent-kafka client through ``set_sasl_credentials``."""
+def confluent_applier(client: Any) -> Listener:
+    """What hands a token to a confluent-kafka client: ``set_sasl_credentials``."""
     if not hasattr(client, "set_sasl_credentials"):
         raise TypeError(f"{type(client).__name__} has no set_sasl_credentials "
                         "(confluent-kafka >= 2.x is needed)")
-    watcher.add_listener(lambda c: client.set_sasl_credentials(c.token_id, c.hmac_b64))
+    return lambda c: client.set_sasl_credentials(c.token_id, c.hmac_b64)
 
 
-def follow_kafka_python(client: Any, watcher: CredentialsWatcher) -> None:
-    """Each new token goes into a kafka-python client's connection settings."""
+def kafka_python_applier(client: Any) -> Listener:
+    """What hands a token to a kafka-python client: its connection settings."""
     inner = getattr(client, "_client", None)
     manager = getattr(client, "_manager", None) or getattr(inner, "_manager", None)
     config = getattr(manager, "config", None)
@@ -171,12 +172,14 @@ def follow_kafka_python(client: Any, watcher: CredentialsWatcher) -> None:
         config["sasl_plain_username"] = creds.token_id
         config["sasl_plain_password"] = creds.hmac_b64
 
-    watcher.add_listener(apply)
+    return apply
 
 
-def follow_aiokafka(client: Any, watcher: CredentialsWatcher) -> None:
-    """Each new token goes into an aiokafka client's connection settings."""
-    inner = getattr(client, "_client", None) or getattr(client, "client", None)
+def aiokafka_applier(client: Any) -> Listener:
+    """What hands a token to an aiokafka client: its connection settings."""
+    inner = client
+    if not hasattr(inner, "_sasl_plain_password"):  # a producer, consumer or admin client
+        inner = getattr(client, "_client", None) or getattr(client, "client", None)
     if not hasattr(inner, "_sasl_plain_password"):
         raise TypeError(f"cannot find the connection settings of {type(client).__name__} "
                         "(aiokafka 0.14 is what this was tested with)")
@@ -185,14 +188,34 @@ def follow_aiokafka(client: Any, watcher: CredentialsWatcher) -> None:
         inner._sasl_plain_username = creds.token_id
         inner._sasl_plain_password = creds.hmac_b64
 
-    watcher.add_listener(apply)
+    return apply
 
 
-def follow_admin(admin: Any, watcher: CredentialsWatcher) -> None:
-    """Each new token goes into a tokensvc AdminClient's configuration (next connection)."""
+def admin_applier(admin: Any) -> Listener:
+    """What hands a token to a tokensvc AdminClient: its configuration."""
 
     def apply(creds: Credentials) -> None:
         admin.config = dataclasses.replace(admin.config, username=creds.token_id,
                                            password=creds.hmac_b64, token_auth=True)
 
-    watcher.add_listener(apply)
+    return apply
+
+
+def follow_confluent(client: Any, watcher: CredentialsWatcher) -> None:
+    """Each new token goes to a confluent-kafka client (next login or re-authentication)."""
+    watcher.add_listener(confluent_applier(client))
+
+
+def follow_kafka_python(client: Any, watcher: CredentialsWatcher) -> None:
+    """Each new token goes into a kafka-python client's settings (next connection)."""
+    watcher.add_listener(kafka_python_applier(client))
+
+
+def follow_aiokafka(client: Any, watcher: CredentialsWatcher) -> None:
+    """Each new token goes into an aiokafka client's settings (next connection)."""
+    watcher.add_listener(aiokafka_applier(client))
+
+
+def follow_admin(admin: Any, watcher: CredentialsWatcher) -> None:
+    """Each new token goes into a tokensvc AdminClient's configuration (next connection)."""
+    watcher.add_listener(admin_applier(admin))
