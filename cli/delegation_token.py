@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 import click
 from click.core import ParameterSource
 
+from cli import agent_cmd
 from cli.common import command_config, run_as_click_command, validate_bootstrap
 from tokensvc.admin import (
     AdminClient,
@@ -30,16 +31,21 @@ from tokensvc.admin import (
 from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal
 
-_ACTIONS = ("create", "renew", "expire", "describe")
+_ACTIONS = ("create", "renew", "expire", "describe", "agent")
 # Parameter -> (its option, the actions it belongs to); options not listed suit every action.
 _OPTION_ACTIONS = {
-    "renewer_principals": ("--renewer-principal", ("create",)),
-    "owner_principals": ("--owner-principal", ("create", "describe")),
-    "max_life_time_period": ("--max-life-time-period", ("create",)),
+    "renewer_principals": ("--renewer-principal", ("create", "agent")),
+    "owner_principals": ("--owner-principal", ("create", "describe", "agent")),
+    "max_life_time_period": ("--max-life-time-period", ("create", "agent")),
     "hmac": ("--hmac", ("renew", "expire")),
     "renew_time_period": ("--renew-time-period", ("renew",)),
     "expiry_time_period": ("--expiry-time-period", ("expire",)),
     "wait_all_brokers": ("--wait-all-brokers", ("create", "renew", "expire")),
+    **{name: (option, ("agent",)) for name, option in (
+        ("credentials_files", "--credentials-file"), ("formats", "--format"),
+        ("state_file", "--state-file"), ("renew_fraction", "--renew-fraction"),
+        ("overlap_ms", "--overlap-ms"), ("margin_ms", "--margin-ms"), ("once", "--once"),
+        ("keep_on_exit", "--keep-on-exit"), ("metrics_port", "--metrics-port"))},
 }
 _COLUMNS = ("TOKENID", "HMAC", "OWNER", "REQUESTER", "RENEWERS", "ISSUEDATE", "EXPIRYDATE",
             "MAXDATE")
@@ -102,7 +108,8 @@ def _check_usage(ctx: click.Context, chosen: list[str], params: dict) -> str:
     if len(chosen) != 1:
         given = ", ".join(f"--{a}" for a in chosen) if chosen else "none"
         raise click.UsageError(
-            f"give exactly one of --create, --renew, --expire, --describe (given: {given})"
+            f"give exactly one of --create, --renew, --expire, --describe, --agent "
+            f"(given: {given})"
         )
     action = chosen[0]
     for name, (option, actions) in _OPTION_ACTIONS.items():
@@ -128,6 +135,10 @@ def _check_usage(ctx: click.Context, chosen: list[str], params: dict) -> str:
 @click.option("--renew", is_flag=True, help="Renew a token (needs --hmac).")
 @click.option("--expire", is_flag=True, help="Expire a token (needs --hmac).")
 @click.option("--describe", is_flag=True, help="Describe tokens.")
+@click.option("--agent", is_flag=True,
+              help="Run as a token agent: keep one live token for a job (create, renew, "
+                   "replace before the max lifetime) and write it to --credentials-file "
+                   "(docs/agent.md).")
 @click.option("--renewer-principal", "renewer_principals", multiple=True, callback=_principals,
               metavar="Type:name", help="A renewer of the new token (repeatable).")
 @click.option("--owner-principal", "owner_principals", multiple=True, callback=_principals,
@@ -146,6 +157,29 @@ def _check_usage(ctx: click.Context, chosen: list[str], params: dict) -> str:
               help="create/renew/expire: return only when every live broker serves the change "
                    "(the token logs in, the new expiry is visible, or the token is refused); "
                    "prints how long that took, fails naming a broker that lags past --timeout.")
+@click.option("--credentials-file", "credentials_files", multiple=True, metavar="PATH",
+              help="agent: where to write each new token (repeatable), atomically, mode 0600.")
+@click.option("--format", "formats", multiple=True, type=agent_cmd.FORMAT_CHOICE,
+              help="agent: properties (default), json or env; once for all files or once "
+                   "per --credentials-file.")
+@click.option("--state-file", type=click.Path(dir_okay=False), default=None,
+              help="agent: where it records its tokens, so that a restart resumes.")
+@click.option("--renew-fraction", type=float, default=0.75, show_default=True,
+              help="agent: renew once this fraction of the renewal period has passed "
+                   "(with a little jitter).")
+@click.option("--overlap-ms", type=click.IntRange(min=0), default=None, metavar="MS",
+              help="agent: how long old and new token are both valid after a replacement "
+                   "(default: a quarter of the renewal period, at most 10 minutes).")
+@click.option("--margin-ms", type=click.IntRange(min=0), default=None, metavar="MS",
+              help="agent: extra time before the max lifetime for creating the successor "
+                   "(default: a tenth of the renewal period, at most 5 minutes).")
+@click.option("--once", is_flag=True,
+              help="agent: create, renew or replace as needed, write the files, exit "
+                   "(for cron and CI; needs --state-file).")
+@click.option("--keep-on-exit", is_flag=True,
+              help="agent: on SIGTERM keep the tokens (default: expire them).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              help="agent: serve Prometheus metrics on this port.")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="text for people, json for scripts.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=None,
@@ -160,6 +194,9 @@ def delegation_token(ctx: click.Context, **params: object) -> None:
 def _run(action: str, params: dict) -> None:
     config = command_config(params["command_config"])
     timeout = params["timeout"] or config.request_timeout_ms / 1000
+    if action == "agent":
+        agent_cmd.run_agent(params, config, timeout)
+        return
     as_json = params["output"] == "json"
     wait = bool(params["wait_all_brokers"])
     with AdminClient(params["bootstrap_server"], config, timeout_s=timeout) as admin:

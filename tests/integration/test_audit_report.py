@@ -325,3 +325,24 @@ def test_bad_time_and_inverted_range_are_refused(tmp_path: Path) -> None:
         parse_time("last tuesday")
     with pytest.raises(ReportError, match="before"):
         build_options(str(tmp_path), str(tmp_path / "o"), since="2024-01-02", until="2024-01-01")
+
+
+# --- agent-made and hand-made tokens ------------------------------------------------
+
+
+def test_token_origin_tells_agent_made_tokens_from_hand_made(spark: SparkSession,
+                                                             tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    creates = [("a1", "User:etl", "tokensvc-agent"), ("a2", "User:etl", "tokensvc-agent"),
+               ("h1", "User:etl", "kafka-delegation-token"), ("h2", "User:bob", None)]
+    lines = [json.dumps(stamp(token_event(action="create", outcome="success",
+                                          requester="User:svc", owner=owner, token_id=tid,
+                                          client_id=client), ts=T0 + i, broker_id=1,
+                              event_id=f"{i:032d}"))
+             for i, (tid, owner, client) in enumerate(creates)]
+    (tmp_path / "in" / "audit-1.jsonl").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    summary = run_report(spark, build_options(str(tmp_path / "in"), str(out)))
+    rows = {(r["owner"], r["origin"]): r["tokens"] for r in parquet(spark, out, "token_origin")}
+    assert rows == {("User:etl", "agent"): 2, ("User:etl", "hand"): 1, ("User:bob", "hand"): 1}
+    assert summary["tokens_by_origin"] == {"agent": 2, "hand": 2}

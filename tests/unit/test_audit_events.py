@@ -31,7 +31,7 @@ def test_authentication_event_has_exactly_the_schema_fields() -> None:
         "type": "authentication", "outcome": "failure", "mechanism": "SCRAM-SHA-256",
         "kind": "token", "implicit": False, "username": "tok1", "token_id": "tok1",
         "principal": None, "client_host": "10.0.0.1", "client_port": 5555,
-        "listener": "SASL_PLAINTEXT", "reason": "expired_token",
+        "listener": "SASL_PLAINTEXT", "reason": "expired_token", "client_id": None,
     }
 
 
@@ -42,6 +42,13 @@ def test_token_event_fields_not_given_are_null_and_renewers_become_a_list() -> N
     assert event["expiry_ms"] is None and event["count"] is None
     assert event["token_authenticated"] is False and event["forwarded"] is False
     assert event["error_code"] == 0
+    assert event["client_id"] is None
+
+
+def test_token_event_carries_the_client_id_that_tells_agent_made_tokens() -> None:
+    event = token_event(action="create", outcome="success", requester="User:svc",
+                        owner="User:job", token_id="t", client_id="tokensvc-agent")
+    assert event["client_id"] == "tokensvc-agent"
 
 
 @pytest.mark.parametrize("event_type", sorted(CONSTRUCTORS))

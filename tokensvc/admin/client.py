@@ -2,7 +2,9 @@
 
 Owns which broker to talk to and what to do when it fails. The client keeps one
 :class:`~tokensvc.admin.connection.BrokerConnection`; to (re)connect it tries the
-bootstrap servers in turn, starting after the last one that failed. Every call has a
+bootstrap servers in turn, starting after the last one that failed, each with its share
+of the time left (at least 1 s): one broker that accepts but never answers does not use up
+the deadline. Every call has a
 deadline (``timeout_s``): within it, a lost connection is retried on the next broker and
 a retriable Kafka error (NOT_CONTROLLER, COORDINATOR_LOAD_IN_PROGRESS, REQUEST_TIMED_OUT,
 ...) is retried with backoff; past it, the call raises :class:`AdminError`.
@@ -49,6 +51,7 @@ from tokensvc.scram.formatter import MAX_ITERATIONS, MIN_ITERATIONS, ScramMechan
 
 INITIAL_BACKOFF_S = 0.1
 MAX_BACKOFF_S = 1.0
+MIN_ATTEMPT_S = 1.0  # the least time one bootstrap server gets to connect and log in
 SALT_BYTES = 32
 
 
@@ -335,8 +338,12 @@ class AdminClient:
                 failures.append(f"{address} (not tried: out of time)")
                 continue
             candidate = BrokerConnection(address, self.config, client_id=self.client_id)
+            # A broker that accepts but never answers (stopped, overloaded) gets its share
+            # of the time left, not all of it: the others are still tried.
+            now = time.monotonic()
+            share = max((deadline - now) / (count - i), MIN_ATTEMPT_S)
             try:
-                candidate.open(deadline)
+                candidate.open(min(deadline, now + share))
             except ConnectionLost as exc:
                 failures.append(f"{address} ({exc.reason})")
                 continue

@@ -65,6 +65,7 @@ def authentication_event(
     client_port: int | None = None,
     listener: str | None = None,
     reason: str | None = None,
+    client_id: str | None = None,
 ) -> dict[str, Any]:
     """A SASL login attempt. For token logins ``username`` is the token id and
     ``principal`` the token's owner; ``principal`` is null on failure.
@@ -86,6 +87,7 @@ def authentication_event(
         "client_port": client_port,
         "listener": listener,
         "reason": reason,
+        "client_id": client_id,
     }
 
 
@@ -106,8 +108,11 @@ def token_event(
     client_host: str | None = None,
     listener: str | None = None,
     forwarded: bool = False,
+    client_id: str | None = None,
 ) -> dict[str, Any]:
-    """A delegation token request (create, renew, expire, describe) and its result."""
+    """A delegation token request (create, renew, expire, describe) and its result.
+    ``client_id`` is the client's own (``tokensvc-agent`` for the token agent's requests),
+    also for a request forwarded to the controller."""
     _one_of("action", action, TOKEN_ACTIONS)
     _outcome(outcome, error_code)
     return {
@@ -127,6 +132,7 @@ def token_event(
         "client_host": client_host,
         "listener": listener,
         "forwarded": bool(forwarded),
+        "client_id": client_id,
     }
 
 

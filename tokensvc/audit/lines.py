@@ -47,7 +47,7 @@ EVENT_SCHEMA = T.StructType([*EVENT_FIELDS.fields, T.StructField(CORRUPT, _S)])
 REPORT_FIELDS = (
     "ts", "broker_id", "event_id", "type", "outcome", "kind", "username", "token_id",
     "principal", "client_host", "reason", "action", "requester", "token_authenticated",
-    "owner", "dropped",
+    "owner", "dropped", "client_id",
 )
 _PARSE_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
 # Reasons given to lines that parse as JSON: Spark's JSON source keeps no text for

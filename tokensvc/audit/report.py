@@ -61,7 +61,11 @@ from tokensvc.audit.rules import (
 )
 
 DEFAULT_GLOB = "audit-*.jsonl*"
-REPORTS = ("token_usage", "owner_usage", "lifecycle", "logins_hourly", "findings")
+REPORTS = ("token_usage", "owner_usage", "lifecycle", "logins_hourly", "findings",
+           "token_origin")
+# The client id of the token agent's requests (tokensvc.agent.runner.CLIENT_ID): tokens it
+# created are "agent"-made in the token_origin report.
+AGENT_CLIENT_ID = "tokensvc-agent"
 _S, _L, _I = T.StringType(), T.LongType(), T.IntegerType()
 SNAPSHOT_SCHEMA = T.StructType([
     T.StructField("token_id", _S), T.StructField("owner", _S), T.StructField("requester", _S),
@@ -210,6 +214,19 @@ class Reports:
             F.sum("logins_failed").alias("logins_failed"),
             F.size(F.array_distinct(F.flatten(F.collect_list("hosts")))).alias("distinct_hosts"),
         ).select(*OWNER_USAGE_COLUMNS)
+
+    def token_origin(self) -> DataFrame:
+        """Tokens created per owner, agent-made (client id ``tokensvc-agent...``: the token
+        agent, docs/agent.md) or hand-made (any other client)."""
+        created = self.events.filter(
+            (F.col("type") == "token") & (F.col("action") == "create")
+            & (F.col("outcome") == "success") & F.col("token_id").isNotNull())
+        origin = F.when(F.coalesce(F.col("client_id"), F.lit("")).startswith(AGENT_CLIENT_ID),
+                        F.lit("agent")).otherwise(F.lit("hand"))
+        return created.groupBy(F.coalesce("owner", F.lit("(unknown)")).alias("owner"),
+                               origin.alias("origin")).agg(
+            F.countDistinct("token_id").alias("tokens"),
+            F.min("ts").alias("first_ts"), F.max("ts").alias("last_ts"))
 
     # -- per hour -----------------------------------------------------------------
 
@@ -363,6 +380,8 @@ def _order(name: str) -> list[Column]:
     if name == "findings":
         return [F.col("rule"), F.col("first_ts"), F.coalesce("token_id", F.lit("")),
                 F.coalesce("client_host", F.lit(""))]
+    if name == "token_origin":
+        return [F.col("owner"), F.col("origin")]
     key = {"token_usage": "token_id", "owner_usage": "owner"}.get(name, "hour_ms")
     return [F.col(key)]
 
@@ -495,6 +514,7 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
             "lifecycle": reports.lifecycle(hourly),
             "logins_hourly": reports.logins_hourly(hourly),
             "findings": reports.findings(),
+            "token_origin": reports.token_origin(),
         }
         # Reports are small: one partition, sorted locally (no range shuffle).
         frames = {name: df.coalesce(1).sortWithinPartitions(*_order(name)).persist()
@@ -503,6 +523,7 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
         rows = {name: df.count() for name, df in frames.items()}
         for name, df in frames.items():
             write_report(df, str(out), name)
+        origin_rows = frames["token_origin"].collect()
         findings_by_rule = dict.fromkeys(RULES, 0)
         for r in frames["findings"].groupBy("rule").count().collect():
             findings_by_rule[r["rule"]] = r["count"]
@@ -529,6 +550,9 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
             "settings": asdict(options.settings),
             "rows": rows,
             "findings_by_rule": findings_by_rule,
+            "tokens_by_origin": {
+                origin: sum(r["tokens"] for r in origin_rows if r["origin"] == origin)
+                for origin in ("agent", "hand")},
         }
         _write_html(out, summary, frames, reports)
         return summary

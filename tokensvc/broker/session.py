@@ -92,6 +92,8 @@ class Session:
     authenticated_at_ms: int = 0
     authenticated_once: bool = False
     sasl: object | None = field(default=None, repr=False)
+    # The client id of the request that authenticated the connection (for the audit).
+    client_id: str | None = None
 
     @classmethod
     def for_listener(

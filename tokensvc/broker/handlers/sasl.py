@@ -243,6 +243,7 @@ async def evaluate(services: Services, session: Session, auth_bytes: bytes) -> t
                 "principal": str(server.principal),
                 "client_host": session.client_host,
                 "client_port": session.client_port,
+                "client_id": session.client_id,
                 "listener": session.listener,
                 "reason": None,
             }
@@ -350,6 +351,7 @@ def _refuse_reauth(
 async def handle_authenticate(services: Services, ctx: RequestContext, body: dict) -> dict:
     session = ctx.session
     assert session is not None
+    session.client_id = ctx.client_id or None
     try:
         challenge, lifetime = await evaluate(services, session, body.get("AuthBytes") or b"")
     except ScramAuthenticationError:

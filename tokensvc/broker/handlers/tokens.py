@@ -48,6 +48,7 @@ def _audit(services: Services, ctx: RequestContext, action: str, error: Errors, 
         client_host=ctx.client_host,
         listener=ctx.listener,
         forwarded=ctx.forwarded,
+        client_id=ctx.client_id or None,
         **fields,
     )
 
