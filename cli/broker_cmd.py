@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import sys
 
 import click
 
+from tokensvc import logjson
 from tokensvc.config_loader import load_broker_config
 from tokensvc.core.config import ConfigError
 
@@ -29,11 +29,7 @@ def broker(config_path: str, log_level: str) -> None:
     except ConfigError as exc:
         raise click.ClickException(f"invalid configuration: {exc}") from None
     config = loaded.config
-    logging.basicConfig(
-        level=log_level.upper(),
-        stream=sys.stderr,
-        format=f"%(asctime)s %(levelname)s [broker {config.broker_id}] %(name)s: %(message)s",
-    )
+    logjson.configure(log_level, config.broker_id, config.log_format)
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     for notice in loaded.notices:
         logging.getLogger("tokensvc.config").warning("%s", notice)

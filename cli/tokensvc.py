@@ -21,6 +21,7 @@ _COMMANDS = [
     ("cli.acls_cmd", "acls"),
     ("cli.audit_cmd", "audit"),
     ("cli.tokens_cmd", "tokens"),
+    ("cli.zookeeper_cmd", "zookeeper"),
 ]
 
 for _module, _attr in _COMMANDS:

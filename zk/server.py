@@ -255,6 +255,21 @@ class ZooKeeperNode:
         """Start the process without waiting for it to serve."""
         if self.process is not None and self.process.poll() is None:
             return
+        cmd = self.command()
+        with open(self.data_dir / "zookeeper.out", "ab") as out:
+            # preexec_fn runs only prctl/setsid, both async-signal-safe.
+            self.process = subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent if self.die_with_parent else os.setsid,  # noqa: PLW1509
+            )
+
+    def command(self) -> list[str]:
+        """Write this node's configuration and return the command that runs it (for
+        :meth:`spawn`, and for ``tokensvc zookeeper``, which execs it under a service
+        manager)."""
         java = find_java()
         if java_major_version(java) < 11:
             raise ZooKeeperStartError(f"{java} is older than Java 11; install Java 17")
@@ -263,7 +278,7 @@ class ZooKeeperNode:
                 f"cannot start ZooKeeper: port {self.host}:{self.client_port} is already in use"
             )
         cfg = self._write_config()
-        cmd = [
+        return [
             java,
             f"-Xmx{self.heap_mb}m",
             "-XX:+UseSerialGC",
@@ -276,15 +291,6 @@ class ZooKeeperNode:
             "org.apache.zookeeper.server.quorum.QuorumPeerMain",
             str(cfg),
         ]
-        with open(self.data_dir / "zookeeper.out", "ab") as out:
-            # preexec_fn runs only prctl/setsid, both async-signal-safe.
-            self.process = subprocess.Popen(
-                cmd,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent if self.die_with_parent else os.setsid,  # noqa: PLW1509
-            )
 
     def serving(self) -> bool:
         try:

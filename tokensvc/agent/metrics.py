@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 
+FAILURE_CAUSES = ("unreachable", "timeout", "refused", "token_gone", "lagging_broker", "file")
+
 
 class AgentMetrics:
     def __init__(self, seconds_left: Callable[[], tuple[float, float]]) -> None:
@@ -36,6 +38,8 @@ class AgentMetrics:
         self.expired = Counter("tokensvc_agent_tokens_expired", "Tokens expired.", registry=r)
         self.failures = Counter("tokensvc_agent_failures", "Failed attempts by cause.",
                                 ["cause"], registry=r)
+        for cause in FAILURE_CAUSES:  # every series exists from the start, at 0
+            self.failures.labels(cause)
         self.up = Gauge("tokensvc_agent_up", "1 while the agent keeps a valid token.",
                         registry=r)
         self.up.set(1)

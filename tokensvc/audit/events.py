@@ -378,6 +378,12 @@ def _redact(value: object) -> object:
     return value
 
 
+def redact_text(text: str) -> str:
+    """``text`` with every run that :func:`check_no_secrets` would refuse as base64 of 64+
+    bytes replaced by :data:`REDACTED` (for free text such as a log message)."""
+    return _LONG_BASE64.sub(REDACTED, text) if len(text) >= 86 else text
+
+
 def redact_secret_values(fields: Mapping[str, Any]) -> dict[str, Any]:
     """``fields`` with every string value that :func:`check_no_secrets` would refuse as
     base64 of 64+ bytes replaced by :data:`REDACTED`, nested lists and mappings included.

@@ -438,6 +438,8 @@ class Broker:
                 lambda: self.audit.queue_depth)
         m.gauge("tokensvc_audit_dropped", "Audit events dropped because the queue was full",
                 lambda: self.audit.dropped)
+        m.gauge("tokensvc_audit_queue_capacity", "audit.queue.size: events the queue holds",
+                lambda: self.config.audit_queue_size)
         m.gauge("tokensvc_acl_count", "ACL entries loaded in the authorizer",
                 lambda: self.authorizer.acl_count if self.authorizer else 0)
         m.gauge("tokensvc_group_commit_batches",

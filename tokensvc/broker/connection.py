@@ -473,7 +473,7 @@ class Connection(asyncio.BufferedProtocol):
                 payload = rx.next_frame()
             except FrameTooLargeError as exc:
                 log.info("closing %s:%d on %s: %s", self.host, self.port,
-                         self._listener.name, exc.message)
+                         self._listener.name, exc.message, extra=self._log_fields())
                 self._close(exc.message)
                 return
             if payload is None:
@@ -483,12 +483,12 @@ class Connection(asyncio.BufferedProtocol):
                 self._handle(payload)
             except KafkaError as exc:  # ProtocolError, or a request for an API not served
                 log.info("closing %s:%d on %s: %s", self.host, self.port,
-                         self._listener.name, exc.message)
+                         self._listener.name, exc.message, extra=self._log_fields())
                 self._close(exc.message)
                 return
             except Exception:
                 log.exception("unexpected error on connection %s:%d; closing it",
-                              self.host, self.port)
+                              self.host, self.port, extra=self._log_fields())
                 self._close("internal error")
                 return
             finally:
@@ -605,12 +605,12 @@ class Connection(asyncio.BufferedProtocol):
         exc = task.exception()
         if isinstance(exc, KafkaError):
             log.info("closing %s:%d on %s: %s", self.host, self.port, self._listener.name,
-                     exc.message)
+                     exc.message, extra=self._log_fields())
             self._close(exc.message)
             return
         if exc is not None:
             log.error("unexpected error on connection %s:%d; closing it", self.host, self.port,
-                      exc_info=exc)
+                      exc_info=exc, extra=self._log_fields())
             self._close("internal error")
             return
         self._done(task.result(), api, started, raw)
@@ -754,6 +754,11 @@ class Connection(asyncio.BufferedProtocol):
         self._arm(deadline)
 
     # -- ending --------------------------------------------------------------------------------
+
+    def _log_fields(self) -> dict[str, object]:
+        """The structured fields of this connection's log records (``log.format=json``)."""
+        return {"client_host": self.host, "client_port": self.port,
+                "listener": self._listener.name}
 
     def _close(self, reason: str) -> None:
         """Close after the responses already written reach the client (on TLS the

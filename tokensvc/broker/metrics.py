@@ -174,6 +174,15 @@ class BrokerMetrics:
             "tokensvc_expiry_swept_tokens", "Tokens removed by the expiry sweep", registry=r
         )
         self._callbacks: list[Gauge] = []
+        # Every known label set exists from the start (at 0), so that dashboards and alert
+        # rules find the series before the first event (a refusal, a re-authentication).
+        for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+            for result in ("success", "failure"):
+                self.implicit_logins.labels(mechanism, result)
+                self.reauthentications.labels(mechanism, result)
+        for action in ("create", "renew", "expire", "describe"):
+            self.token_requests.labels(action, "NONE")
+        self.connections_refused.labels("max_connections_per_ip")
 
     def gauge(self, name: str, doc: str, fn: Callable[[], float]) -> None:
         g = Gauge(name, doc, registry=self.registry)

@@ -208,6 +208,11 @@ _KEYS = [
               "Prometheus `/metrics` endpoint, e.g. `127.0.0.1:0`; unset = no metrics."),
     ConfigKey("cluster.id", Type.STRING, None, None, L,
               "Cluster id reported in Metadata and DescribeCluster."),
+    ConfigKey("log.format", Type.STRING, "text", OneOf(("text", "json")), L,
+              "Broker log format: `text` (one line per record) or `json` (one JSON object "
+              "per line: `time`, `level`, `logger`, `message`, `broker_id` and the record's "
+              "structured fields such as `client_host` and `error`; secrets redacted as in "
+              "the audit log). See [operations.md](operations.md#json-logs)."),
 ]
 
 BROKER_CONFIG = ConfigDef(_KEYS, foreign=KAFKA_BROKER_KEYS, foreign_prefixes=KAFKA_BROKER_PREFIXES)
@@ -283,6 +288,7 @@ class BrokerConfig:
     request_timeout_ms: int
     metrics_listener: tuple[str, int] | None
     cluster_id: str | None
+    log_format: str
 
     @property
     def inter_broker_listener(self) -> Listener | None:
