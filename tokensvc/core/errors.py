@@ -75,6 +75,7 @@ _MESSAGES = {
     Errors.INVALID_CONFIG: "invalid configuration",
     Errors.NOT_CONTROLLER: "this broker is not the controller",
     Errors.INVALID_REQUEST: "the request is invalid",
+    Errors.POLICY_VIOLATION: "refused by a policy (e.g. delegation.token.max.per.owner)",
     Errors.SECURITY_DISABLED: "security features are disabled",
     Errors.SASL_AUTHENTICATION_FAILED: "authentication failed",
     Errors.DELEGATION_TOKEN_AUTH_DISABLED: "delegation tokens are disabled on this cluster",
