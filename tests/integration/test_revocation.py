@@ -8,7 +8,13 @@
   resource grants it;
 - a dry run changes nothing;
 - with delegation.token.max.per.owner=100 the 101st create is refused with POLICY_VIOLATION,
-  ZooKeeper holds 100 of that owner's tokens, other owners are unaffected.
+  ZooKeeper holds 100 of that owner's tokens, other owners are unaffected;
+- deleting a user (confluent-kafka's alter_user_scram_credentials, through a
+  non-controller) deletes her tokens in the same transaction: refused on the answering
+  broker at the acknowledgement, everywhere within 1 s; her password and token sessions on
+  every broker are closed within 1 s, and her session on the answering broker creates no
+  token after the acknowledgement; with delegation.token.expire.with.owner=false her tokens
+  keep working (her password sessions still end).
 """
 
 from __future__ import annotations
@@ -147,6 +153,8 @@ def test_revoke_by_owner_through_a_non_controller_refuses_every_token_everywhere
         assert admin.describe_tokens(owners=["User:alice"]) == []
         assert len(admin.describe_tokens(owners=["User:bob"])) == 10
     print(f"revoked 1,000 tokens, refused on 3 brokers, in {took:.2f} s")
+    assert poll_until(lambda: _audited_revocations(cluster, "revoked_by_owner")
+                      >= {t.token_id for t in alice}, timeout=5.0)
 
 
 def test_revoke_by_id_reports_unknown_ids_with_a_non_zero_exit(cluster: LocalCluster) -> None:
@@ -201,7 +209,8 @@ def test_a_principal_without_the_permission_is_refused_and_nothing_changes(
 @pytest.fixture(scope="module")
 def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     with LocalCluster.up(tmp_path_factory.mktemp("owner-limit"), brokers=3,
-                         overrides={"delegation.token.max.per.owner": "100"},
+                         overrides={"delegation.token.max.per.owner": "100",
+                                    "delegation.token.expire.with.owner": "false"},
                          die_with_parent=True) as c:
         yield c
 
@@ -217,3 +226,95 @@ def test_the_101st_token_of_an_owner_is_policy_violation_and_nothing_is_written(
         assert len(admin.describe_tokens(owners=["User:gina"])) == 100
         other = admin.create_token(owner="User:hank")
         assert other.owner.name == "hank"
+
+
+# --- tokens and sessions end with their owner -------------------------------------------
+
+
+def _user_config(user: str, password: str) -> ClientConfig:
+    return client_config_from_properties({
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                            f'username="{user}" password="{password}";'})
+
+
+def _delete_with_confluent(address: str, cluster: LocalCluster, user: str) -> None:
+    from confluent_kafka.admin import AdminClient as ConfluentAdmin
+    from confluent_kafka.admin import ScramMechanism, UserScramCredentialDeletion
+
+    admin = ConfluentAdmin({"bootstrap.servers": address, "security.protocol": "SASL_PLAINTEXT",
+                            "sasl.mechanism": "SCRAM-SHA-512",
+                            "sasl.username": cluster.info["admin"]["username"],
+                            "sasl.password": cluster.info["admin"]["password"]})
+    futures = admin.alter_user_scram_credentials(
+        [UserScramCredentialDeletion(user, ScramMechanism.SCRAM_SHA_512)])
+    futures[user].result(timeout=30)
+
+
+def test_deleting_a_user_revokes_her_tokens_and_closes_her_sessions_everywhere(
+    cluster: LocalCluster,
+) -> None:
+    with _admin(cluster) as admin:
+        admin.upsert_user_scram_credential("ivy", "SCRAM-SHA-512", "ivy-pw")
+    ivy = _user_config("ivy", "ivy-pw")
+    answering = _non_controller(cluster)
+    # Her tokens (created by her, so they are hers), and password sessions on every broker.
+    with _admin(cluster, answering, ivy) as as_ivy:
+        tokens = [as_ivy.create_token() for _ in range(5)]
+    sessions = {}
+    for address in _addresses(cluster):
+        conn = BrokerConnection(address, ivy, client_id="ivy-session")
+        conn.open(time.monotonic() + 10)
+        sessions[address] = conn
+    token_sessions = [_open_session(a, tokens[0]) for a in _addresses(cluster)]
+    _delete_with_confluent(answering, cluster, "ivy")
+    acked = time.monotonic()
+    # On the answering broker: refused at the acknowledgement, and her session there can
+    # create no token after it.
+    assert not _logs_in(answering, tokens[1])
+    with pytest.raises((ConnectionLost, AdminError, OSError)):
+        sessions[answering].request(ApiKey.CREATE_DELEGATION_TOKEN,
+                                    {"Renewers": [], "MaxLifetimeMs": -1},
+                                    time.monotonic() + 5, 1)
+    # Everywhere within 1 s: tokens refused, her password and token sessions closed.
+    assert poll_until(lambda: all(_closed(s) for s in sessions.values())
+                      and all(_closed(s) for s in token_sessions), timeout=1.0)
+    assert time.monotonic() - acked < 1.5
+    for address in _addresses(cluster):
+        assert not any(_logs_in(address, t) for t in tokens)
+    for conn in [*sessions.values(), *token_sessions]:
+        conn.close()
+    with _admin(cluster) as admin:
+        assert admin.describe_tokens(owners=["User:ivy"]) == []
+    # Each token's end is audited as a revocation, reason owner_deleted.
+    assert poll_until(lambda: _audited_revocations(cluster, "owner_deleted")
+                      >= {t.token_id for t in tokens}, timeout=5.0)
+
+
+def _audited_revocations(cluster: LocalCluster, reason: str) -> set[str]:
+    from pathlib import Path
+
+    found = set()
+    for path in Path(cluster.info["audit_dir"]).rglob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            event = json.loads(line)
+            if event.get("action") == "revoke" and event.get("reason") == reason:
+                found.add(event["token_id"])
+    return found
+
+
+def test_with_expire_with_owner_false_the_tokens_of_a_deleted_user_keep_working(
+    limited: LocalCluster,
+) -> None:
+    with _admin(limited) as admin:
+        admin.upsert_user_scram_credential("jill", "SCRAM-SHA-512", "jill-pw")
+    with _admin(limited, config=_user_config("jill", "jill-pw")) as as_jill:
+        token = as_jill.create_token()
+    session = BrokerConnection(_addresses(limited)[0], _user_config("jill", "jill-pw"),
+                               client_id="jill-session")
+    session.open(time.monotonic() + 10)
+    _delete_with_confluent(_non_controller(limited), limited, "jill")
+    # Her own password session is closed all the same.
+    assert poll_until(lambda: _closed(session), timeout=2.0)
+    session.close()
+    assert all(_logs_in(a, token) for a in _addresses(limited))

@@ -61,6 +61,7 @@ from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.keys import AUDIT_FINGERPRINT_LABEL, SCRAM_SALT_LABEL, derived_secret
 from tokensvc.core.manager import TokenManager
+from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
 from tokensvc.protocol import encode_response, encode_response_segments
 from tokensvc.scram.formatter import ScramCredential, ScramMechanism, TokenSalt
@@ -243,6 +244,7 @@ class Broker:
             clock=self.clock,
         )
         self.cache.add_batch_listener(self.sessions.on_token_changes)
+        self.users.add_listener(self.sessions.on_user_change)
 
         async def raw_sasl(session: Session, payload: bytes) -> bytes:
             assert self.services is not None
@@ -323,7 +325,10 @@ class Broker:
             metrics=self.metrics,
             authz=Authorization(self.authorizer, self.config.super_users),
             tokens=TokenService(self.cache, self.manager, self.token_store, writes),
-            credentials=CredentialService(self.users, self.credential_store, writes),
+            credentials=CredentialService(
+                self.users, self.credential_store, writes,
+                owned_tokens=self._owned_token_ids if self.config.delegation_token_expire_with_owner
+                else None),
             acls=AclService(self.authorizer, self.acl_store, writes),
             cluster=_Cluster(self),
             auth=self.auth,
@@ -421,6 +426,12 @@ class Broker:
         purged = sum(s.purge(now_ms) for s in syncs)
         self.records.purge(now_ms)
         return purged
+
+    def _owned_token_ids(self, user: str) -> list[str]:
+        """Ids of the tokens ``User:user`` owns (the cascade of a deleted user)."""
+        owner = KafkaPrincipal.user(user)
+        return sorted(t for t in self.cache.ids_of([owner])
+                      if (info := self.cache.info(t)) is not None and info.owner == owner)
 
     def _register_gauges(self) -> None:
         m = self.metrics

@@ -139,6 +139,11 @@ class Grouped(Protocol):
 
 
 class CredentialStoreWrites(Protocol):
+    def alter_with_tokens(
+        self, changes: Sequence[CredentialChange], *, guard: Any, record: Any,
+        cascade: Callable[[str], list[str]] | None,
+    ) -> tuple[dict[str, bool], list[int], list[int]]: ...
+
     def alter(
         self, changes: Sequence[CredentialChange], *, guard: Guard, record: Any
     ) -> tuple[dict[str, bool], list[int]]: ...
@@ -404,11 +409,14 @@ class CredentialService:
     """SCRAM user credentials: reads from this broker's cache, and the write path."""
 
     def __init__(self, users: Any, store: CredentialStoreWrites, writes: WritePath,
-                 follower_root: str = "credentials") -> None:
+                 follower_root: str = "credentials",
+                 owned_tokens: Callable[[str], list[str]] | None = None) -> None:
         self._users = users
         self._store = store
         self._writes = writes
         self._root = follower_root
+        # delegation.token.expire.with.owner: the tokens a deleted user owns (None: kept).
+        self._owned_tokens = owned_tokens
 
     def users(self) -> list[str]:
         return self._users.users()
@@ -435,8 +443,10 @@ class CredentialService:
             return self._writes.record(ctx, ALTER_USER_SCRAM_CREDENTIALS, answer(effects))
 
         def alter(changes: Sequence[CredentialChange], *, guard: Guard, record: Any) -> Any:
-            effects, sequences = self._store.alter(changes, guard=guard, record=record)
-            return effects, [(self._root, s) for s in sequences]
+            effects, sequences, token_sequences = self._store.alter_with_tokens(
+                changes, guard=guard, record=record, cascade=self._owned_tokens)
+            return effects, ([(self._root, s) for s in sequences]
+                             + [(TOKENS_ROOT, s) for s in token_sequences])
 
         return await self._writes.commit(ctx, alter, list(changes),
                                          record=record if ctx.write else None)
