@@ -77,6 +77,8 @@ from zk.requests import RequestKeyExistsError, RequestRecords, valid_request_key
 from zk.sync import TokenSync
 from zk.token_store import TokenStore
 
+# Owners shown by the tokensvc_owner_tokens gauge (the largest).
+TOP_OWNERS = 10
 log = logging.getLogger("tokensvc.broker")
 
 ZK_WORKER_THREADS = 64
@@ -435,6 +437,7 @@ class Broker:
 
     def _register_gauges(self) -> None:
         m = self.metrics
+        m.top_owners(lambda: self.cache.top_owners(TOP_OWNERS))
         m.gauge("tokensvc_token_cache_size", "Tokens in this broker's cache", lambda: len(self.cache))
         m.gauge("tokensvc_derived_credentials", "Token SCRAM credentials derived so far",
                 self.cache.derived_count)

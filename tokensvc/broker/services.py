@@ -374,7 +374,7 @@ class TokenService:
 
     def owned_count(self, owner: Any) -> int:
         """Live tokens of ``owner`` in the cache plus its creates in flight."""
-        return len(self.owned_by(owner)) + self._creating.get(owner, 0)
+        return self._cache.owned_count(owner) + self._creating.get(owner, 0)
 
     def creating(self, owner: Any, delta: int) -> None:
         """Count a create of ``owner`` in flight (+1 before the commit, -1 after)."""
