@@ -35,6 +35,7 @@ BENCHMARKS = (
     "bench.b7_cache_memory",
     "bench.b9_scale",
     "bench.b11_agent",
+    "bench.b12_revoke",
     "bench.b6_audit_report",  # last: the heaviest, and it needs no broker
 )
 AUTHZ_ID = "authz"

@@ -27,6 +27,7 @@ from tokensvc.admin import (
     expiry_visible,
     token_logs_in,
     token_refused,
+    tokens_absent,
 )
 from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal
@@ -35,7 +36,9 @@ _ACTIONS = ("create", "renew", "expire", "describe", "agent")
 # Parameter -> (its option, the actions it belongs to); options not listed suit every action.
 _OPTION_ACTIONS = {
     "renewer_principals": ("--renewer-principal", ("create", "agent")),
-    "owner_principals": ("--owner-principal", ("create", "describe", "agent")),
+    "owner_principals": ("--owner-principal", ("create", "describe", "agent", "expire")),
+    "token_ids": ("--token-id", ("expire",)),
+    "dry_run": ("--dry-run", ("expire",)),
     "max_life_time_period": ("--max-life-time-period", ("create", "agent")),
     "hmac": ("--hmac", ("renew", "expire")),
     "renew_time_period": ("--renew-time-period", ("renew",)),
@@ -115,8 +118,19 @@ def _check_usage(ctx: click.Context, chosen: list[str], params: dict) -> str:
     for name, (option, actions) in _OPTION_ACTIONS.items():
         if action not in actions and ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
             raise click.UsageError(f"{option} cannot be used with --{action}")
-    if action in ("renew", "expire") and params["hmac"] is None:
-        raise click.UsageError(f"--{action} needs --hmac")
+    revoking = action == "expire" and (params["owner_principals"] or params["token_ids"])
+    if revoking:
+        if params["hmac"] is not None:
+            raise click.UsageError("--expire takes --hmac, or --owner-principal/--token-id")
+        if params["owner_principals"] and params["token_ids"]:
+            raise click.UsageError("--expire takes --owner-principal or --token-id, not both")
+        if len(params["owner_principals"]) > 1:
+            raise click.UsageError("--expire takes one --owner-principal")
+    elif action in ("renew", "expire") and params["hmac"] is None:
+        raise click.UsageError(f"--{action} needs --hmac" + (
+            " (or --owner-principal / --token-id)" if action == "expire" else ""))
+    if params["dry_run"] and not revoking:
+        raise click.UsageError("--dry-run goes with --expire --owner-principal/--token-id")
     if action == "create" and len(params["owner_principals"]) > 1:
         raise click.UsageError("--create takes at most one --owner-principal")
     return action
@@ -149,6 +163,11 @@ def _check_usage(ctx: click.Context, chosen: list[str], params: dict) -> str:
               help="Maximum lifetime of the new token; -1: the server's maximum.")
 @click.option("--hmac", callback=_hmac, default=None, metavar="BASE64",
               help="The token's HMAC (for --renew and --expire).")
+@click.option("--token-id", "token_ids", multiple=True, metavar="ID",
+              help="expire: revoke this token by its id, no HMAC needed (repeatable; "
+                   "tokensvc only). --expire --owner-principal P revokes every token of P.")
+@click.option("--dry-run", is_flag=True,
+              help="expire by owner or id: list what would be revoked, change nothing.")
 @click.option("--renew-time-period", type=int, default=-1, show_default=True, metavar="MS",
               help="Renew for this long; -1: the server's default.")
 @click.option("--expiry-time-period", type=int, default=-1, show_default=True, metavar="MS",
@@ -222,6 +241,8 @@ def _run(action: str, params: dict) -> None:
             else:
                 click.echo(f"Total number of tokens : {len(tokens)}\n")
                 click.echo(token_table(tokens))
+        elif action == "expire" and (params["owner_principals"] or params["token_ids"]):
+            _revoke(admin, params, wait, as_json)
         else:
             # Which token this is must be known before an expire removes it.
             token = _token_of(admin, params["hmac"]) if wait else None
@@ -243,6 +264,34 @@ def _run(action: str, params: dict) -> None:
             else:
                 click.echo(f"Completed {action} operation. New expiry date : {format_date(expiry)}")
                 _echo_served(served)
+
+
+def _revoke(admin: AdminClient, params: dict, wait: bool, as_json: bool) -> None:
+    """--expire --owner-principal P / --token-id ID: revoke without HMACs. Exits 1 when an
+    id was not found (the others are revoked) or tokens were created after the revocation."""
+    owners = params["owner_principals"]
+    result = admin.revoke_tokens(owner=owners[0] if owners else None,
+                                 token_ids=params["token_ids"], dry_run=params["dry_run"])
+    served = None
+    if wait and result.revoked and not result.dry_run:
+        served = admin.wait_all_brokers(tokens_absent([t for t, _ in result.revoked],
+                                                      [o for _, o in result.revoked]))
+    if as_json:
+        click.echo(json.dumps({**result.to_json(), **_served_json(served)}, indent=2))
+    else:
+        verb = "Would revoke" if result.dry_run else "Revoked"
+        click.echo(f"{verb} {len(result.revoked)} token(s)")
+        for token_id, owner in result.revoked:
+            click.echo(f"  {token_id}  {owner}")
+        _echo_served(served)
+    problems = []
+    if result.not_found:
+        problems.append(f"no such token: {', '.join(result.not_found)}")
+    if result.created_after:
+        problems.append(f"{len(result.created_after)} token(s) of the owner were created after "
+                        f"the revocation and are live: {', '.join(result.created_after)}")
+    if problems:
+        raise click.ClickException("; ".join(problems))
 
 
 def _token_of(admin: AdminClient, hmac: bytes) -> TokenDescription:

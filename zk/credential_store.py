@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +44,7 @@ from kazoo.exceptions import (
     KazooException,
     NodeExistsError,
     NoNodeError,
+    RolledBackError,
 )
 
 from tokensvc.core.principal import desanitize, sanitize
@@ -54,6 +55,7 @@ from tokensvc.scram.formatter import (
     ScramMechanism,
     derive_credential,
 )
+from zk import layout as token_layout
 from zk.client import ZkSettings, open_client
 from zk.errors import UNAVAILABLE, NotControllerError, StoreError, StoreUnavailable
 from zk.notifications import COUNT_MIN_AGE_MS, ChangeNotifications, NotificationRoot
@@ -261,6 +263,80 @@ class CredentialStore:
         guard: Guard | None = None,
         record: Callable[[dict[str, bool]], RecordOp] | None = None,
     ) -> tuple[dict[str, bool], list[int]]:
+        """:meth:`alter_with_tokens` without the cascade to tokens."""
+        effects, sequences, _ = self.alter_with_tokens(changes, guard=guard, record=record)
+        return effects, sequences
+
+    def alter_with_tokens(
+        self,
+        changes: Sequence[CredentialChange],
+        *,
+        guard: Guard | None = None,
+        record: Callable[[dict[str, bool]], RecordOp] | None = None,
+        cascade: Callable[[str], Sequence[str]] | None = None,
+    ) -> tuple[dict[str, bool], list[int], list[int]]:
+        """:meth:`alter`, and when a change deletes a user's last credential and
+        ``cascade`` is given, the tokens ``cascade(user)`` names (the tokens the user owns)
+        are deleted **in the same transaction**, each with its token change notification.
+        A user with more than :data:`CASCADE_PER_TRANSACTION` tokens has the others
+        deleted first, in transactions of that size (guarded too), so the last one -- with
+        the credential -- stays bounded; a token gone meanwhile is skipped. Returns also
+        the token notification sequences."""
+        token_sequences: list[int] = []
+        while True:
+            doomed = self._doomed_tokens(changes, cascade)
+            if len(doomed) <= CASCADE_PER_TRANSACTION:
+                break
+            token_sequences += self._delete_tokens(doomed[:CASCADE_PER_TRANSACTION], guard)
+        effects, sequences, more = self._alter_once(changes, guard, record, cascade)
+        return effects, sequences, token_sequences + more
+
+    def _doomed_tokens(self, changes: Sequence[CredentialChange],
+                       cascade: Callable[[str], Sequence[str]] | None) -> list[str]:
+        """Tokens of the users whose last credential ``changes`` delete (read now)."""
+        if cascade is None:
+            return []
+        doomed: list[str] = []
+        for change in changes:
+            if change.credential is not None:
+                continue
+            try:
+                data, _ = self._call(self._client.get, user_path(change.user))
+            except NoNodeError:
+                continue
+            config = decode_user_config(data)
+            config.pop(change.mechanism.mechanism_name, None)
+            if not config:
+                doomed += cascade(change.user)
+        return doomed
+
+    def _delete_tokens(self, token_ids: Sequence[str], guard: Guard | None) -> list[int]:
+        """Delete ``token_ids`` (those still there) with their notifications, in one
+        guarded transaction; their notification sequences."""
+        present = [t for t in token_ids if self._call(self._client.exists, token_layout.token_path(t))]
+        if not present:
+            return []
+        txn = self._client.transaction()
+        if guard is not None:
+            txn.check(guard[0], guard[1])
+        for token_id in present:
+            txn.delete(token_layout.token_path(token_id))
+        for token_id in present:
+            txn.create(token_layout.token_change_create_path(), token_id.encode(), sequence=True)
+        results = self._call(txn.commit)
+        if any(isinstance(r, Exception) for r in results):
+            if guard is not None and isinstance(results[0], (BadVersionError, NoNodeError)):
+                raise NotControllerError(f"guard {guard[0]} changed: not allowed to write tokens")
+            raise StoreError("a token of a deleted user changed during its deletion; retry")
+        return [int(path[-10:]) for path in results[len(results) - len(present):]]
+
+    def _alter_once(
+        self,
+        changes: Sequence[CredentialChange],
+        guard: Guard | None,
+        record: Callable[[dict[str, bool]], RecordOp] | None,
+        cascade: Callable[[str], Sequence[str]] | None,
+    ) -> tuple[dict[str, bool], list[int], list[int]]:
         """Apply every change (one per user) in ONE transaction with one notification per
         changed user and, when given, the request record built from the effects.
 
@@ -278,6 +354,7 @@ class CredentialStore:
             pending = [(c, self._client.get_async(user_path(c.user))) for c in changes]
             effects: dict[str, bool] = {}
             writes: list[tuple[str, bytes, int | None]] = []
+            doomed: list[str] = []
             for change, async_result in pending:
                 try:
                     data, stat = self._call(async_result.get)
@@ -294,6 +371,9 @@ class CredentialStore:
                 effects[change.user] = changed
                 if changed:
                     writes.append((change.user, encode_user_config(config), version))
+                if changed and not config and cascade is not None:
+                    doomed += [t for t in cascade(change.user)
+                               if self._call(self._client.exists, token_layout.token_path(t))]
             txn = self._client.transaction()
             if guard is not None:
                 txn.check(guard[0], guard[1])
@@ -307,16 +387,32 @@ class CredentialStore:
                 txn.create(record_op.path, record_op.data)
             for user, _, _ in writes:
                 txn.create(f"{CHANGES_PATH}/{CHANGE_PREFIX}", encode_change(user), sequence=True)
+            # The deleted users' tokens, in the same transaction (after every other op, so
+            # the failure analysis below reads the ops before them as before).
+            for token_id in doomed:
+                txn.delete(token_layout.token_path(token_id))
+            for token_id in doomed:
+                txn.create(token_layout.token_change_create_path(), token_id.encode(),
+                           sequence=True)
             if not writes and record_op is None:
-                return effects, []
+                return effects, [], []
             results = self._call(txn.commit)
-            failure = _transaction_failure(
-                results, guarded=guard is not None, writes=len(writes),
-                recorded=record_op is not None,
-            )
+            token_start = len(results) - 2 * len(doomed)
+            failed_at = [i for i, r in enumerate(results)
+                         if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
+            if doomed and failed_at and failed_at[0] >= token_start:
+                failure: str | None = "race"  # a token went meanwhile (swept): read again
+            else:
+                failure = _transaction_failure(
+                    results, guarded=guard is not None, writes=len(writes),
+                    recorded=record_op is not None,
+                )
             if failure is None:
-                created = results[len(results) - len(writes):]
-                return effects, [int(path[-10:]) for path in created]
+                end = len(results) - 2 * len(doomed)
+                created = results[end - len(writes):end]
+                tokens = results[len(results) - len(doomed):] if doomed else []
+                return (effects, [int(path[-10:]) for path in created],
+                        [int(path[-10:]) for path in tokens])
             if failure == "guard":
                 raise NotControllerError(f"guard {guard[0]} changed: not allowed to write credentials")
             if failure == "recorded":
@@ -387,6 +483,17 @@ class UserCredentialCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._users: dict[str, Credentials] = {}
+        self._listeners: list[Callable[[str], None]] = []
+
+    def add_listener(self, listener: Callable[[str], None]) -> None:
+        """``listener(user)`` after a user's credentials were deleted or changed (not for a
+        user who only got a first credential); called on the thread that applied it."""
+        self._listeners.append(listener)
+
+    def _changed(self, users: Iterable[str]) -> None:
+        for user in users:
+            for listener in self._listeners:
+                listener(user)
 
     def user_credential(self, username: str, mechanism: ScramMechanism) -> ScramCredential | None:
         with self._lock:
@@ -402,35 +509,53 @@ class UserCredentialCache:
 
     def put(self, user: str, mechanism: ScramMechanism, credential: ScramCredential) -> None:
         with self._lock:
-            self._users.setdefault(user, {})[mechanism] = credential
+            old = self._users.setdefault(user, {}).get(mechanism)
+            self._users[user][mechanism] = credential
+        if old is not None and old != credential:
+            self._changed([user])
 
     def discard(self, user: str, mechanism: ScramMechanism) -> None:
         with self._lock:
             creds = self._users.get(user)
-            if creds is None:
+            if creds is None or mechanism not in creds:
                 return
             creds.pop(mechanism, None)
             if not creds:
                 del self._users[user]
+        self._changed([user])
 
     def set_user(self, user: str, credentials: Mapping[ScramMechanism, ScramCredential]) -> None:
         """Replace all of ``user``'s credentials (none: forget the user)."""
         with self._lock:
+            old = self._users.get(user, {})
             if credentials:
                 self._users[user] = dict(credentials)
             else:
                 self._users.pop(user, None)
+        if old and _lost_or_changed(old, credentials):
+            self._changed([user])
 
     def replace_all(self, users: Mapping[str, Mapping[ScramMechanism, ScramCredential]]) -> None:
         with self._lock:
+            old = self._users
             self._users = {u: dict(c) for u, c in users.items() if c}
+        self._changed([u for u, creds in old.items()
+                       if _lost_or_changed(creds, self._users.get(u, {}))])
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._users)
 
 
+def _lost_or_changed(old: Mapping[ScramMechanism, ScramCredential],
+                     new: Mapping[ScramMechanism, ScramCredential]) -> bool:
+    """A credential the user had is gone or different (a session may have used it)."""
+    return any(new.get(mechanism) != credential for mechanism, credential in old.items())
+
+
 CREDENTIALS_ROOT = NotificationRoot("credentials", CHANGES_PATH, CHANGE_PREFIX)
+# Token deletions of a deleted user per transaction (each is a delete and a notification).
+CASCADE_PER_TRANSACTION = 500
 
 
 class CredentialSync(ChangeNotifications):

@@ -346,3 +346,25 @@ def test_token_origin_tells_agent_made_tokens_from_hand_made(spark: SparkSession
     rows = {(r["owner"], r["origin"]): r["tokens"] for r in parquet(spark, out, "token_origin")}
     assert rows == {("User:etl", "agent"): 2, ("User:etl", "hand"): 1, ("User:bob", "hand"): 1}
     assert summary["tokens_by_origin"] == {"agent": 2, "hand": 2}
+
+
+
+def test_revocations_by_actor_and_reason(spark: SparkSession, tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    revokes = [("t1", "User:alice", "User:sec", "revoked_by_owner"),
+               ("t2", "User:alice", "User:sec", "revoked_by_owner"),
+               ("t3", "User:bob", "User:sec", "revoked_by_id"),
+               ("t4", "User:carol", "User:admin", "owner_deleted")]
+    lines = [json.dumps(stamp(token_event(action="revoke", outcome="success", requester=actor,
+                                          owner=owner, token_id=tid, reason=reason),
+                              ts=T0 + i, broker_id=1, event_id=f"{i:032d}"))
+             for i, (tid, owner, actor, reason) in enumerate(revokes)]
+    (tmp_path / "in" / "audit-1.jsonl").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    summary = run_report(spark, build_options(str(tmp_path / "in"), str(out)))
+    rows = {(r["actor"], r["reason"]): (r["tokens"], r["owners"])
+            for r in parquet(spark, out, "revocations")}
+    assert rows == {("User:sec", "revoked_by_owner"): (2, 1), ("User:sec", "revoked_by_id"): (1, 1),
+                    ("User:admin", "owner_deleted"): (1, 1)}
+    assert summary["revocations_by_reason"] == {"owner_deleted": 1, "revoked_by_id": 1,
+                                                "revoked_by_owner": 2}

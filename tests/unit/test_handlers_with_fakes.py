@@ -52,17 +52,41 @@ class FakeTokens:
         self.writes.append(("delete", info.token_id, outcome))
         self.cache.remove(info.token_id)
 
+    def info(self, token_id):
+        return self.cache.info(token_id)
 
-def _services(clock: FakeClock, *, cluster_action: bool = False):
+    def owned_by(self, owner):
+        infos = (self.cache.info(t) for t in self.cache.ids_of([owner]))
+        return [i for i in infos if i is not None and i.owner == owner]
+
+    def owned_count(self, owner):
+        return len(self.owned_by(owner))
+
+    def creating(self, owner, delta):
+        pass
+
+    async def revoke(self, ctx, infos):
+        for info in infos:
+            self.writes.append(("delete", info.token_id))
+            self.cache.remove(info.token_id)
+        return [i.token_id for i in infos]
+
+    async def record(self, ctx, outcome):
+        self.writes.append(("record", outcome))
+
+
+def _services(clock: FakeClock, *, cluster_action: bool = False, limit: int = 0):
     events: list[dict] = []
     return SimpleNamespace(
         config=SimpleNamespace(master_keys=MasterKeys("k"), inter_broker_listener_name="BROKER",
-                               inter_broker_sasl_username="broker"),
+                               inter_broker_sasl_username="broker",
+                               delegation_token_max_per_owner=limit),
         clock=clock,
         audit=SimpleNamespace(emit=lambda kind, **f: events.append({"type": kind, **f}),
                               events=events),
         metrics=SimpleNamespace(token_request=lambda action, error: None),
-        authz=SimpleNamespace(authorize=lambda ctx, op, rtype, name: cluster_action),
+        authz=SimpleNamespace(authorize=lambda ctx, op, rtype, name: cluster_action,
+                              allows_everything=lambda ctx: False),
         tokens=FakeTokens(clock),
     )
 
@@ -144,3 +168,85 @@ def test_a_refused_envelope_is_cluster_authorization_failed_and_audited():
     (event,) = s.audit.events
     assert (event["type"], event["api"], event["outcome"]) == ("forward", "Envelope", "failure")
     assert event["error_code"] == Errors.CLUSTER_AUTHORIZATION_FAILED
+
+
+# --- the per-owner limit and revocation without HMACs ------------------------------
+
+
+def test_create_beyond_the_owner_limit_is_policy_violation_and_writes_nothing():
+    services = _services(FakeClock(1_000), limit=3)
+    for _ in range(3):
+        assert _create(services)["ErrorCode"] == 0
+    refused = _create(services)
+    assert refused["ErrorCode"] == Errors.POLICY_VIOLATION
+    assert [w[0] for w in services.tokens.writes] == ["create"] * 3
+    audited = [e for e in services.audit.events if e.get("reason") == "owner_limit"]
+    assert len(audited) == 1 and audited[0]["count"] == 3
+
+
+def test_passing_80_percent_of_the_limit_is_audited_once():
+    services = _services(FakeClock(1_000), limit=5)
+    for _ in range(5):
+        _create(services)
+    near = [e for e in services.audit.events if e.get("reason") == "owner_near_limit"]
+    assert len(near) == 1 and near[0]["count"] == 5
+
+
+def _revoke(services, principal=ALICE, **body) -> dict:
+    fields = {"Hmac": b"", "ExpiryTimePeriodMs": -1, **body}
+    return asyncio.run(handle_expire(services, _ctx(40, principal), fields))
+
+
+def _owned(services, owner, n):
+    requester = owner
+    return [services.tokens.manager.create(owner, requester, [], -1) for _ in range(n)]
+
+
+def test_revoke_by_owner_removes_exactly_that_owners_tokens_and_audits_each():
+    services = _services(FakeClock(1_000))
+    alice = _owned(services, ALICE, 3)
+    bob = _owned(services, BOB, 2)
+    for token in alice + bob:
+        services.tokens.cache.upsert(token.info)
+    answer = _revoke(services, RevokeOwner={"PrincipalType": "User", "PrincipalName": "alice"})
+    assert answer["ErrorCode"] == 0
+    assert {r["TokenId"] for r in answer["Revoked"]} == {t.info.token_id for t in alice}
+    assert all(services.tokens.cache.by_id(t.info.token_id) for t in bob)
+    assert not any(services.tokens.cache.by_id(t.info.token_id) for t in alice)
+    revokes = [e for e in services.audit.events if e["action"] == "revoke"]
+    assert {e["token_id"] for e in revokes} == {t.info.token_id for t in alice}
+    assert {e["reason"] for e in revokes} == {"revoked_by_owner"}
+    assert services.tokens.writes[-1][0] == "record"
+
+
+def test_revoke_by_id_reports_unknown_ids():
+    services = _services(FakeClock(1_000))
+    (token,) = _owned(services, ALICE, 1)
+    services.tokens.cache.upsert(token.info)
+    answer = _revoke(services, RevokeTokenIds=[token.info.token_id, "no-such-token"])
+    assert [r["TokenId"] for r in answer["Revoked"]] == [token.info.token_id]
+    assert answer["RevokeNotFound"] == ["no-such-token"]
+    only_unknown = _revoke(services, RevokeTokenIds=["no-such-token"])
+    assert only_unknown["ErrorCode"] == Errors.DELEGATION_TOKEN_NOT_FOUND
+
+
+def test_revoke_is_refused_as_a_whole_when_one_token_is_not_the_callers():
+    services = _services(FakeClock(1_000))
+    mine, = _owned(services, ALICE, 1)
+    theirs, = _owned(services, BOB, 1)
+    for token in (mine, theirs):
+        services.tokens.cache.upsert(token.info)
+    answer = _revoke(services, RevokeTokenIds=[mine.info.token_id, theirs.info.token_id])
+    assert answer["ErrorCode"] == Errors.DELEGATION_TOKEN_AUTHORIZATION_FAILED
+    assert services.tokens.writes == []
+    assert services.tokens.cache.by_id(mine.info.token_id) is not None
+
+
+def test_dry_run_lists_and_changes_nothing():
+    services = _services(FakeClock(1_000))
+    tokens = _owned(services, ALICE, 2)
+    for token in tokens:
+        services.tokens.cache.upsert(token.info)
+    answer = _revoke(services, RevokeOwner={"PrincipalType": "User", "PrincipalName": "alice"},
+                     RevokeDryRun=True)
+    assert len(answer["Revoked"]) == 2 and services.tokens.writes == []

@@ -178,12 +178,30 @@ def test_create_delegation_token_response_layouts() -> None:
     assert decode_response(38, 3, v3) == (3, body)
 
 
+# tokensvc's tagged fields of ExpireDelegationToken v2, absent on the wire: their defaults.
+NO_REVOKE = {"RevokeOwner": None, "RevokeTokenIds": [], "RevokeDryRun": False}
+
+
+def test_expire_v2_revocation_tags_layout() -> None:
+    """Tag 0 the owner (a struct), tag 1 the token ids, tag 2 the dry run: each written only
+    when it differs from its default, in tag order, after Kafka's own fields."""
+    body = {"Hmac": b"", "ExpiryTimePeriodMs": -1, "RevokeTokenIds": ["ab"], "RevokeDryRun": True}
+    encoded = encode_request(RequestHeader(40, 2, 7, None), body)
+    ids = b"\x02" + b"\x03ab"  # compact array of 1, compact string "ab"
+    tags = b"\x02" + b"\x01" + bytes([len(ids)]) + ids + b"\x02\x01\x01"
+    assert encoded == header_v2(40, 2, 7, None) + cb(b"") + i64(-1) + tags
+    assert decode_request(encoded)[1] == {**body, "RevokeOwner": None}
+    # Kafka's own v0/v1 (not flexible) cannot carry them and are unchanged.
+    v1 = encode_request(RequestHeader(40, 1, 7, "c"), {"Hmac": b"h", "ExpiryTimePeriodMs": 1})
+    assert decode_request(v1)[1] == {"Hmac": b"h", "ExpiryTimePeriodMs": 1}
+
+
 def test_renew_and_expire_requests_v2_layout() -> None:
     hmac = b"\x01\x02\x03"
     renew = header_v2(39, 2, 4, None) + cb(hmac) + i64(-1) + NO_TAGS
     expire = header_v2(40, 2, 5, None) + cb(hmac) + i64(0) + NO_TAGS
     assert decode_request(renew)[1] == {"Hmac": hmac, "RenewPeriodMs": -1}
-    assert decode_request(expire)[1] == {"Hmac": hmac, "ExpiryTimePeriodMs": 0}
+    assert decode_request(expire)[1] == {"Hmac": hmac, "ExpiryTimePeriodMs": 0, **NO_REVOKE}
     assert encode_request(RequestHeader(39, 2, 4, None), {"Hmac": hmac, "RenewPeriodMs": -1}) \
         == renew
 
@@ -237,7 +255,8 @@ def test_envelope_request_and_response_layout() -> None:
         "RequestData": inner, "RequestPrincipal": principal, "ClientHostAddress": b"\x7f\x00\x00\x01",
         "RequestKey": None, "FirstAttempt": False,
     }
-    assert decode_request(body["RequestData"])[1] == {"Hmac": b"h", "ExpiryTimePeriodMs": 1}
+    assert decode_request(body["RequestData"])[1] == {"Hmac": b"h", "ExpiryTimePeriodMs": 1,
+                                                      **NO_REVOKE}
 
     response = i32(12) + NO_TAGS + b"\x00" + i16(41) + NO_TAGS
     assert encode_response(header, {"ErrorCode": 41}) == response

@@ -93,3 +93,26 @@ def test_principal_index_agrees_with_a_full_scan(steps: list[tuple]) -> None:
             latest = {d[0]: _info(now, d) for d in step[1]}
             cache.replace_all(latest.values())
         _check(cache)
+
+
+def test_owner_counts_follow_upserts_renewals_removals_and_resyncs() -> None:
+    from tokensvc.core.cache import TokenCache
+    from tokensvc.core.keys import MasterKeys
+    from tokensvc.core.principal import KafkaPrincipal
+    from tokensvc.core.token import TokenInformation
+
+    alice, bob = KafkaPrincipal.user("alice"), KafkaPrincipal.user("bob")
+    cache = TokenCache(MasterKeys("k"))
+
+    def token(i: int, owner: KafkaPrincipal, expiry: int = 10) -> TokenInformation:
+        return TokenInformation(f"t{i}", owner, owner, (), 0, expiry, 100, "")
+
+    for i in range(3):
+        cache.upsert(token(i, alice))
+    cache.upsert(token(9, bob))
+    cache.upsert(token(0, alice, expiry=20))  # a renewal: still 3
+    assert cache.owned_count(alice) == 3 and cache.owned_count(bob) == 1
+    cache.remove("t1")
+    assert cache.top_owners(10) == [(alice, 2), (bob, 1)]
+    cache.replace_all([token(9, bob), token(8, bob)])
+    assert cache.owned_count(alice) == 0 and cache.top_owners(1) == [(bob, 2)]

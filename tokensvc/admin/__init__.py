@@ -14,12 +14,14 @@ from tokensvc.admin.propagation import (
     expiry_visible,
     token_logs_in,
     token_refused,
+    tokens_absent,
 )
 from tokensvc.admin.results import (
     AdminError,
     BrokerNode,
     BrokerUnreachableError,
     ClusterDescription,
+    Revocation,
     ScramCredentialInfo,
     TokenDescription,
 )
@@ -32,9 +34,11 @@ __all__ = [
     "ClusterDescription",
     "Propagation",
     "PropagationTimeout",
+    "Revocation",
     "ScramCredentialInfo",
     "TokenDescription",
     "expiry_visible",
     "token_logs_in",
     "token_refused",
+    "tokens_absent",
 ]

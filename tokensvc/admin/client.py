@@ -26,6 +26,7 @@ from tokensvc.admin.results import (
     AdminError,
     BrokerUnreachableError,
     ClusterDescription,
+    Revocation,
     ScramCredentialInfo,
     TokenDescription,
     acl_creation,
@@ -38,6 +39,7 @@ from tokensvc.admin.results import (
     principal_of,
     principal_struct,
     raise_for,
+    revocation_from,
     scram_credentials_from_describe,
     token_from_create,
     tokens_from_describe,
@@ -137,6 +139,51 @@ class AdminClient:
         body = {"Hmac": bytes(hmac), "ExpiryTimePeriodMs": expiry_period_ms}
         response, _ = self._call(self._simple(ApiKey.EXPIRE_DELEGATION_TOKEN, body), "expire token")
         return response["ExpiryTimestampMs"]
+
+    def revoke_tokens(
+        self,
+        owner: str | KafkaPrincipal | None = None,
+        token_ids: Iterable[str] = (),
+        dry_run: bool = False,
+    ) -> Revocation:
+        """Expire every token of ``owner``, or the tokens ``token_ids``, now, without their
+        HMACs (tokensvc's tagged fields on ExpireDelegationToken v2; docs/protocol.md). The
+        answering broker refuses them when this returns. ``dry_run`` lists, changes nothing.
+        Raises AdminError when refused (all of it: nothing changes), or when the broker does
+        not know the tags (an Apache Kafka broker)."""
+        ids = list(dict.fromkeys(token_ids))
+        if (owner is None) == (not ids):
+            raise ValueError("give an owner or token ids (not both)")
+        body: dict[str, Any] = {"Hmac": b"", "ExpiryTimePeriodMs": -1, "RevokeDryRun": dry_run,
+                                "RevokeTokenIds": ids}
+        if owner is not None:
+            body["RevokeOwner"] = principal_struct(principal_of(owner))
+
+        def send(conn: BrokerConnection, deadline: float) -> tuple[dict[str, Any], int]:
+            version = conn.version_for(ApiKey.EXPIRE_DELEGATION_TOKEN)
+            if version < 2:
+                raise AdminError(Errors.UNSUPPORTED_VERSION,
+                                 f"the broker at {conn.address} cannot revoke without HMACs "
+                                 "(needs ExpireDelegationToken v2)")
+            response = conn.request(ApiKey.EXPIRE_DELEGATION_TOKEN, body, deadline, version)
+            code = response["ErrorCode"]
+            if response.get("RevokeMessage") and code and not _retriable(code):
+                raise AdminError(code, f"{Errors(code).name}: {response['RevokeMessage']}")
+            if response.get("Revoked") is None and response["ErrorCode"] in (
+                    Errors.NONE, Errors.DELEGATION_TOKEN_NOT_FOUND):
+                raise AdminError(Errors.UNSUPPORTED_VERSION,
+                                 f"the broker at {conn.address} ignored the revocation fields: "
+                                 "revoking by owner or id is a tokensvc extension (Apache Kafka "
+                                 "needs --hmac)")
+            return response, version
+
+        try:
+            response, _ = self._call(send, "revoke tokens")
+        except AdminError as exc:
+            if exc.error != Errors.DELEGATION_TOKEN_NOT_FOUND:
+                raise
+            return Revocation((), tuple(ids), (), dry_run)
+        return revocation_from(response, dry_run)
 
     def describe_tokens(
         self, owners: Iterable[str | KafkaPrincipal] | None = None

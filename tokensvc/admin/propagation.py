@@ -24,13 +24,14 @@ import base64
 import dataclasses
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tokensvc.admin.connection import BrokerConnection, ConnectionLost
 from tokensvc.admin.results import AdminError, BrokerNode, TokenDescription, tokens_from_describe
 from tokensvc.client_config import ClientConfig
 from tokensvc.core.errors import Errors
+from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.protocol import ApiKey
 
 # How long one attempt on one broker may take before it is tried again: a stopped broker
@@ -100,6 +101,31 @@ def expiry_visible(token_id: str, expiry_ms: int) -> Check:
             return False
         return any(t.token_id == token_id and t.expiry_ms == expiry_ms
                    for t in tokens_from_describe(response, version))
+
+    return check
+
+
+def tokens_absent(token_ids: Iterable[str], owners: Iterable[KafkaPrincipal]) -> Check:
+    """None of ``token_ids`` (of ``owners``) is in the broker's token cache any more:
+    describe of those owners (as the caller, who may see them) lists none of them. A broker
+    answers logins from the same cache, so these tokens are refused there -- one request
+    per broker, however many tokens."""
+    wanted = set(token_ids)
+    structs = [{"PrincipalType": o.principal_type, "PrincipalName": o.name}
+               for o in dict.fromkeys(owners)]
+
+    def check(address: str, config: ClientConfig, deadline: float) -> bool:
+        conn = BrokerConnection(address, config, client_id="tokensvc-wait-all-brokers")
+        try:
+            conn.open(deadline)
+            version = conn.version_for(ApiKey.DESCRIBE_DELEGATION_TOKEN)
+            response = conn.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, {"Owners": structs},
+                                    deadline, version)
+        finally:
+            conn.close()
+        if response["ErrorCode"] != Errors.NONE:
+            return False
+        return not any(t.token_id in wanted for t in tokens_from_describe(response, version))
 
     return check
 

@@ -313,3 +313,32 @@ def binding_from_matching(acl: dict[str, Any]) -> AclBinding:
             AclPermissionType(acl["PermissionType"]),
         ),
     )
+
+
+@dataclass(frozen=True)
+class Revocation:
+    """What a revocation by owner or id did (or, for a dry run, would do)."""
+
+    revoked: tuple[tuple[str, KafkaPrincipal], ...]  # (token id, owner)
+    not_found: tuple[str, ...]
+    created_after: tuple[str, ...]  # the owner's tokens created after its last pass
+    dry_run: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "count": len(self.revoked),
+            "revoked": [{"token_id": t, "owner": str(o)} for t, o in self.revoked],
+            "not_found": list(self.not_found),
+            "created_after": list(self.created_after),
+        }
+
+
+def revocation_from(response: dict[str, Any], dry_run: bool) -> Revocation:
+    return Revocation(
+        revoked=tuple((r["TokenId"], KafkaPrincipal(r["OwnerType"], r["OwnerName"]))
+                      for r in response.get("Revoked") or []),
+        not_found=tuple(response.get("RevokeNotFound") or ()),
+        created_after=tuple(response.get("RevokeCreatedAfter") or ()),
+        dry_run=dry_run,
+    )

@@ -27,7 +27,10 @@ COMMON_FIELDS = ("schema", "ts", "broker_id", "event_id", "type")
 
 OUTCOMES = frozenset({"success", "failure"})
 LOGIN_KINDS = frozenset({"user", "token"})
-TOKEN_ACTIONS = frozenset({"create", "renew", "expire", "describe"})
+TOKEN_ACTIONS = frozenset({"create", "renew", "expire", "describe", "revoke"})
+# Why a token request was special: a revocation's reason, or the per-owner limit.
+TOKEN_REASONS = frozenset({"revoked_by_id", "revoked_by_owner", "owner_deleted",
+                           "owner_limit", "owner_near_limit"})
 SWEEP_REASONS = frozenset({"expired", "max_lifetime"})
 ACL_ACTIONS = frozenset({"create", "delete"})
 CREDENTIAL_ACTIONS = frozenset({"upsert", "delete"})
@@ -109,12 +112,18 @@ def token_event(
     listener: str | None = None,
     forwarded: bool = False,
     client_id: str | None = None,
+    reason: str | None = None,
 ) -> dict[str, Any]:
     """A delegation token request (create, renew, expire, describe) and its result.
+    ``revoke`` is one token expired without its HMAC (by id, by owner, or because its
+    owner was deleted: ``reason``); a create refused for, or close to, the per-owner limit
+    has ``reason`` ``owner_limit`` or ``owner_near_limit``.
     ``client_id`` is the client's own (``tokensvc-agent`` for the token agent's requests),
     also for a request forwarded to the controller."""
     _one_of("action", action, TOKEN_ACTIONS)
     _outcome(outcome, error_code)
+    if reason is not None:
+        _one_of("reason", reason, TOKEN_REASONS)
     return {
         "type": "token",
         "action": action,
@@ -133,6 +142,7 @@ def token_event(
         "listener": listener,
         "forwarded": bool(forwarded),
         "client_id": client_id,
+        "reason": reason,
     }
 
 

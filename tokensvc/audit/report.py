@@ -62,7 +62,7 @@ from tokensvc.audit.rules import (
 
 DEFAULT_GLOB = "audit-*.jsonl*"
 REPORTS = ("token_usage", "owner_usage", "lifecycle", "logins_hourly", "findings",
-           "token_origin")
+           "token_origin", "revocations")
 # The client id of the token agent's requests (tokensvc.agent.runner.CLIENT_ID): tokens it
 # created are "agent"-made in the token_origin report.
 AGENT_CLIENT_ID = "tokensvc-agent"
@@ -228,6 +228,18 @@ class Reports:
             F.countDistinct("token_id").alias("tokens"),
             F.min("ts").alias("first_ts"), F.max("ts").alias("last_ts"))
 
+    def revocations(self) -> DataFrame:
+        """Tokens revoked without their HMAC, by actor (the requester) and reason
+        (``revoked_by_id``, ``revoked_by_owner``, ``owner_deleted``)."""
+        revoked = self.events.filter(
+            (F.col("type") == "token") & (F.col("action") == "revoke")
+            & (F.col("outcome") == "success") & F.col("token_id").isNotNull())
+        return revoked.groupBy(F.coalesce("requester", F.lit("(unknown)")).alias("actor"),
+                               F.coalesce("reason", F.lit("(none)")).alias("reason")).agg(
+            F.countDistinct("token_id").alias("tokens"),
+            F.countDistinct("owner").alias("owners"),
+            F.min("ts").alias("first_ts"), F.max("ts").alias("last_ts"))
+
     # -- per hour -----------------------------------------------------------------
 
     def hourly(self) -> DataFrame:
@@ -382,6 +394,8 @@ def _order(name: str) -> list[Column]:
                 F.coalesce("client_host", F.lit(""))]
     if name == "token_origin":
         return [F.col("owner"), F.col("origin")]
+    if name == "revocations":
+        return [F.col("actor"), F.col("reason")]
     key = {"token_usage": "token_id", "owner_usage": "owner"}.get(name, "hour_ms")
     return [F.col(key)]
 
@@ -515,6 +529,7 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
             "logins_hourly": reports.logins_hourly(hourly),
             "findings": reports.findings(),
             "token_origin": reports.token_origin(),
+            "revocations": reports.revocations(),
         }
         # Reports are small: one partition, sorted locally (no range shuffle).
         frames = {name: df.coalesce(1).sortWithinPartitions(*_order(name)).persist()
@@ -524,6 +539,7 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
         for name, df in frames.items():
             write_report(df, str(out), name)
         origin_rows = frames["token_origin"].collect()
+        revocation_rows = frames["revocations"].collect()
         findings_by_rule = dict.fromkeys(RULES, 0)
         for r in frames["findings"].groupBy("rule").count().collect():
             findings_by_rule[r["rule"]] = r["count"]
@@ -550,6 +566,9 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
             "settings": asdict(options.settings),
             "rows": rows,
             "findings_by_rule": findings_by_rule,
+            "revocations_by_reason": {
+                reason: sum(r["tokens"] for r in revocation_rows if r["reason"] == reason)
+                for reason in sorted({r["reason"] for r in revocation_rows})},
             "tokens_by_origin": {
                 origin: sum(r["tokens"] for r in origin_rows if r["origin"] == origin)
                 for origin in ("agent", "hand")},

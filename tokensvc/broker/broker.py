@@ -61,6 +61,7 @@ from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.keys import AUDIT_FINGERPRINT_LABEL, SCRAM_SALT_LABEL, derived_secret
 from tokensvc.core.manager import TokenManager
+from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
 from tokensvc.protocol import encode_response, encode_response_segments
 from tokensvc.scram.formatter import ScramCredential, ScramMechanism, TokenSalt
@@ -76,6 +77,8 @@ from zk.requests import RequestKeyExistsError, RequestRecords, valid_request_key
 from zk.sync import TokenSync
 from zk.token_store import TokenStore
 
+# Owners shown by the tokensvc_owner_tokens gauge (the largest).
+TOP_OWNERS = 10
 log = logging.getLogger("tokensvc.broker")
 
 ZK_WORKER_THREADS = 64
@@ -243,6 +246,7 @@ class Broker:
             clock=self.clock,
         )
         self.cache.add_batch_listener(self.sessions.on_token_changes)
+        self.users.add_listener(self.sessions.on_user_change)
 
         async def raw_sasl(session: Session, payload: bytes) -> bytes:
             assert self.services is not None
@@ -323,7 +327,10 @@ class Broker:
             metrics=self.metrics,
             authz=Authorization(self.authorizer, self.config.super_users),
             tokens=TokenService(self.cache, self.manager, self.token_store, writes),
-            credentials=CredentialService(self.users, self.credential_store, writes),
+            credentials=CredentialService(
+                self.users, self.credential_store, writes,
+                owned_tokens=self._owned_token_ids if self.config.delegation_token_expire_with_owner
+                else None),
             acls=AclService(self.authorizer, self.acl_store, writes),
             cluster=_Cluster(self),
             auth=self.auth,
@@ -422,8 +429,15 @@ class Broker:
         self.records.purge(now_ms)
         return purged
 
+    def _owned_token_ids(self, user: str) -> list[str]:
+        """Ids of the tokens ``User:user`` owns (the cascade of a deleted user)."""
+        owner = KafkaPrincipal.user(user)
+        return sorted(t for t in self.cache.ids_of([owner])
+                      if (info := self.cache.info(t)) is not None and info.owner == owner)
+
     def _register_gauges(self) -> None:
         m = self.metrics
+        m.top_owners(lambda: self.cache.top_owners(TOP_OWNERS))
         m.gauge("tokensvc_token_cache_size", "Tokens in this broker's cache", lambda: len(self.cache))
         m.gauge("tokensvc_derived_credentials", "Token SCRAM credentials derived so far",
                 self.cache.derived_count)

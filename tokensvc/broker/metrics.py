@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -24,7 +25,12 @@ from prometheus_client import (
     Gauge,
     start_http_server,
 )
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -128,6 +134,19 @@ class LoopCounts(Collector):
         yield logins
 
 
+class _TopOwners:
+    def __init__(self, fn: Callable[[], list[tuple[Any, int]]]) -> None:
+        self._fn = fn
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily("tokensvc_owner_tokens",
+                                   "Live tokens of the owners holding the most (top 10)",
+                                   labels=["owner"])
+        for owner, count in self._fn():
+            family.add_metric([str(owner)], count)
+        yield family
+
+
 class BrokerMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
@@ -183,6 +202,11 @@ class BrokerMetrics:
         for action in ("create", "renew", "expire", "describe"):
             self.token_requests.labels(action, "NONE")
         self.connections_refused.labels("max_connections_per_ip")
+
+    def top_owners(self, fn: Callable[[], list[tuple[Any, int]]]) -> None:
+        """``tokensvc_owner_tokens{owner}``: live tokens of the largest owners only (owner
+        names are principals the operators chose: the bounded list keeps the series few)."""
+        self.registry.register(_TopOwners(fn))
 
     def gauge(self, name: str, doc: str, fn: Callable[[], float]) -> None:
         g = Gauge(name, doc, registry=self.registry)

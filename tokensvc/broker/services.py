@@ -139,6 +139,11 @@ class Grouped(Protocol):
 
 
 class CredentialStoreWrites(Protocol):
+    def alter_with_tokens(
+        self, changes: Sequence[CredentialChange], *, guard: Any, record: Any,
+        cascade: Callable[[str], list[str]] | None,
+    ) -> tuple[dict[str, bool], list[int], list[int]]: ...
+
     def alter(
         self, changes: Sequence[CredentialChange], *, guard: Guard, record: Any
     ) -> tuple[dict[str, bool], list[int]]: ...
@@ -321,6 +326,7 @@ class TokenService:
         self.manager = manager
         self._store = store
         self._writes = writes
+        self._creating: dict[Any, int] = {}  # owner -> creates in flight (the limit)
 
     def by_hmac(self, hmac: bytes) -> DelegationToken | None:
         return self._cache.by_hmac(hmac)
@@ -358,16 +364,59 @@ class TokenService:
         await self._writes.commit_token(ctx, self._store.delete_write(info.token_id, record),
                                         info.token_id, None)
 
+    # -- revocation and the per-owner limit -----------------------------------------
+
+    def owned_by(self, owner: Any) -> list[TokenInformation]:
+        """The tokens ``owner`` owns, from the cache's principal index (not a scan)."""
+        ids = self._cache.ids_of([owner])
+        infos = (self._cache.info(token_id) for token_id in ids)
+        return [i for i in infos if i is not None and i.owner == owner]
+
+    def owned_count(self, owner: Any) -> int:
+        """Live tokens of ``owner`` in the cache plus its creates in flight."""
+        return self._cache.owned_count(owner) + self._creating.get(owner, 0)
+
+    def creating(self, owner: Any, delta: int) -> None:
+        """Count a create of ``owner`` in flight (+1 before the commit, -1 after)."""
+        count = self._creating.get(owner, 0) + delta
+        if count > 0:
+            self._creating[owner] = count
+        else:
+            self._creating.pop(owner, None)
+
+    async def revoke(self, ctx: RequestContext, infos: list[TokenInformation]) -> list[str]:
+        """Delete ``infos`` now: one delete write each, all submitted at once, so the
+        group commit puts up to 128 of them in each ZooKeeper transaction. Returns the
+        ids deleted (a token already gone is not). Each deletion is in this broker's cache
+        when this returns (read-your-writes) and in the write ticket's committed states
+        (for a forwarding broker); live sessions of the tokens are closed as for any
+        removed token."""
+
+        async def one(info: TokenInformation) -> str:
+            await self._writes.commit_token(ctx, self._store.delete_write(info.token_id, None),
+                                            info.token_id, None)
+            return info.token_id
+
+        done = await asyncio.gather(*(one(info) for info in infos))
+        return list(done)
+
+    async def record(self, ctx: RequestContext, outcome: dict) -> None:
+        """Record a revocation's answer under its request key (a retry gets it back)."""
+        await self._writes.record_alone(ctx, EXPIRE_DELEGATION_TOKEN, outcome)
+
 
 class CredentialService:
     """SCRAM user credentials: reads from this broker's cache, and the write path."""
 
     def __init__(self, users: Any, store: CredentialStoreWrites, writes: WritePath,
-                 follower_root: str = "credentials") -> None:
+                 follower_root: str = "credentials",
+                 owned_tokens: Callable[[str], list[str]] | None = None) -> None:
         self._users = users
         self._store = store
         self._writes = writes
         self._root = follower_root
+        # delegation.token.expire.with.owner: the tokens a deleted user owns (None: kept).
+        self._owned_tokens = owned_tokens
 
     def users(self) -> list[str]:
         return self._users.users()
@@ -394,8 +443,10 @@ class CredentialService:
             return self._writes.record(ctx, ALTER_USER_SCRAM_CREDENTIALS, answer(effects))
 
         def alter(changes: Sequence[CredentialChange], *, guard: Guard, record: Any) -> Any:
-            effects, sequences = self._store.alter(changes, guard=guard, record=record)
-            return effects, [(self._root, s) for s in sequences]
+            effects, sequences, token_sequences = self._store.alter_with_tokens(
+                changes, guard=guard, record=record, cascade=self._owned_tokens)
+            return effects, ([(self._root, s) for s in sequences]
+                             + [(TOKENS_ROOT, s) for s in token_sequences])
 
         return await self._writes.commit(ctx, alter, list(changes),
                                          record=record if ctx.write else None)

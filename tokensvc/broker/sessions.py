@@ -44,6 +44,7 @@ log = logging.getLogger("tokensvc.broker.sessions")
 
 REASON_REMOVED = "token removed"
 REASON_EXPIRED = "token expired"
+REASON_CREDENTIAL = "user credential deleted or changed"
 
 
 class LiveConnection(Protocol):
@@ -150,6 +151,29 @@ class SessionRegistry:
             if token_id is None:
                 return len(self._token_of)
             return len(self._by_token.get(token_id, ()))
+
+    # -- user credential changes ------------------------------------------------------
+
+    def on_user_change(self, user: str) -> None:
+        """UserCredentialCache listener (any thread): ``user``'s credentials were deleted
+        or changed; their open password sessions on this broker end (on the loop, before
+        anything this broker answers after the change: a write that waits for the change
+        is answered after these sessions are closed)."""
+        try:
+            self._loop.call_soon_threadsafe(self._revoke_user, user)
+        except RuntimeError:
+            log.debug("event loop closed; sessions of a changed user not closed")
+
+    def _revoke_user(self, user: str) -> None:
+        # Connections are bounded (max.connections.per.ip, the listeners); credential
+        # changes are rare: a look at each connection costs less than an index to keep.
+        with self._lock:
+            conns = [c for c in self._connections.values()
+                     if c.session.token_id is None and c.session.principal is not None
+                     and c.session.principal.principal_type == "User"
+                     and c.session.principal.name == user and c.session.mechanism]
+        for conn in conns:
+            self._revoke_one(conn.session, REASON_CREDENTIAL)
 
     # -- token changes --------------------------------------------------------------
 

@@ -29,6 +29,7 @@ and does not know where tokens come from (``zk.sync`` feeds it).
 from __future__ import annotations
 
 import gc
+import heapq
 import hmac as hmac_lib
 import logging
 import threading
@@ -208,6 +209,8 @@ class TokenCache:
         self._credentials: dict[str, list[bytes | None]] = {}
         # Each principal's token ids as the keys of a dict: more compact than a set.
         self._by_principal: dict[KafkaPrincipal, dict[str, None]] = {}
+        # Live tokens per owner (delegation.token.max.per.owner and its gauge).
+        self._owned: dict[KafkaPrincipal, int] = {}
         self._expiry = ExpiryIndex()
         self._unknown_key = 0
         self._derived = 0
@@ -369,6 +372,17 @@ class TokenCache:
                     found.update(ids)
         return found
 
+    def owned_count(self, owner: KafkaPrincipal) -> int:
+        """Live tokens ``owner`` owns (kept as tokens come and go: no scan)."""
+        with self._lock:
+            return self._owned.get(owner.without_token_flag(), 0)
+
+    def top_owners(self, n: int) -> list[tuple[KafkaPrincipal, int]]:
+        """The ``n`` owners holding the most tokens, largest first (one pass over the
+        owners, not the tokens)."""
+        with self._lock:
+            return heapq.nlargest(n, self._owned.items(), key=lambda item: item[1])
+
     def tokens_by_ids(self, token_ids: Iterable[str]) -> list[DelegationToken]:
         """The tokens with these ids that are still cached and have an HMAC, in order."""
         with self._lock:
@@ -490,6 +504,8 @@ class TokenCache:
                 return False
             self._unindex(old, keep_hmac=old.key_id == info.key_id)
         entries[token_id] = info
+        owned = self._owned
+        owned[info.owner] = owned.get(info.owner, 0) + 1
         if old is None or old.key_id != info.key_id:
             if key is not None:
                 self._index_hmac(key, token_id)
@@ -534,6 +550,11 @@ class TokenCache:
                 ids.pop(token_id, None)
                 if not ids:
                     del by_principal[principal]
+        left = self._owned.get(info.owner, 0) - 1
+        if left > 0:
+            self._owned[info.owner] = left
+        else:
+            self._owned.pop(info.owner, None)
         self._expiry.discard(token_id, deadline_of(info))
 
     def _index_hmac(self, key: int, token_id: str) -> None:

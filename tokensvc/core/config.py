@@ -175,6 +175,18 @@ _KEYS = [
     ConfigKey("delegation.token.session.alter.access.enable", Type.BOOLEAN, False, None, M,
               "Token-authenticated sessions may alter SCRAM credentials and ACLs (Kafka's "
               "behaviour)."),
+    ConfigKey("delegation.token.expire.with.owner", Type.BOOLEAN, True, None, M,
+              "When a user's last SCRAM credential is deleted, every token the user owns is "
+              "deleted in the same ZooKeeper transaction (and its live sessions closed). "
+              "`false` keeps Kafka's behaviour: the tokens live on until they expire. Tokens "
+              "the user only requested or may renew are not touched. The user's own password "
+              "sessions are closed either way."),
+    ConfigKey("delegation.token.max.per.owner", Type.INT, 10_000, at_least(0), M,
+              "Live tokens one owner may hold; one more create is refused with "
+              "POLICY_VIOLATION and nothing is written (0 = no limit). A job on the token "
+              "agent holds 1-2 and a person a handful; 10,000 stops a create in a retry loop "
+              "(at 540 creates/s) within 20 s, at about 6 MB of ZooKeeper heap and 0.15 s of "
+              "every broker's cold start."),
     ConfigKey("audit.log.dir", Type.STRING, None, None, M,
               "Directory for audit `*.jsonl` files (see [audit.md](audit.md)); unset = no "
               "audit log.", path=PathKind.DIRECTORY),
@@ -275,6 +287,8 @@ class BrokerConfig:
     delegation_token_expiry_check_interval_ms: int
     delegation_token_implicit_login_enable: bool
     delegation_token_session_alter_access_enable: bool
+    delegation_token_max_per_owner: int
+    delegation_token_expire_with_owner: bool
     audit_log_dir: str | None
     audit_queue_size: int
     audit_file_max_bytes: int

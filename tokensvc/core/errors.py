@@ -27,6 +27,7 @@ class Errors(IntEnum):
     INVALID_CONFIG = 40
     NOT_CONTROLLER = 41
     INVALID_REQUEST = 42
+    POLICY_VIOLATION = 44
     SECURITY_DISABLED = 54
     SASL_AUTHENTICATION_FAILED = 58
     DELEGATION_TOKEN_AUTH_DISABLED = 61
@@ -74,6 +75,7 @@ _MESSAGES = {
     Errors.INVALID_CONFIG: "invalid configuration",
     Errors.NOT_CONTROLLER: "this broker is not the controller",
     Errors.INVALID_REQUEST: "the request is invalid",
+    Errors.POLICY_VIOLATION: "refused by a policy (e.g. delegation.token.max.per.owner)",
     Errors.SECURITY_DISABLED: "security features are disabled",
     Errors.SASL_AUTHENTICATION_FAILED: "authentication failed",
     Errors.DELEGATION_TOKEN_AUTH_DISABLED: "delegation tokens are disabled on this cluster",

@@ -200,10 +200,17 @@ RENEW_DELEGATION_TOKEN_RESPONSE = Struct(
     f("ThrottleTimeMs", INT32_T),
 )
 
+# Tagged fields of tokensvc's own on the flexible v2 (Kafka skips unknown tags, so every
+# Kafka client's view is unchanged): revocation without HMACs -- every token of an owner,
+# or tokens by id -- with a dry run; the answer lists what was (or would be) revoked, the
+# ids not found, and the owner's tokens created while the revocation ran.
 EXPIRE_DELEGATION_TOKEN_REQUEST = Struct(
     "ExpireDelegationTokenRequest",
     f("Hmac", BYTES),
     f("ExpiryTimePeriodMs", INT64_T),
+    f("RevokeOwner", _principal("RevokeOwnerPrincipal"), 2, nullable=2, default=None, tag=0),
+    f("RevokeTokenIds", Array(STRING), 2, default=[], tag=1),
+    f("RevokeDryRun", BOOL, 2, default=False, tag=2),
 )
 
 EXPIRE_DELEGATION_TOKEN_RESPONSE = Struct(
@@ -211,6 +218,15 @@ EXPIRE_DELEGATION_TOKEN_RESPONSE = Struct(
     f("ErrorCode", INT16_T),
     f("ExpiryTimestampMs", INT64_T),
     f("ThrottleTimeMs", INT32_T),
+    f("Revoked", Array(Struct(
+        "RevokedToken",
+        f("TokenId", STRING),
+        f("OwnerType", STRING),
+        f("OwnerName", STRING),
+    )), 2, nullable=2, default=None, tag=0),
+    f("RevokeNotFound", Array(STRING), 2, default=[], tag=1),
+    f("RevokeCreatedAfter", Array(STRING), 2, default=[], tag=2),
+    f("RevokeMessage", STRING, 2, nullable=2, default=None, tag=3),
 )
 
 DESCRIBE_DELEGATION_TOKEN_REQUEST = Struct(

@@ -27,6 +27,7 @@ from tokensvc.authz.acl import AclOperation, ResourceType
 from tokensvc.broker.handlers.base import ApiHandler, replay_recorded
 from tokensvc.broker.services import CredentialChange
 from tokensvc.core.errors import Errors, KafkaError
+from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.protocol import encode_response_elements
 from tokensvc.protocol.api import ApiKey
 from tokensvc.protocol.schema import EncodedElements
@@ -237,6 +238,15 @@ async def handle_alter(services: Services, ctx: RequestContext, body: dict) -> d
                 results[change.user] = _alter_result(change.user, Errors.NONE)
         return {"ThrottleTimeMs": 0, "Results": [results[n] for n in dict.fromkeys(names)]}
 
+    # Tokens that end with their owner (delegation.token.expire.with.owner): audited as
+    # revocations once the deletion of the owner's last credential has committed.
+    owned_before = {}
+    if services.config.delegation_token_expire_with_owner:
+        for change in changes:
+            left = set(services.credentials.credentials(change.user)) - {change.mechanism}
+            if change.credential is None and not left:
+                owned_before[change.user] = services.tokens.owned_by(
+                    KafkaPrincipal.user(change.user))
     try:
         effects = await services.credentials.alter(ctx, changes, answer)
     except KafkaError as exc:
@@ -251,6 +261,15 @@ async def handle_alter(services: Services, ctx: RequestContext, body: dict) -> d
         error = Errors(results[change.user]["ErrorCode"])
         _audit(services, ctx, action, change.user, change.mechanism, iterations_of.get(change.user),
                error)
+    for infos in owned_before.values():
+        for info in infos:
+            if services.tokens.info(info.token_id) is None:
+                services.audit.emit(
+                    "token", action="revoke", outcome="success", error_code=0, error="NONE",
+                    requester=str(ctx.principal.without_token_flag()), owner=str(info.owner),
+                    token_id=info.token_id, reason="owner_deleted",
+                    client_host=ctx.client_host, listener=ctx.listener,
+                    forwarded=ctx.forwarded, client_id=ctx.client_id or None)
     return response
 
 

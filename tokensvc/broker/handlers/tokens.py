@@ -10,6 +10,8 @@ and no audit event or log line ever does.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tokensvc.authz.acl import AclOperation, ResourceType
@@ -21,6 +23,8 @@ from tokensvc.core.token import DelegationToken, TokenInformation
 if TYPE_CHECKING:
     from tokensvc.broker.context import RequestContext
     from tokensvc.broker.services import Services
+
+log = logging.getLogger("tokensvc.broker.tokens")
 
 
 def _principal(ptype: str | None, name: str | None) -> KafkaPrincipal:
@@ -52,6 +56,9 @@ def _audit(services: Services, ctx: RequestContext, action: str, error: Errors, 
         **fields,
     )
 
+
+# An owner past this share of delegation.token.max.per.owner is logged and audited once.
+NEAR_LIMIT_SHARE = 0.8
 
 # --- CreateDelegationToken -------------------------------------------------
 
@@ -108,12 +115,28 @@ async def handle_create(services: Services, ctx: RequestContext, body: dict) -> 
         _audit(services, ctx, "create", error, owner=str(owner), token_id=None)
         return create_error(ctx.api_version, error, requester)
     renewers = [_principal(r["PrincipalType"], r["PrincipalName"]) for r in body.get("Renewers") or []]
+    limit = services.config.delegation_token_max_per_owner
+    held = services.tokens.owned_count(owner)
+    if 0 < limit <= held:
+        log.warning("refusing a token for %s: it holds %d, delegation.token.max.per.owner=%d",
+                    owner, held, limit)
+        _audit(services, ctx, "create", Errors.POLICY_VIOLATION, owner=str(owner), token_id=None,
+               count=held, reason="owner_limit")
+        return create_error(ctx.api_version, Errors.POLICY_VIOLATION, requester)
+    services.tokens.creating(owner, +1)
     try:
         token = services.tokens.manager.create(owner, requester, renewers, int(body.get("MaxLifetimeMs", -1)))
         await services.tokens.create(ctx, token.info)
     except KafkaError as exc:
         _audit(services, ctx, "create", exc.error, owner=str(owner), token_id=None)
         return create_error(ctx.api_version, exc.error, requester)
+    finally:
+        services.tokens.creating(owner, -1)
+    if limit > 0 and held + 1 == int(limit * NEAR_LIMIT_SHARE) + 1:
+        log.warning("%s holds %d tokens: past %d%% of delegation.token.max.per.owner=%d",
+                    owner, held + 1, int(NEAR_LIMIT_SHARE * 100), limit)
+        _audit(services, ctx, "create", Errors.NONE, owner=str(owner), token_id=None,
+               count=held + 1, reason="owner_near_limit")
     info = token.info
     _audit(
         services,
@@ -208,6 +231,8 @@ async def handle_expire(services: Services, ctx: RequestContext, body: dict) -> 
     if error:
         _audit(services, ctx, "expire", error, owner=None, token_id=None)
         return _expiry_error(ctx.api_version, error)
+    if body.get("RevokeOwner") is not None or body.get("RevokeTokenIds"):
+        return await handle_revoke(services, ctx, body)
     token = _lookup(services, body)
     try:
         info = services.tokens.manager.expire(token, ctx.principal, int(body.get("ExpiryTimePeriodMs", -1)))
@@ -224,6 +249,94 @@ async def handle_expire(services: Services, ctx: RequestContext, body: dict) -> 
     _audit(services, ctx, "expire", Errors.NONE, **_token_fields(token), expiry_ms=expiry,
            max_ms=token.info.max_timestamp if token else None)
     return _expiry_ok(expiry)
+
+
+# --- Revocation without HMACs (tokensvc's tagged fields on ExpireDelegationToken v2) ----
+
+
+def _revoke_error(error: Errors, message: str) -> dict:
+    return {"ErrorCode": int(error), "ExpiryTimestampMs": -1, "ThrottleTimeMs": 0,
+            "Revoked": [], "RevokeMessage": message}
+
+
+def _may_revoke(services: Services, ctx: RequestContext) -> Callable[[TokenInformation], bool]:
+    """Who may revoke a token without its HMAC: a super user (or no authorizer), the
+    token's owner or a renewer (who may expire it with the HMAC anyway), or a principal
+    allowed ALL on the token's DelegationToken resource (``DelegationToken:<id>``, or a
+    prefixed or ``*`` pattern) -- Kafka's DelegationToken resource knows only DESCRIBE, so
+    revoking takes the ALL that covers it."""
+    if services.authz.allows_everything(ctx):
+        return lambda _info: True
+    principal = ctx.principal.without_token_flag()
+
+    def allowed(info: TokenInformation) -> bool:
+        return info.owner_or_renewer(principal) or services.authz.authorize(
+            ctx, AclOperation.ALL, ResourceType.DELEGATION_TOKEN, info.token_id)
+
+    return allowed
+
+
+async def handle_revoke(services: Services, ctx: RequestContext, body: dict) -> dict:
+    """Expire every token of an owner, or tokens by id, now. Refused as a whole (nothing
+    changes) when the caller may not revoke one of them; a dry run changes nothing."""
+    owner_field = body.get("RevokeOwner")
+    ids = list(dict.fromkeys(body.get("RevokeTokenIds") or []))
+    dry_run = bool(body.get("RevokeDryRun"))
+    if owner_field is not None and ids:
+        return _revoke_error(Errors.INVALID_REQUEST, "give an owner or token ids, not both")
+    owner = (_principal(owner_field.get("PrincipalType"), owner_field.get("PrincipalName"))
+             if owner_field is not None else None)
+    reason = "revoked_by_owner" if owner is not None else "revoked_by_id"
+    if owner is not None:
+        infos, not_found = services.tokens.owned_by(owner), []
+    else:
+        infos = [i for i in (services.tokens.info(t) for t in ids) if i is not None]
+        known = {i.token_id for i in infos}
+        not_found = [t for t in ids if t not in known]
+    allowed = _may_revoke(services, ctx)
+    denied = [i for i in infos if not allowed(i)]
+    if denied:
+        _audit(services, ctx, "revoke", Errors.DELEGATION_TOKEN_AUTHORIZATION_FAILED,
+               owner=str(owner) if owner else None, token_id=None, count=len(denied),
+               reason=reason)
+        return _revoke_error(Errors.DELEGATION_TOKEN_AUTHORIZATION_FAILED,
+                             f"not allowed to revoke {len(denied)} of the {len(infos)} tokens "
+                             "(needs ALL on their DelegationToken resource)")
+    revoked: dict[str, TokenInformation] = {}
+    created_after: list[str] = []
+    if not dry_run:
+        try:
+            for info_id in await services.tokens.revoke(ctx, infos):
+                revoked[info_id] = next(i for i in infos if i.token_id == info_id)
+            if owner is not None:
+                # Tokens the owner created while the deletes ran: revoked too, once more;
+                # any created after that pass are reported, never left unsaid.
+                again = [i for i in services.tokens.owned_by(owner) if i.token_id not in revoked]
+                for info_id in await services.tokens.revoke(ctx, again):
+                    revoked[info_id] = next(i for i in again if i.token_id == info_id)
+                created_after = [i.token_id for i in services.tokens.owned_by(owner)]
+        except KafkaError as exc:
+            _audit(services, ctx, "revoke", exc.error, owner=str(owner) if owner else None,
+                   token_id=None, count=len(revoked), reason=reason)
+            return _revoke_error(exc.error, f"revocation stopped after {len(revoked)} tokens")
+    listed = list(revoked.values()) if not dry_run else infos
+    answer = {
+        "ErrorCode": int(Errors.DELEGATION_TOKEN_NOT_FOUND if not infos and not_found
+                         else Errors.NONE),
+        "ExpiryTimestampMs": services.clock.now_ms(),
+        "ThrottleTimeMs": 0,
+        "Revoked": [{"TokenId": i.token_id, "OwnerType": i.owner.principal_type,
+                     "OwnerName": i.owner.name} for i in listed],
+        "RevokeNotFound": not_found,
+        "RevokeCreatedAfter": created_after,
+        "RevokeMessage": "dry run: nothing changed" if dry_run else None,
+    }
+    for info in ([] if dry_run else listed):
+        _audit(services, ctx, "revoke", Errors.NONE, owner=str(info.owner),
+               token_id=info.token_id, reason=reason)
+    if not dry_run:
+        await services.tokens.record(ctx, answer)
+    return answer
 
 
 def _token_fields(token: DelegationToken | None) -> dict:

@@ -1,0 +1,124 @@
+"""B12: revoke 10,000 tokens of one owner, to "refused on every broker", while other
+tokens log in.
+
+Measured: a 3-broker cluster of its own; 10,000 tokens of ``User:bulk`` (1,000 with
+``--quick``) and 20 of ``User:other``. A prober logs in with the other owner's tokens,
+again and again (a fresh connection each time, brokers in turn), first for 5 s at rest,
+then while a super user runs ``revoke_tokens(owner=User:bulk)`` through a non-controller
+and waits until no broker's cache holds any of them (``tokens_absent``: one describe per
+broker). The figure is the time from the request to "refused on every broker"; the
+reference is the p99 of the other logins at rest, compared with their p99 during the
+revocation.
+
+Targets: at most 10 s; logins of other tokens during it no slower than at rest (p99 ratio
+<= 1.2, the noise between two quiet samples of the same load on this machine).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from bench import env
+from bench.suite import BenchContext, Outcome, Target, ratio
+from tokensvc.admin import AdminClient, TokenDescription, tokens_absent
+from tokensvc.admin.connection import BrokerConnection
+from tokensvc.client_config import ClientConfig, client_config_from_properties, load_client_config
+
+ID = "B12"
+TITLE = "revoke 10,000 tokens of one owner: until refused on every broker"
+TARGET_S = 10.0
+TARGET_P99_RATIO = 1.2
+
+
+def _token_config(token: TokenDescription) -> ClientConfig:
+    return client_config_from_properties({
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                            f'username="{token.token_id}" password="{token.hmac_b64}" '
+                            "tokenauth=true;"})
+
+
+def _p99(samples: list[float]) -> float:
+    return env.summary(samples).get("p99_ms", 0.0)
+
+
+def run(ctx: BenchContext) -> Outcome:
+    count = 1_000 if ctx.quick else 10_000
+    handle = ctx.shared("cluster-b12", lambda stack: env.start_cluster(
+        ctx, stack, "cluster-b12", 3, extra={"delegation.token.max.per.owner": "100000"}))
+    cluster = handle.cluster
+    config = load_client_config(cluster.info["admin"]["properties"])
+    bootstrap = cluster.info["bootstrap_servers"]
+
+    def create(owner: str, n: int) -> list[TokenDescription]:
+        with AdminClient(bootstrap, config, timeout_s=60) as admin:
+            return [admin.create_token(owner=owner) for _ in range(n)]
+
+    workers = 16
+    started = time.monotonic()
+    with ThreadPoolExecutor(workers) as pool:
+        parts = pool.map(lambda _: create("User:bulk", count // workers), range(workers))
+        bulk = [t for part in parts for t in part]
+    fill_s = time.monotonic() - started
+    others = create("User:other", 20)
+    addresses = [b["listeners"]["SASL_PLAINTEXT"] for b in cluster.info["brokers"]]
+    controller, non_controllers = handle.roles()
+    answering = cluster.broker_info(non_controllers[0])["listeners"]["SASL_PLAINTEXT"]
+    samples: dict[str, list[float]] = {"rest": [], "during": []}
+    failures = {"rest": 0, "during": 0}
+    phase = {"name": "rest"}
+    stop = threading.Event()
+
+    def prober() -> None:
+        i = 0
+        while not stop.is_set():
+            token = others[i % len(others)]
+            conn = BrokerConnection(addresses[i % len(addresses)], _token_config(token),
+                                    client_id="b12-prober")
+            i += 1
+            t0 = time.perf_counter()
+            try:
+                conn.open(time.monotonic() + 10)
+                samples[phase["name"]].append(time.perf_counter() - t0)
+            except Exception:  # noqa: BLE001 - a refused login of a live token is counted
+                failures[phase["name"]] += 1
+            finally:
+                conn.close()
+
+    thread = threading.Thread(target=prober, daemon=True)
+    thread.start()
+    time.sleep(2 if ctx.quick else 5)
+    phase["name"] = "during"
+    t0 = time.monotonic()
+    with AdminClient(answering, config, timeout_s=60) as admin:
+        result = admin.revoke_tokens(owner="User:bulk")
+        acked_s = time.monotonic() - t0
+        admin.wait_all_brokers(tokens_absent([t for t, _ in result.revoked],
+                                             {o for _, o in result.revoked}),
+                               timeout_s=60)
+    everywhere_s = time.monotonic() - t0
+    stop.set()
+    thread.join(timeout=15)
+    rest_p99, during_p99 = _p99(samples["rest"]), _p99(samples["during"])
+    p99_ratio = ratio(during_p99, rest_p99)
+    return Outcome(
+        ID, TITLE,
+        measured=round(everywhere_s, 3), unit="s",
+        reference=rest_p99, reference_unit="ms p99 login at rest",
+        reference_label="other tokens' logins at rest",
+        ratio=p99_ratio, ratio_label="login p99 during / at rest",
+        targets=[Target(f"<= {TARGET_S:.0f} s", everywhere_s <= TARGET_S),
+                 Target(f"login p99 during <= {TARGET_P99_RATIO} x at rest",
+                        p99_ratio is not None and p99_ratio <= TARGET_P99_RATIO)],
+        details={
+            "tokens": len(bulk), "revoked": len(result.revoked),
+            "acknowledged_s": round(acked_s, 3), "refused_everywhere_s": round(everywhere_s, 3),
+            "controller_id": controller, "answering_broker": non_controllers[0],
+            "fill_s": round(fill_s, 1),
+            "logins_at_rest": env.summary(samples["rest"]),
+            "logins_during": env.summary(samples["during"]),
+            "login_failures": failures,
+        },
+    )
