@@ -547,7 +547,8 @@ class Broker:
             if services is None:  # still connecting to ZooKeeper: the client retries
                 raise KafkaError(Errors.NOT_CONTROLLER, "the broker is still starting")
             session = ctx.session
-            if session is not None and session.token_id is not None \
+            if session is not None and session.principal is not None \
+                    and ctx.listener != self.config.inter_broker_listener_name \
                     and not self.freshness.fresh():
                 await self._catch_up_for(ctx, session)
             if handler.write and not ctx.forwarded:
@@ -572,9 +573,12 @@ class Broker:
         return encoded, int(response.get("ErrorCode", 0) or 0)
 
     async def _catch_up_for(self, ctx: RequestContext, session: Session) -> None:
-        """Hold a token-authenticated connection's request until the view is fresh.
-        Raises StaleView (audited, reason ``stale_view``) past ``request.timeout.ms``, and
-        a KafkaError when the catch-up revoked the connection's token meanwhile."""
+        """Hold an authenticated connection's request -- a token's or a user's -- until
+        the view is fresh. Raises StaleView (audited, reason ``stale_view``) past
+        ``request.timeout.ms``, and a KafkaError when the catch-up revoked the connection
+        meanwhile (its token removed, or its user deleted or given a new password). The
+        inter-broker listener is not held: envelopes go to the controller, whose writes
+        are fenced by the controller epoch in ZooKeeper itself."""
         try:
             await self.freshness.catch_up(self.config.request_timeout_ms / 1000.0)
         except StaleView as exc:
@@ -590,8 +594,8 @@ class Broker:
             raise
         if session.state is State.CLOSED:
             raise KafkaError(Errors.SASL_AUTHENTICATION_FAILED,
-                             f"the token of this connection was revoked ({self.api_name(ctx.api_key)} "
-                             "not served)")
+                             f"this connection's token or user credential was revoked "
+                             f"({self.api_name(ctx.api_key)} not served)")
 
     # -- sessions -------------------------------------------------------------
 
