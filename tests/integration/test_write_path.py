@@ -254,7 +254,7 @@ def test_an_acl_write_and_a_credential_write_whose_commit_answer_was_lost_apply_
         upsertion = {"Name": user, "Mechanism": ScramMechanism.SCRAM_SHA_256.wire_type,
                      "Iterations": 4096, "Salt": b"s" * 16, "SaltedPassword": b"p" * 32}
         before = _changes(zk, CHANGES_PATH)
-        with LoseOneAnswer(ctl.broker.credential_store, "alter") as lossy:
+        with LoseOneAnswer(ctl.broker.credential_store, "alter_with_tokens") as lossy:
             altered = admin.request(ALTER_SCRAM, 0, {"Deletions": [], "Upsertions": [upsertion]})
         assert altered["Results"] == [{"User": user, "ErrorCode": 0, "ErrorMessage": None}]
         assert lossy.calls == 1

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Self
 
@@ -345,9 +346,13 @@ class AdminClient:
         backoff = INITIAL_BACKOFF_S
         last: str | None = None
         unreachable: BrokerUnreachableError | None = None
+        # One key for this call, sent with every attempt: a tokensvc broker applies the
+        # write once however often it is retried (e.g. after an answer lost to a reset).
+        request_key = uuid.uuid4().hex
         while True:
             try:
                 conn = self._connection(deadline)
+                conn.request_key = request_key
                 response, version = send(conn, deadline)
             except BrokerUnreachableError as exc:
                 unreachable = exc

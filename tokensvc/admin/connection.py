@@ -65,6 +65,9 @@ class BrokerConnection:
         self.address = address
         self.config = config
         self.client_id = client_id
+        # The key of the write call in progress (tokensvc's header tag): the admin client sets
+        # it for each call and keeps it across the retries of that call.
+        self.request_key: str | None = None
         self.versions: dict[int, tuple[int, int]] = {}
         self.session_deadline: float | None = None
         self._sock: socket.socket | None = None
@@ -174,9 +177,8 @@ class BrokerConnection:
             raise ConnectionLost(self.address, "connection is closed")
         self._correlation += 1
         correlation = self._correlation
-        payload = frame(
-            encode_request(RequestHeader(api_key, version, correlation, self.client_id), body)
-        )
+        header = RequestHeader(api_key, version, correlation, self.client_id, self.request_key)
+        payload = frame(encode_request(header, body))
         try:
             sock.settimeout(self._remaining(deadline))
             sock.sendall(payload)

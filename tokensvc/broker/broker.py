@@ -35,7 +35,7 @@ from typing import Any
 
 from tokensvc.audit.writer import AuditLog
 from tokensvc.authz.authorizer import AclAuthorizer
-from tokensvc.broker.context import RequestContext, WriteTicket
+from tokensvc.broker.context import RequestContext, WriteTicket, client_request_key
 from tokensvc.broker.derivations import DerivationPool
 from tokensvc.broker.forwarding import EnvelopeForwarder
 from tokensvc.broker.freshness import FreshnessGate, StaleView
@@ -560,7 +560,8 @@ class Broker:
                         raise KafkaError(Errors.NOT_CONTROLLER, "the broker is still starting")
                     return await self.forwarder.forward(ctx, handler)
                 assert self.ledger is not None
-                ctx.write = WriteTicket(new_request_key())
+                own = client_request_key(ctx)
+                ctx.write = WriteTicket(own or new_request_key(), first_attempt=own is None)
                 return await self.ledger.apply(ctx, body)
             response = await handler.handle(services, ctx, body)
         except KafkaError as exc:

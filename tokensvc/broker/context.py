@@ -8,6 +8,8 @@ Must not do I/O.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -69,6 +71,22 @@ def committed_token_of(fields: dict) -> CommittedToken:
         fields["KeyId"],
     )
     return CommittedToken(token_id, int(fields["Sequence"]), info)
+
+
+_CLIENT_KEY = re.compile(r"^[0-9A-Za-z_-]{8,64}$")
+
+
+def client_request_key(ctx: RequestContext) -> str | None:
+    """The exactly-once key of a write whose client sent its own (tokensvc's header tag,
+    the same on every retry of one call), bound to the client's principal: the ledger key
+    is a hash of both, so another principal presenting the same key gets another ledger
+    key. None when the client sent none (Kafka clients: a key per request, as before) or
+    one that is not 8-64 characters of ``[0-9A-Za-z_-]``."""
+    key = ctx.header.request_key
+    if not key or not _CLIENT_KEY.match(key):
+        return None
+    principal = str(ctx.principal.without_token_flag())
+    return hashlib.sha256(f"{principal}\0{key}".encode()).hexdigest()[:32]
 
 
 @dataclass

@@ -42,7 +42,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from tokensvc.broker.channel import BrokerChannel
-from tokensvc.broker.context import WriteTicket, committed_token_of
+from tokensvc.broker.context import WriteTicket, client_request_key, committed_token_of
 from tokensvc.broker.decoding import decode_client_request
 from tokensvc.broker.services import TOKENS_ROOT
 from tokensvc.core.errors import Errors
@@ -168,14 +168,18 @@ class EnvelopeForwarder:
         for the client and its top-level error code."""
         started = self._monotonic()
         deadline = started + self.config.request_timeout_ms / 1000.0
-        key = uuid.uuid4().hex
+        # The client's own key (tokensvc's clients: the same on its retries), else one
+        # per client request. A client's key may have been sent before: never "first".
+        own = client_request_key(ctx)
+        key = own or uuid.uuid4().hex
+        fresh = own is None
         self._count(ctx.client_id)
         body = {
             "RequestData": ctx.payload,
             "RequestPrincipal": serialize_principal(ctx.principal),
             "ClientHostAddress": _address_bytes(ctx.client_host),
             "RequestKey": key,
-            "FirstAttempt": True,
+            "FirstAttempt": fresh,
         }
         attempts = 0
         backoff = _BACKOFF_START_S
@@ -187,7 +191,7 @@ class EnvelopeForwarder:
                 # the same request key as the attempts sent to the old controller.
                 attempts += 1
                 ctx.forwarded = True
-                ctx.write = WriteTicket(key, first_attempt=attempts == 1)
+                ctx.write = WriteTicket(key, first_attempt=fresh and attempts == 1)
                 response, error = await self._apply_locally(
                     ctx, decode_client_request(ctx.payload)[1]
                 )
@@ -197,7 +201,7 @@ class EnvelopeForwarder:
                 last_error = Errors.NOT_CONTROLLER  # lost it again at once: look again
             elif controller is not None and controller != self.broker_id:
                 attempts += 1
-                body["FirstAttempt"] = attempts == 1
+                body["FirstAttempt"] = fresh and attempts == 1
                 channel = None
                 received = 0
                 slot = next(self._next_slot) % CHANNELS_PER_CONTROLLER

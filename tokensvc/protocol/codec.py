@@ -35,7 +35,7 @@ from tokensvc.protocol.framing import FrameDecoder, frame
 from tokensvc.protocol.header import RequestHeader
 from tokensvc.protocol.messages import REQUESTS, RESPONSES
 from tokensvc.protocol.primitives import Reader, Writer
-from tokensvc.protocol.schema import INT16_T, STRING, Array, EncodedElements, Struct
+from tokensvc.protocol.schema import INT16_T, STRING, Array, EncodedElements, Struct, f
 
 __all__ = [
     "EncodeError",
@@ -53,8 +53,13 @@ __all__ = [
     "response_error_code",
 ]
 
-# Headers have no known tagged fields; an empty struct reads (skips) the section.
-_HEADER_TAGS = Struct("HeaderTaggedFields")
+# Kafka's request header v2 defines no tagged field. tokensvc's clients send one, far from
+# any number Kafka may use: the client's request key (Kafka brokers skip unknown tags).
+CLIENT_REQUEST_KEY_TAG = 7_500
+_HEADER_TAGS = Struct(
+    "HeaderTaggedFields",
+    f("ClientRequestKey", STRING, nullable=0, default=None, tag=CLIENT_REQUEST_KEY_TAG),
+)
 
 
 def decode_request_header(payload: bytes) -> tuple[RequestHeader, int]:
@@ -76,9 +81,10 @@ def decode_request_header(payload: bytes) -> tuple[RequestHeader, int]:
         raise UnsupportedVersionError(header)
     if request_header_version(api_key, api_version) >= 2:
         try:
-            _HEADER_TAGS.read(r, api_version, True)
+            tags = _HEADER_TAGS.read(r, api_version, True)
         except ProtocolError as exc:
             raise exc.within("RequestHeader") from None
+        header.request_key = tags.get("ClientRequestKey")
     return header, r.pos
 
 
@@ -101,7 +107,8 @@ def encode_request(header: RequestHeader, body: dict) -> bytes:
     STRING.write(w, header.client_id, 0, False, True)
     is_flexible = flexible(header.api_key, header.api_version)
     if is_flexible:
-        w.uvarint(0)
+        _HEADER_TAGS.write(w, {"ClientRequestKey": header.request_key}, header.api_version,
+                           True, False)
     schema.write(w, body, header.api_version, is_flexible)
     return w.value()
 

@@ -15,3 +15,6 @@ class RequestHeader:
     api_version: int
     correlation_id: int
     client_id: str | None
+    # tokensvc's own tagged field of the flexible header (v2): the client's key for one
+    # write call, the same on every retry of it (the exactly-once key; docs/protocol.md).
+    request_key: str | None = None
