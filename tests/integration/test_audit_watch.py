@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 
 from tests.spark_support import shared_spark
 from tests.support.wait import wait_for
-from tokensvc.audit.events import authentication_event, stamp
+from tokensvc.audit.events import authentication_event, stamp, token_event
 from tokensvc.audit.generator import GROUND_TRUTH_FILE, generate
 from tokensvc.audit.rules import RuleSettings
 from tokensvc.audit.watch import WATCH_RULES, WatchError, WatchOptions, run_watch
@@ -142,8 +142,20 @@ def test_watch_raises_the_reports_stream_findings_then_live_ones_once(
                                   host="198.18.0.9", reason="expired_token") + "\n")
         alert_where(alert_dir, watcher, rule="expired_token_use",
                     token_id="Expired000000000000001")
+        # A token revoked (the audit's revoke event), then tried twice: raised once.
+        revoked = "Revoked000000000000001"
+        with open(live, "a") as fh:
+            fh.write(json.dumps(stamp(token_event(
+                action="revoke", outcome="success", requester="User:security",
+                owner="User:alice", token_id=revoked, reason="revoked_by_id"),
+                ts=now + 40, broker_id=9, event_id=f"live{now + 40:020d}{40:08d}")) + "\n")
+            fh.writelines(failed_login(now + n, n, token=revoked, host="198.18.0.10",
+                                      reason="unknown_token") + "\n" for n in (41, 42))
+        found = alert_where(alert_dir, watcher, rule="revoked_token_use", token_id=revoked)
+        assert (found["first_ts"], found["count"], found["severity"]) == (now + 41, 2, "high")
     finally:
         watcher.close()
     after = alerts(alert_dir)
-    assert len(after) == len(before) + 1
+    # the expired token's use, the revoked token's use and, for it, unknown_token
+    assert len(after) == len(before) + 3
     assert len({key(a) for a in after}) == len(after)

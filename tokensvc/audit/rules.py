@@ -52,6 +52,8 @@ RULE_SEVERITY = {
     "unknown_token": "medium",
     "created_for_other_owner": "medium",
     "unused_before_expiry": "low",
+    # Raised by the live watch only (it needs the order of a revocation and a later use).
+    "revoked_token_use": "high",
 }
 
 HOUR_MS = 3_600_000
@@ -123,6 +125,10 @@ def unknown_token_detail(count: int) -> str:
 
 def expired_token_detail(count: int) -> str:
     return f"{count} logins with an expired token"
+
+
+def revoked_token_detail(count: int) -> str:
+    return f"{count} login attempt(s) with the token after it was revoked"
 
 
 def too_many_hosts_detail(count: int, threshold: int) -> str:

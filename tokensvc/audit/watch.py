@@ -3,7 +3,7 @@
 This module owns the streaming query that raises, within seconds of the event,
 the findings a stream can decide: failed-login bursts (per token and per host),
 unknown token, use of an expired token, token requests from token sessions, and
-too many hosts per token. The thresholds are :class:`~tokensvc.audit.rules.RuleSettings`,
+too many hosts per token, and a token used after it was revoked (live only). The thresholds are :class:`~tokensvc.audit.rules.RuleSettings`,
 the report's options; the detail texts are the report's.
 
 Pipeline: a :class:`~tokensvc.audit.spool.Spool` copies whole new lines of the
@@ -55,6 +55,7 @@ from tokensvc.audit.rules import (
     RuleSettings,
     burst_detail,
     expired_token_detail,
+    revoked_token_detail,
     token_session_detail,
     too_many_hosts_detail,
     unknown_token_detail,
@@ -65,6 +66,12 @@ WATCH_RULES = (
     "failed_login_burst_token", "failed_login_burst_host", "unknown_token",
     "expired_token_use", "too_many_hosts", "token_session_token_request",
 )
+# Only the live watch raises it: a login attempt with a token after its revocation (the
+# audit's ``token``/``revoke`` event), however the login ended.
+REVOKED_USE = "revoked_token_use"
+# How long a revocation is remembered: Kafka's default max lifetime (the token could not
+# be used longer than that had it not been revoked).
+_REVOKED_MEMORY_MS = 7 * 86_400_000
 _BURSTS = ("failed_login_burst_token", "failed_login_burst_host")
 _FIRST_SEEN = ("unknown_token", "expired_token_use", "token_session_token_request")
 _FOREVER_MS = 100 * 365 * 86_400_000
@@ -118,15 +125,25 @@ def signals(events: DataFrame) -> DataFrame:
         ((F.col("type") == "token") & F.coalesce("token_authenticated", F.lit(False)),
          "token_session_token_request", F.col("requester"), F.col("client_host")),
         (login & (F.col("outcome") == "success") & token_login, "too_many_hosts", tid, none),
+        # A revocation, and every later token login attempt, meet under the token id.
+        ((F.col("type") == "token") & (F.col("action") == "revoke")
+         & (F.col("outcome") == "success") & F.col("token_id").isNotNull(),
+         REVOKED_USE, F.col("token_id"), none),
+        (login & token_login, REVOKED_USE, tid, none),
     ]
-    # One row per event and rule it feeds (an event can feed several).
+    # One row per event and rule it feeds (an event can feed several); ``mark`` tells a
+    # revocation from a use in the revoked_token_use group.
+    revoke = F.col("type") == "token"
     rows = F.filter(F.array(*[
         F.when(cond, F.struct(F.lit(rule).alias("rule"), key.cast(_S).alias("key"),
-                              host.cast(_S).alias("host")))
+                              host.cast(_S).alias("host"),
+                              F.when(revoke, F.lit("revoke")).otherwise(F.lit("use"))
+                              .alias("mark")))
         for cond, rule, key, host in parts]), lambda x: x.isNotNull())
     return events.select(
         F.explode(rows).alias("s"), "ts", "event_time", "client_host", "principal",
-    ).select("s.rule", "s.key", "s.host", "ts", "event_time", "client_host", "principal")
+    ).select("s.rule", "s.key", "s.host", "s.mark", "ts", "event_time", "client_host",
+             "principal")
 
 
 def _first_burst(times: list[int], window_ms: int, threshold: int
@@ -176,6 +193,18 @@ def make_detector(settings: RuleSettings, host_memory_ms: int
                 found = (burst_detail(burst[2], settings.burst_window_s), *burst)
             times = [t for t in times if t >= watermark - window_ms]
             timeout = max(times[-1] + window_ms + 1, watermark + 1) if times else watermark + 1
+        elif rule == REVOKED_USE:
+            revoked = [int(t) for t, m in zip(rows["ts"], rows["mark"], strict=True)
+                       if m == "revoke"]
+            revoked_at = min(times + revoked) if times or revoked else None
+            used = [int(t) for t, m in zip(rows["ts"], rows["mark"], strict=True)
+                    if m == "use" and revoked_at is not None and int(t) > revoked_at]
+            if used:
+                found = (revoked_token_detail(len(used)), used[0], used[-1], len(used))
+            times = [revoked_at] if revoked_at is not None else []
+            timeout = (revoked_at + _REVOKED_MEMORY_MS if revoked_at is not None
+                       else watermark + 1)
+            timeout = max(timeout, watermark + 1)
         elif rule in _FIRST_SEEN:
             n = len(new_ts)
             detail = {"unknown_token": unknown_token_detail,
