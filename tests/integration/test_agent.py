@@ -22,11 +22,8 @@ import json
 import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +33,7 @@ from aiokafka.client import AIOKafkaClient
 from confluent_kafka.admin import AdminClient as ConfluentAdmin
 from kafka import KafkaAdminClient
 
+from tests.support.agent import JOB, OVERLAP_MS, AgentProcess
 from tests.support.wait import wait_for
 from tokensvc.admin import AdminClient
 from tokensvc.agent.clients import (
@@ -54,9 +52,6 @@ from tokensvc.cluster import LocalCluster
 from zk.server import free_port
 
 EXPIRY_MS, MAX_MS = 20_000, 60_000
-OVERLAP_MS, MARGIN_MS = 5_000, 2_000
-JOB = "User:etl-job"
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -84,64 +79,6 @@ def _live_tokens(cluster: LocalCluster, owner: str) -> list[str]:
         now = time.time() * 1000
         return sorted(t.token_id for t in admin.describe_tokens(owners=[owner])
                       if t.expiry_ms > now)
-
-
-class AgentProcess:
-    """The agent as a user runs it: the console command, its log on a file."""
-
-    def __init__(self, cluster: LocalCluster, workdir: Path, *extra: str, owner: str = JOB,
-                 command_config: str | None = None, bootstrap: str | None = None) -> None:
-        self.workdir = workdir
-        self.creds = workdir / "job.properties"
-        self.state = workdir / "agent-state.json"
-        self.log = workdir / "agent.log"
-        self.metrics_port = free_port()
-        self.args = [
-            sys.executable, "-m", "cli.delegation_token", "--agent",
-            "--bootstrap-server", bootstrap or cluster.info["bootstrap_servers"],
-            "--command-config", command_config or cluster.info["admin"]["properties"],
-            "--owner-principal", owner,
-            "--credentials-file", str(self.creds), "--state-file", str(self.state),
-            "--overlap-ms", str(OVERLAP_MS), "--margin-ms", str(MARGIN_MS),
-            "--metrics-port", str(self.metrics_port), "--timeout", "5", *extra,
-        ]
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> AgentProcess:
-        handle = open(self.log, "ab")  # noqa: SIM115 - the child keeps it
-        self.process = subprocess.Popen(self.args, stdout=handle, stderr=subprocess.STDOUT,
-                                        cwd=ROOT)
-        handle.close()
-        return self
-
-    def run(self, timeout: float = 60) -> subprocess.CompletedProcess:
-        return subprocess.run(self.args, check=False, capture_output=True, text=True, cwd=ROOT,
-                              timeout=timeout)
-
-    def log_text(self) -> str:
-        return self.log.read_text() if self.log.exists() else ""
-
-    def metric(self, name: str) -> float:
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as page:
-            for line in page.read().decode().splitlines():
-                if line.startswith(f"{name} "):
-                    return float(line.split()[1])
-        raise AssertionError(f"{name} not exported")
-
-    def wait_published(self, timeout: float = 30) -> None:
-        wait_for(lambda: self.creds.exists() and "published token" in self.log_text(),
-                 timeout, "published token")
-
-    def terminate(self, timeout: float = 30) -> int:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout=timeout)
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.kill()
-        self.process.wait(timeout=10)
 
 
 # --- the four clients ------------------------------------------------------------------
