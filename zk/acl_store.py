@@ -250,9 +250,12 @@ class AclStore:
     Construction does no I/O; the parent znodes are created on first use.
     """
 
-    def __init__(self, client: KazooClient) -> None:
+    def __init__(self, client: KazooClient, request_timeout_s: float = 10.0) -> None:
         self._client = client
         self._paths_ready = False
+        # Every ZooKeeper call is capped at this, as token writes are: past it, a retriable
+        # REQUEST_TIMED_OUT instead of a thread held for good by a partition.
+        self._timeout_s = request_timeout_s
 
     def ensure_paths(self) -> None:
         """Create the store roots, one child per resource type, and the change roots."""
@@ -262,7 +265,8 @@ class AclStore:
             type_path(pt, rt) for pt in PATTERN_TYPES for rt in RESOURCE_TYPES
         ]
         for path in paths:
-            _kazoo(f"create {path}", lambda p=path: self._client.ensure_path(p))
+            _kazoo(f"create {path}",
+                   lambda p=path: self._client.ensure_path_async(p).get(timeout=self._timeout_s))
         self._paths_ready = True
 
     # --- writes ------------------------------------------------------------------------
@@ -436,7 +440,7 @@ class AclStore:
         )
 
     def _commit(self, tx: Any, guard: Guard | None, writes: int, recorded: bool) -> list:
-        results = _kazoo("update ACLs", tx.commit)
+        results = _kazoo("update ACLs", lambda: tx.commit_async().get(timeout=self._timeout_s))
         failures = [r for r in results if isinstance(r, Exception)]
         if not failures:
             return results
@@ -460,14 +464,16 @@ class AclStore:
 
     def _read_versioned(self, path: str) -> tuple[frozenset[AccessControlEntry], int | None]:
         try:
-            data, stat = _kazoo(f"read {path}", lambda: self._client.get(path))
+            data, stat = _kazoo(f"read {path}",
+                                lambda: self._client.get_async(path).get(timeout=self._timeout_s))
         except NoNodeError:
             return frozenset(), None
         return frozenset(decode_acls(data, path)), stat.version
 
     def _children(self, path: str) -> list[str]:
         try:
-            return _kazoo(f"list {path}", lambda: self._client.get_children(path))
+            return _kazoo(f"list {path}", lambda: self._client.get_children_async(path).get(
+                timeout=self._timeout_s))
         except NoNodeError:
             return []
 
@@ -517,7 +523,7 @@ class AclStore:
             pending = [_kazoo(what, lambda p=p: start(p)) for p in window]
             for async_result in pending:
                 try:
-                    out.append(_kazoo(what, async_result.get))
+                    out.append(_kazoo(what, lambda r=async_result: r.get(timeout=self._timeout_s)))
                 except NoNodeError:
                     out.append(None)
         return out

@@ -166,7 +166,10 @@ def sequence_of(child: str) -> int | None:
 class CredentialStore:
     """Reads and writes SCRAM user credentials under ``/config/users``."""
 
-    def __init__(self, client: KazooClient) -> None:
+    def __init__(self, client: KazooClient, request_timeout_s: float = 10.0) -> None:
+        # Every ZooKeeper call is capped at this (the token store's rule): a partition
+        # answers StoreUnavailable in time instead of holding a thread for good.
+        self._timeout_s = request_timeout_s
         self._client = client
 
     # -- reads ---------------------------------------------------------------
@@ -420,10 +423,13 @@ class CredentialStore:
             # "race": someone changed a user's znode between our read and write: re-read.
         raise StoreError(f"credentials kept changing under {_WRITE_ATTEMPTS} attempts to write them")
 
-    @staticmethod
-    def _call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """One kazoo call with the store's time cap (as token writes have): a client
+        method runs as its ``*_async`` twin, a transaction's ``commit`` as
+        ``commit_async``, an AsyncResult's ``get`` with the timeout. Past the cap the call
+        is StoreUnavailable (outcome unknown: the ledger looks the request key up)."""
         try:
-            return fn(*args, **kwargs)
+            return _capped(self._client, self._timeout_s, fn, *args, **kwargs)
         except UNAVAILABLE as exc:
             raise StoreUnavailable(f"ZooKeeper unavailable: {type(exc).__name__}") from exc
         except (NoNodeError, NodeExistsError, BadVersionError):
@@ -551,6 +557,20 @@ def _lost_or_changed(old: Mapping[ScramMechanism, ScramCredential],
                      new: Mapping[ScramMechanism, ScramCredential]) -> bool:
     """A credential the user had is gone or different (a session may have used it)."""
     return any(new.get(mechanism) != credential for mechanism, credential in old.items())
+
+
+def _capped(client: KazooClient, timeout_s: float, fn: Callable[..., Any], *args: Any,
+            **kwargs: Any) -> Any:
+    """``fn(*args)`` with a time cap (see :meth:`CredentialStore._call`)."""
+    name = getattr(fn, "__name__", "")
+    owner = getattr(fn, "__self__", None)
+    if owner is client and hasattr(client, f"{name}_async"):
+        return getattr(client, f"{name}_async")(*args, **kwargs).get(timeout=timeout_s)
+    if name == "commit" and hasattr(owner, "commit_async"):
+        return owner.commit_async().get(timeout=timeout_s)
+    if name == "get" and hasattr(owner, "rawlink"):  # an AsyncResult
+        return fn(timeout=timeout_s)
+    return fn(*args, **kwargs)
 
 
 CREDENTIALS_ROOT = NotificationRoot("credentials", CHANGES_PATH, CHANGE_PREFIX)

@@ -404,3 +404,47 @@ def test_users_bootstrap_reports_an_unreachable_zookeeper(free_zk_port: int) -> 
     ])
     assert result.exit_code == 1
     assert "could not connect to ZooKeeper" in result.output
+
+
+def test_credential_and_acl_store_calls_are_capped_when_zookeeper_is_gone(tmp_path: Path) -> None:
+    """A partition (here: ZooKeeper stopped under a connected client) answers a write and a
+    read with StoreUnavailable / a retriable error within the cap, never holding the
+    calling thread (issue 27)."""
+    from tokensvc.authz.acl import (
+        AccessControlEntry,
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePattern,
+        ResourceType,
+    )
+    from tokensvc.core.errors import Errors, KafkaError
+    from zk.acl_store import AclStore
+    from zk.credential_store import CredentialChange
+    from zk.errors import StoreUnavailable
+
+    server = ManagedZooKeeper(tmp_path / "zk")
+    server.start()
+    client = open_client(ZkSettings(server.connect, session_timeout_ms=30_000,
+                                    connection_timeout_ms=30_000))
+    try:
+        credentials = CredentialStore(client, request_timeout_s=1.0)
+        acls = AclStore(client, request_timeout_s=1.0)
+        credentials.ensure_paths()
+        server.stop()
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable):
+            credentials.alter([CredentialChange("zed", ScramMechanism.SCRAM_SHA_256,
+                                                derive_credential("pw", ScramMechanism.SCRAM_SHA_256,
+                                                                  4096))])
+        assert time.monotonic() - started < 5
+        started = time.monotonic()
+        with pytest.raises(KafkaError) as refused:
+            acls.add([AclBinding(ResourcePattern(ResourceType.TOPIC, "t"),
+                                 AccessControlEntry("User:a", "*", AclOperation.READ,
+                                                    AclPermissionType.ALLOW))])
+        assert refused.value.error == Errors.REQUEST_TIMED_OUT
+        assert time.monotonic() - started < 5
+    finally:
+        client.stop()
+        client.close()

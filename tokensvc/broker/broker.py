@@ -81,6 +81,10 @@ from zk.token_store import TokenStore
 TOP_OWNERS = 10
 log = logging.getLogger("tokensvc.broker")
 
+# Threads for the blocking store calls (asyncio.to_thread). Every ZooKeeper call of the
+# token, credential and ACL stores is capped (10 s, StoreUnavailable past it), so a
+# partition holds a thread for at most that long; the pool's size only bounds how many
+# such writes wait at once.
 ZK_WORKER_THREADS = 64
 
 class _Credentials:
