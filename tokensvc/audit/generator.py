@@ -64,11 +64,11 @@ _BUFFER_LINES = 8192
 _COMMON = '{"schema":1,"ts":%d,"broker_id":%d,"event_id":"%032x","type":'
 _AUTH = (_COMMON + '"authentication","outcome":"%s","mechanism":"SCRAM-SHA-256","kind":"%s",'
          '"implicit":false,"username":"%s","token_id":%s,"principal":%s,"client_host":"%s","client_port":%d,'
-         '"listener":"SASL_PLAINTEXT","reason":%s}\n')
+         '"listener":"SASL_PLAINTEXT","reason":%s,"client_id":null}\n')
 _TOKEN = (_COMMON + '"token","action":"%s","outcome":"%s","error_code":%d,"error":"%s",'
           '"requester":"%s","token_authenticated":%s,"owner":%s,"token_id":%s,"renewers":%s,'
           '"expiry_ms":%s,"max_ms":%s,"count":%s,"client_host":"%s","listener":"SASL_PLAINTEXT",'
-          '"forwarded":%s}\n')
+          '"forwarded":%s,"client_id":null,"reason":null}\n')
 _FORWARD = (_COMMON + '"forward","api":"%s","client_id":"%s","principal":"%s","client_host":"%s",'
             '"controller_id":%d,"outcome":"success","error_code":0,"attempts":%d,'
             '"latency_ms":%.1f}\n')
@@ -80,7 +80,7 @@ _ACL = (_COMMON + '"acl","action":"%s","outcome":"success","error_code":0,"reque
 _CREDENTIAL = (_COMMON + '"credential","action":"upsert","outcome":"success","error_code":0,'
                '"requester":"User:admin","user":"%s","mechanism":"SCRAM-SHA-256",'
                '"iterations":8192}\n')
-_LOGIN_TAIL = '","client_port":%d,"listener":"SASL_PLAINTEXT","reason":null}\n'
+_LOGIN_TAIL = '","client_port":%d,"listener":"SASL_PLAINTEXT","reason":null,"client_id":null}\n'
 _SESSION = (_COMMON + '"session","action":"reauthenticated","principal":"%s","token_id":%s,'
             '"client_host":"%s","listener":"SASL_PLAINTEXT","reason":null}\n')
 
