@@ -194,8 +194,8 @@ class Chaos(FaultCluster):
         started = time.monotonic()
         try:
             answer = conn.call(key, version, body)
-        except ClientError:
-            ledger.lost_answer(api)
+        except ClientError as exc:
+            ledger.lost_answer(api, hung="Timeout" in str(exc))
             raise
         finally:
             with self._in_flight_lock:

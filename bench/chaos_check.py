@@ -64,6 +64,8 @@ class WriteLedger:
     unknown: Counter = field(default_factory=Counter)        # api -> count
     errors: Counter = field(default_factory=Counter)         # (api, error name) -> count
     fastest_error_ms: dict[tuple[str, str], float] = field(default_factory=dict)
+    slowest_ms: dict[str, float] = field(default_factory=dict)   # api -> slowest answer
+    hung: Counter = field(default_factory=Counter)           # api -> no answer in time
     tokens: dict[str, TrackedToken] = field(default_factory=dict)
     acknowledged_ids: list[str] = field(default_factory=list)
     acknowledged_hmacs: Counter = field(default_factory=Counter)
@@ -74,16 +76,20 @@ class WriteLedger:
         with self.lock:
             self.attempted[api] += 1
 
-    def lost_answer(self, api: str) -> None:
-        """The connection failed after the request was sent: the outcome is unknown."""
+    def lost_answer(self, api: str, *, hung: bool = False) -> None:
+        """The connection failed after the request was sent: the outcome is unknown.
+        ``hung``: no answer came within the client's own timeout."""
         with self.lock:
             self.unknown[api] += 1
+            if hung:
+                self.hung[api] += 1
             if api == "create":
                 self.creates_maybe_landed += 1
 
     def answered(self, api: str, error: str, elapsed_ms: float) -> None:
         """An answer arrived; ``error`` is the error name, "NONE" on success."""
         with self.lock:
+            self.slowest_ms[api] = max(self.slowest_ms.get(api, elapsed_ms), elapsed_ms)
             if error == "NONE":
                 self.acknowledged[api] += 1
                 return
@@ -199,3 +205,73 @@ class RevocationRound:
     @property
     def violations(self) -> int:
         return self.queued_succeeded + self.fresh_succeeded + self.sessions_served
+
+
+# -- the partition suite's rules (bench.chaos_net) ---------------------------------------
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One use of a revoked credential: a login, or a request on a session opened before
+    the revocation. ``started`` is when the client began it (monotonic seconds)."""
+
+    subject: str
+    broker: int
+    started: float
+    accepted: bool
+
+
+def late_acceptances(attempts: Iterable[Attempt], acknowledged: Mapping[str, float],
+                     bound_s: float) -> list[Violation]:
+    """Uses of a revoked credential that a broker accepted although they began more than
+    ``bound_s`` after the revocation was acknowledged (``acknowledged``: subject ->
+    monotonic time of the acknowledgement). Within the bound an acceptance is allowed:
+    that is the staleness the brokers promise."""
+    late = []
+    for attempt in attempts:
+        acked = acknowledged.get(attempt.subject)
+        if attempt.accepted and acked is not None and attempt.started > acked + bound_s:
+            late.append(Violation(
+                "revoked credential accepted late", attempt.subject,
+                f"broker {attempt.broker}, {attempt.started - acked:.2f}s after the revocation "
+                f"was acknowledged (bound {bound_s:.2f}s)"))
+    return late
+
+
+def latest_acceptance_s(attempts: Iterable[Attempt],
+                        acknowledged: Mapping[str, float]) -> float | None:
+    """How long after its revocation a credential was last accepted (None: never)."""
+    lags = [a.started - acknowledged[a.subject] for a in attempts
+            if a.accepted and a.subject in acknowledged]
+    return max(lags) if lags else None
+
+
+@dataclass(frozen=True)
+class ControllerSample:
+    """Who acts as controller at one moment: each broker's ``tokensvc_controller`` gauge
+    (None: its metrics could not be read) and the broker ``/controller`` names."""
+
+    at: float
+    gauges: Mapping[int, int | None]
+    in_zookeeper: int | None
+
+
+def controller_overlaps(samples: Iterable[ControllerSample]) -> list[Violation]:
+    """Two brokers acting as controller at once: two gauges at 1 in one sample, or a
+    broker at 1 while ZooKeeper names another in two samples running (one sample may
+    straddle a handover)."""
+    violations = []
+    previous_disagreed = False
+    for sample in samples:
+        acting = sorted(b for b, v in sample.gauges.items() if v == 1)
+        if len(acting) > 1:
+            violations.append(Violation("two controllers", ",".join(map(str, acting)),
+                                        f"at {sample.at:.2f}s"))
+        disagrees = bool(acting) and sample.in_zookeeper is not None \
+            and sample.in_zookeeper not in acting
+        if disagrees and previous_disagreed:
+            violations.append(Violation(
+                "controller not the one ZooKeeper names", ",".join(map(str, acting)),
+                f"ZooKeeper names {sample.in_zookeeper} at {sample.at:.2f}s"))
+        previous_disagreed = disagrees
+    return violations

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tokensvc.cluster import LocalCluster
+from tokensvc.cluster import LocalCluster, Placement
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import RequestHeader, decode_response, encode_request, frame
 from tokensvc.scram.client import ScramClient
@@ -127,17 +127,23 @@ class FaultCluster:
 
     def start_cluster(self, chroot: str, overrides: Mapping[str, str], *,
                       zk_tick_ms: int | None = None,
-                      client_session_timeout_ms: int | None = None) -> None:
+                      client_session_timeout_ms: int | None = None,
+                      zk_hosts: list[str] | None = None,
+                      zk_prefixes: list[list[str]] | None = None,
+                      placements: Mapping[int, Placement] | None = None) -> None:
         """Start the ensemble (``zk_tick_ms``: its tickTime, default zk.server's), the
         brokers under ``/chroot`` with ``overrides``, and this driver's own ZooKeeper
         client (``client_session_timeout_ms``: the session it asks for, default
-        ``ZkSettings``')."""
+        ``ZkSettings``'). ``zk_hosts``/``zk_prefixes`` and ``placements`` put the nodes
+        and brokers on hosts of their own (``bench.netns``) instead of loopback."""
         tick = {"tick_ms": zk_tick_ms} if zk_tick_ms else {}
-        self.ensemble = ZooKeeperEnsemble(self.directory / "zookeeper", 3, **tick)
+        self.ensemble = ZooKeeperEnsemble(self.directory / "zookeeper", 3, hosts=zk_hosts,
+                                          prefixes=zk_prefixes, **tick)
         self.ensemble.start()
         connect = f"{self.ensemble.connect}/{chroot}"
         self.cluster = LocalCluster.up(self.directory / "cluster", brokers=3, zookeeper=connect,
-                                       overrides=dict(overrides), die_with_parent=True)
+                                       overrides=dict(overrides), die_with_parent=True,
+                                       placements=placements)
         asked = {"session_timeout_ms": client_session_timeout_ms} \
             if client_session_timeout_ms is not None else {}
         self.zk = open_client(ZkSettings(connect, **asked))

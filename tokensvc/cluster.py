@@ -264,12 +264,27 @@ def answers_api_versions(address: str, timeout: float = 2.0) -> bool:
 # -- the cluster -------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where a broker runs when not on loopback: the address its listeners bind (with
+    Kafka's usual ports, see :data:`PLACED_PORTS`) and the command prefix that starts it
+    there (``ip netns exec NAME``: the partition harness, ``bench.netns``)."""
+
+    host: str
+    prefix: tuple[str, ...] = ()
+
+
+# plain, inter-broker, metrics, TLS: the ports of a broker that has an address of its own.
+PLACED_PORTS = (9092, 9093, 9404, 9094)
+
+
 @dataclass
 class _Broker:
     broker_id: int
     config: Path
     log: Path
     process: subprocess.Popen | None = None
+    prefix: tuple[str, ...] = ()
 
 
 class LocalCluster:
@@ -292,7 +307,9 @@ class LocalCluster:
         self._zookeeper = zookeeper
         self._die_with_parent = die_with_parent
         self._brokers = {
-            b["id"]: _Broker(b["id"], Path(b["config"]), Path(b["log"])) for b in info["brokers"]
+            b["id"]: _Broker(b["id"], Path(b["config"]), Path(b["log"]),
+                             prefix=tuple(b.get("prefix", ())))
+            for b in info["brokers"]
         }
 
     # -- construction ------------------------------------------------------------------
@@ -317,6 +334,7 @@ class LocalCluster:
         die_with_parent: bool = False,
         timeout: float = READY_TIMEOUT_S,
         zookeeper_heap_mb: int = DEFAULT_HEAP_MB,
+        placements: Mapping[int, Placement] | None = None,
     ) -> LocalCluster:
         """Start ZooKeeper (unless ``zookeeper`` is a connect string) and ``brokers`` brokers
         in ``directory``; return once all answer. ``die_with_parent`` ties every process to
@@ -356,7 +374,8 @@ class LocalCluster:
                 raise ClusterError(f"managed ZooKeeper did not start: {exc}") from exc
             zookeeper = zk_server.connect
         try:
-            info = _prepare(directory, brokers, zookeeper, zk_server, overrides, tls)
+            info = _prepare(directory, brokers, zookeeper, zk_server, overrides, tls,
+                            dict(placements or {}))
             cluster = cls(directory, info, zookeeper=zk_server, die_with_parent=die_with_parent)
             for broker_id in cluster._brokers:
                 cluster._spawn(broker_id)
@@ -466,7 +485,7 @@ class LocalCluster:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         with open(broker.log, "ab") as log:
             broker.process = subprocess.Popen(
-                _broker_command(broker.config),
+                [*broker.prefix, *_broker_command(broker.config)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -546,6 +565,7 @@ def _prepare(
     zk_server: ManagedZooKeeper | None,
     overrides: dict[str, str],
     tls: bool,
+    placements: Mapping[int, Placement] | None = None,
 ) -> dict[str, Any]:
     """Users in ZooKeeper, TLS material, every broker's server.properties, admin.properties;
     returns the cluster.json dict (pids not yet known)."""
@@ -569,13 +589,15 @@ def _prepare(
     for broker_id in range(1, brokers + 1):
         broker_dir = directory / f"broker-{broker_id}"
         broker_dir.mkdir(exist_ok=True)
-        plain, inter, metrics, ssl_port = _free_ports(4, taken)
+        placement = (placements or {}).get(broker_id)
+        host = placement.host if placement else HOST
+        plain, inter, metrics, ssl_port = PLACED_PORTS if placement else _free_ports(4, taken)
         listeners = {
-            "SASL_PLAINTEXT": f"{HOST}:{plain}",
-            "BROKER": f"{HOST}:{inter}",
+            "SASL_PLAINTEXT": f"{host}:{plain}",
+            "BROKER": f"{host}:{inter}",
         }
         if tls:
-            listeners["SASL_SSL"] = f"{HOST}:{ssl_port}"
+            listeners["SASL_SSL"] = f"{host}:{ssl_port}"
         props = {
             "broker.id": str(broker_id),
             "listeners": ",".join(f"{name}://{addr}" for name, addr in listeners.items()),
@@ -592,7 +614,7 @@ def _prepare(
             "authorizer.class.name": "tokensvc.authz.AclAuthorizer",
             "allow.everyone.if.no.acl.found": "false",
             "audit.log.dir": str(audit_dir),
-            "metrics.listener": f"{HOST}:{metrics}",
+            "metrics.listener": f"{host}:{metrics}",
         }
         if master_key is not None:
             props["delegation.token.secret.key"] = master_key
@@ -616,7 +638,8 @@ def _prepare(
                 "config": str(config),
                 "log": str(log),
                 "pid": None,
-                "metrics": f"{HOST}:{metrics}",
+                "metrics": f"{host}:{metrics}",
+                "prefix": list(placement.prefix) if placement else [],
             }
         )
 

@@ -21,10 +21,17 @@ How it works (kazoo-recipe style, lifecycle start()/close()):
   fails once anyone else has won -- even if this broker has not yet noticed that its
   session expired. (The ``/controller`` znode's own version cannot serve: a new winner's
   znode starts at version 0 again.)
-* Connection SUSPENDED: nothing changes; writes are already protected by the guard.
-  LOST (session expired): this broker stops being the controller at once (``guard()``
-  returns None), and on reconnect it reads ``/controller`` again and runs for election
-  with its new session. CONNECTED always re-reads, which re-arms the watch.
+* Connection SUSPENDED: this broker stops *acting* as the controller at once
+  (``is_controller`` is False, so envelopes are refused NOT_CONTROLLER and the
+  ``tokensvc_controller`` gauge reads 0) but keeps its guard: a reconnect within the same
+  session resumes without an election. Why: the others elect a new controller only once
+  this session has expired on the server, at least a session timeout after the server
+  last heard from us, while kazoo suspends at two thirds of it; so two brokers never
+  act as controller at the same time, even when this one is cut from ZooKeeper and
+  cannot learn that its session is gone (issue #27). Writes are fenced by the guard in
+  any case. LOST (session expired): this broker stops being the controller for good
+  (``guard()`` returns None), and on reconnect it reads ``/controller`` again and runs
+  for election with its new session. CONNECTED always re-reads, which re-arms the watch.
 * ``on_change(controller_id, is_me)`` runs on the worker thread -- never kazoo's --
   each time the known controller or this broker's role changes.
 * ``close()`` deletes ``/controller`` if this session owns it, so another broker takes
@@ -81,6 +88,7 @@ class ControllerElection:
         self._epoch: int | None = None
         self._reported: tuple[int | None, bool] | None = None
         self._started = False
+        self._suspended = False  # connection lost, session perhaps still alive
 
     # --- state -------------------------------------------------------------------------
 
@@ -95,8 +103,10 @@ class ControllerElection:
 
     @property
     def is_controller(self) -> bool:
+        """Whether this broker acts as the controller now: it won with its current session
+        and its connection to ZooKeeper is not suspended."""
         with self._lock:
-            return self._guard is not None
+            return self._guard is not None and not self._suspended
 
     def guard(self) -> Guard | None:
         """``("/controller_epoch", version)`` while this broker is the controller, else None."""
@@ -107,7 +117,7 @@ class ControllerElection:
     def epoch(self) -> int | None:
         """The controller epoch this broker won with, while it is the controller."""
         with self._lock:
-            return self._epoch if self._guard is not None else None
+            return self._epoch if self._guard is not None and not self._suspended else None
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -144,8 +154,15 @@ class ControllerElection:
                 self._guard = None
                 self._epoch = None
                 self._controller_id = None
+                self._suspended = False
+            self._worker.submit("report", self._report)
+        elif state == KazooState.SUSPENDED:
+            with self._lock:
+                self._suspended = True
             self._worker.submit("report", self._report)
         elif state == KazooState.CONNECTED:
+            with self._lock:
+                self._suspended = False
             self._refresh_soon()
 
     def _on_watch(self, _event: object) -> None:
@@ -221,7 +238,7 @@ class ControllerElection:
 
     def _report(self) -> None:
         with self._lock:
-            now = (self._controller_id, self._guard is not None)
+            now = (self._controller_id, self._guard is not None and not self._suspended)
             if now == self._reported:
                 return
             self._reported = now

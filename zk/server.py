@@ -6,7 +6,9 @@ process, waiting until the node serves, and stopping or killing it. A
 :class:`ZooKeeperEnsemble` runs three (or N) such nodes as one quorum so tests
 can kill single nodes.
 
-It never downloads anything and never listens beyond 127.0.0.1. Start-up fails
+It never downloads anything and never listens beyond 127.0.0.1, except on the
+addresses an ensemble is given (the partition harness's network namespaces,
+``bench.netns``), where a command prefix starts each node. Start-up fails
 with :class:`ZooKeeperStartError` and a message a person can act on (Java
 missing, port in use, the server died, it did not answer in time) instead of
 hanging.
@@ -150,6 +152,10 @@ def zookeeper_classpath() -> str:
     return os.pathsep.join(jars)
 
 
+# ZooKeeper's usual ports, for nodes that each have an address of their own.
+CLIENT_PORT, QUORUM_PORT, ELECTION_PORT = 2181, 2888, 3888
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -193,6 +199,10 @@ class ZooKeeperNode:
     host: str = "127.0.0.1"
     server_id: int = 1
     peers: list[tuple[int, int, int]] = field(default_factory=list)  # (id, quorum, election)
+    # Each peer's address when the nodes do not share ``host`` (one network namespace each).
+    peer_hosts: dict[int, str] = field(default_factory=dict)
+    # A command that runs the server somewhere else (``ip netns exec NAME``); empty: here.
+    prefix: list[str] = field(default_factory=list)
     tick_ms: int = 500
     heap_mb: int = DEFAULT_HEAP_MB
     max_session_timeout_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS
@@ -242,7 +252,8 @@ class ZooKeeperNode:
             lines.append("audit.enable=true")
         if self.peers:
             for sid, quorum, election in self.peers:
-                lines.append(f"server.{sid}={self.host}:{quorum}:{election}")
+                host = self.peer_hosts.get(sid, self.host)
+                lines.append(f"server.{sid}={host}:{quorum}:{election}")
             (self.data_dir / "data" / "myid").write_text(f"{self.server_id}\n")
         cfg = self.data_dir / "zoo.cfg"
         cfg.write_text("\n".join(lines) + "\n")
@@ -273,12 +284,14 @@ class ZooKeeperNode:
         java = find_java()
         if java_major_version(java) < 11:
             raise ZooKeeperStartError(f"{java} is older than Java 11; install Java 17")
-        if port_in_use(self.client_port, self.host):
+        # With a prefix the port is in another network namespace: it cannot be probed here.
+        if not self.prefix and port_in_use(self.client_port, self.host):
             raise ZooKeeperStartError(
                 f"cannot start ZooKeeper: port {self.host}:{self.client_port} is already in use"
             )
         cfg = self._write_config()
         return [
+            *self.prefix,
             java,
             f"-Xmx{self.heap_mb}m",
             "-XX:+UseSerialGC",
@@ -397,7 +410,10 @@ class ManagedZooKeeper(ZooKeeperNode):
 
 
 class ZooKeeperEnsemble:
-    """N ZooKeeper servers forming one quorum on loopback (N is odd, usually 3)."""
+    """N ZooKeeper servers forming one quorum (N is odd, usually 3): on loopback with free
+    ports, or, given ``hosts`` (one address each) and ``prefixes`` (the command that runs
+    each one there, as ``ip netns exec NAME``), on those addresses with ZooKeeper's usual
+    ports."""
 
     def __init__(
         self,
@@ -406,17 +422,31 @@ class ZooKeeperEnsemble:
         *,
         tick_ms: int = 500,
         die_with_parent: bool = True,
+        hosts: list[str] | None = None,
+        prefixes: list[list[str]] | None = None,
     ) -> None:
         if size < 1:
             raise ValueError("an ensemble needs at least one node")
+        if hosts is not None and len(hosts) != size:
+            raise ValueError(f"{size} nodes need {size} hosts, got {len(hosts)}")
         base = Path(base_dir)
-        peers = [(i + 1, free_port(), free_port()) for i in range(size)]
+        if hosts is None:
+            peers = [(i + 1, free_port(), free_port()) for i in range(size)]
+            client_ports = [free_port() for _ in range(size)]
+            host_of = {sid: "127.0.0.1" for sid, _, _ in peers}
+        else:
+            peers = [(i + 1, QUORUM_PORT, ELECTION_PORT) for i in range(size)]
+            client_ports = [CLIENT_PORT] * size
+            host_of = {i + 1: host for i, host in enumerate(hosts)}
         self.nodes = [
             ZooKeeperNode(
                 data_dir=base / f"zk{sid}",
-                client_port=free_port(),
+                client_port=client_ports[sid - 1],
+                host=host_of[sid],
                 server_id=sid,
                 peers=peers,
+                peer_hosts=dict(host_of) if hosts is not None else {},
+                prefix=list(prefixes[sid - 1]) if prefixes else [],
                 tick_ms=tick_ms,
                 die_with_parent=die_with_parent,
             )

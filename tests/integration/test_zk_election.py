@@ -22,8 +22,8 @@ TIMEOUT_S = 10.0
 
 
 class Broker:
-    def __init__(self, connect: str, broker_id: int) -> None:
-        self.client = open_client(ZkSettings(connect, session_timeout_ms=4000))
+    def __init__(self, connect: str, broker_id: int, session_timeout_ms: int = 4000) -> None:
+        self.client = open_client(ZkSettings(connect, session_timeout_ms=session_timeout_ms))
         self.changes: list[tuple[int | None, bool, str]] = []
         self.election = ControllerElection(
             self.client,
@@ -157,3 +157,33 @@ def test_a_leftover_znode_with_our_broker_id_from_another_session_is_not_ours(
         assert eventually(lambda: me.election.is_controller)
     finally:
         other.close()
+
+
+def test_a_controller_that_loses_its_connection_stops_acting_until_it_is_back(tmp_path):
+    """Issue #27: while its connection is suspended (ZooKeeper frozen here, a partition in
+    production) the controller stops acting as one, so a new controller elected on the
+    other side once its session expires is never the second; back within its session,
+    it resumes with the same epoch and no election."""
+    from zk.server import ManagedZooKeeper
+
+    with ManagedZooKeeper(tmp_path / "zk") as server:
+        # 8 s: kazoo suspends 5.3 s after it last heard from the server, so the resume
+        # comes well within the session and the server does not expire it.
+        broker = Broker(server.connect, 1, session_timeout_ms=8000)
+        try:
+            broker.election.start()
+            assert eventually(lambda: broker.election.is_controller)
+            guard, epoch = broker.election.guard(), broker.election.epoch
+            server.pause()
+            try:
+                assert eventually(lambda: not broker.election.is_controller, timeout=8.0)
+                assert broker.election.epoch is None
+                assert eventually(lambda: (1, False) in [c[:2] for c in broker.changes])
+            finally:
+                server.resume()
+            assert eventually(lambda: broker.election.is_controller, timeout=10.0)
+            assert broker.election.guard() == guard
+            assert broker.election.epoch == epoch
+            assert broker.changes[-1][:2] == (1, True)
+        finally:
+            broker.close()

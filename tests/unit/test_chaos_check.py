@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from bench.chaos_check import RevocationRound, WriteLedger, check_writes
+from bench.chaos_check import (
+    Attempt,
+    ControllerSample,
+    RevocationRound,
+    WriteLedger,
+    check_writes,
+    controller_overlaps,
+    late_acceptances,
+    latest_acceptance_s,
+)
 
 
 def _ledger_with(*token_ids: str) -> WriteLedger:
@@ -120,3 +129,55 @@ def test_a_revocation_round_counts_every_success_as_a_violation() -> None:
     assert rnd.violations == 4
     assert rnd.last_success_after_resume_s == 0.18
     assert RevocationRound(victim=2, pause_s=5.0, queued=10, fresh=40).violations == 0
+
+
+# -- the partition suite's rules ---------------------------------------------------------
+
+
+def test_a_revoked_credential_accepted_within_the_bound_is_allowed_and_later_is_not() -> None:
+    acked = {"token t1": 100.0, "user u deleted": 101.0}
+    attempts = [
+        Attempt("token t1", 2, 99.0, True),     # before the revocation
+        Attempt("token t1", 2, 103.9, True),    # within the 4 s bound
+        Attempt("token t1", 2, 104.5, False),   # refused: fine at any time
+        Attempt("user u deleted", 1, 105.5, True),  # 4.5 s after: late
+        Attempt("token t2", 3, 200.0, True),    # never revoked
+    ]
+    late = late_acceptances(attempts, acked, 4.0)
+    assert [(v.rule, v.token_id) for v in late] == [
+        ("revoked credential accepted late", "user u deleted")]
+    assert "broker 1" in late[0].detail and "4.50s" in late[0].detail
+    assert latest_acceptance_s(attempts, acked) == 4.5
+    assert latest_acceptance_s([Attempt("token t1", 1, 101.0, False)], acked) is None
+
+
+def test_two_brokers_acting_as_controller_in_one_sample_is_a_violation() -> None:
+    samples = [
+        ControllerSample(0.0, {1: 1, 2: 0, 3: 0}, 1),
+        ControllerSample(0.25, {1: None, 2: 0, 3: 0}, 1),   # cut: metrics unreadable
+        ControllerSample(0.5, {1: 0, 2: 1, 3: 0}, 2),       # handover
+        ControllerSample(0.75, {1: 1, 2: 1, 3: 0}, 2),      # the old one acts again
+    ]
+    violations = controller_overlaps(samples)
+    assert [v.rule for v in violations] == ["two controllers"]
+    assert violations[0].token_id == "1,2"
+
+
+def test_a_broker_acting_while_zookeeper_names_another_counts_only_when_it_lasts() -> None:
+    straddling = [ControllerSample(0.0, {1: 1, 2: 0}, 2), ControllerSample(0.25, {1: 0, 2: 1}, 2)]
+    assert controller_overlaps(straddling) == []
+    lasting = [ControllerSample(0.0, {1: 1, 2: 0}, 2), ControllerSample(0.25, {1: 1, 2: 0}, 2)]
+    assert [v.rule for v in controller_overlaps(lasting)] == [
+        "controller not the one ZooKeeper names"]
+
+
+def test_the_ledger_keeps_the_slowest_answer_and_unanswered_requests() -> None:
+    ledger = WriteLedger()
+    ledger.answered("create", "NONE", 5.0)
+    ledger.answered("create", "REQUEST_TIMED_OUT", 10_002.0)
+    ledger.answered("create", "NONE", 7.0)
+    ledger.lost_answer("renew", hung=True)
+    ledger.lost_answer("renew")
+    assert ledger.slowest_ms == {"create": 10_002.0}
+    assert ledger.hung == {"renew": 1}
+    assert ledger.unknown == {"renew": 2}
