@@ -29,7 +29,7 @@ from zk.client import ZkSettings, open_client
 from zk.credential_store import CredentialStore
 
 DESIGN_KEYS = {"bootstrap_servers", "zookeeper", "brokers", "audit_dir", "admin"}
-BROKER_KEYS = {"id", "listeners", "config", "log", "pid", "metrics"}
+BROKER_KEYS = {"id", "listeners", "config", "log", "pid", "metrics", "prefix"}
 
 
 def _pid_running(pid: int) -> bool:
