@@ -593,6 +593,8 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--faults", default=",".join(NET_FAULTS),
                         help=f"comma-separated, in order (default: all of {','.join(NET_FAULTS)})")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run the list N times on the same cluster (default 1)")
     parser.add_argument("--seconds", type=float, default=20.0,
                         help="how long each cut lasts (default 20)")
     parser.add_argument("--flap-seconds", type=float, default=60.0,
@@ -611,10 +613,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or not faults:
         parser.error(f"unknown fault(s) {', '.join(unknown) or '(none given)'}; "
                      f"choose from {', '.join(NET_FAULTS)}")
-    if min(args.seconds, args.flap_seconds) <= 0 or args.clients < 1 \
+    if min(args.seconds, args.flap_seconds) <= 0 or min(args.clients, args.repeat) < 1 \
             or args.session_timeout_ms < 1000:
-        parser.error("--seconds, --flap-seconds and --clients must be positive, "
+        parser.error("--seconds, --flap-seconds, --clients and --repeat must be positive, "
                      "--session-timeout-ms at least 1000")
+    faults = faults * args.repeat
     try:
         Network.require_root()
     except NetError as exc:

@@ -24,7 +24,7 @@ from tests.support.inproc import (
     running_brokers,
     zk_client,
 )
-from tokensvc.admin import AdminClient
+from tokensvc.admin import AdminClient, AdminError
 from tokensvc.client_config import client_config_from_properties
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
@@ -350,5 +350,51 @@ def test_forwarder_that_cannot_reach_the_controller_answers_request_timed_out(zk
         assert response["TokenId"] == ""
         assert elapsed >= 1.0
         assert forwarded_count(lost, client_id) == 1
+    finally:
+        lost.stop()
+
+
+def test_forwarded_writes_with_per_item_results_that_time_out_fail_every_item(zk_chroot, cluster):
+    """AlterUserScramCredentials, CreateAcls and DeleteAcls have no top-level error code:
+    a forwarding that timed out must fail each user, creation and filter sent. An
+    answer with no items reads as success to every client (found by ./dev chaos --net: a
+    user deletion "acknowledged" while the controller was cut off, and never applied)."""
+    props = broker_properties(4, zk_chroot, request_timeout_ms="1000")
+    props["inter.broker.sasl.password"] = "not-the-broker-password"
+    lost = InProcessBroker(BrokerConfig.from_properties(props)).start()
+    user = unique("kept")
+    topic = unique("topic")
+    rule = {"ResourceType": 2, "ResourceName": topic, "ResourcePatternType": 3,
+            "Principal": "User:alice", "Host": "*", "Operation": 3, "PermissionType": 3}
+    rule_filter = {"ResourceTypeFilter": 2, "ResourceNameFilter": topic, "PatternTypeFilter": 3,
+                   "PrincipalFilter": None, "HostFilter": None, "Operation": 1,
+                   "PermissionType": 1}
+    try:
+        assert not lost.broker.is_controller
+        config = client_config_from_properties({
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-256",
+            "sasl.jaas.config": 'org.apache.kafka.common.security.scram.ScramLoginModule '
+                                'required username="admin" password="admin-secret";',
+        })
+        with AdminClient("{}:{}".format(*cluster[0].address()), config, timeout_s=15) as admin:
+            admin.upsert_user_scram_credential(user, ScramMechanism.SCRAM_SHA_256, "pw-1")
+        with WireClient(lost.address(), "admin", "admin-secret") as wire:
+            deleted = wire.request(51, 0, {"Deletions": [{"Name": user, "Mechanism": 1}],
+                                           "Upsertions": []})
+            created = wire.request(30, 3, {"Creations": [rule, rule]})
+            removed = wire.request(31, 3, {"Filters": [rule_filter]})
+        assert [(r["User"], r["ErrorCode"]) for r in deleted["Results"]] == \
+            [(user, Errors.REQUEST_TIMED_OUT)]
+        assert [r["ErrorCode"] for r in created["Results"]] == [Errors.REQUEST_TIMED_OUT] * 2
+        assert [(r["ErrorCode"], r["MatchingAcls"]) for r in removed["FilterResults"]] == \
+            [(Errors.REQUEST_TIMED_OUT, [])]
+        # The project's AdminClient raises rather than reporting the deletion done ...
+        with AdminClient("{}:{}".format(*lost.address()), config, timeout_s=3) as admin, \
+                pytest.raises(AdminError, match="REQUEST_TIMED_OUT|timed out"):
+            admin.delete_user_scram_credential(user, ScramMechanism.SCRAM_SHA_256)
+        # ... and nothing changed: the user still logs in.
+        with WireClient(cluster[0].address(), user, "pw-1"):
+            pass
     finally:
         lost.stop()

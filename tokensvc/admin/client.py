@@ -265,6 +265,7 @@ class AdminClient:
             "alter SCRAM credentials",
             error_of=_first_result_error,
         )
+        _expect_results(response["Results"], 1, f"user {user!r}")
         for result in response["Results"]:
             raise_for(result["ErrorCode"], result.get("ErrorMessage"), f"user {user!r}")
 
@@ -280,6 +281,7 @@ class AdminClient:
             return conn.request(ApiKey.CREATE_ACLS, body, deadline, version), version
 
         response, _ = self._call(send, "create ACLs", error_of=_first_result_error)
+        _expect_results(response["Results"], len(bindings), "create ACLs")
         for binding, result in zip(bindings, response["Results"], strict=False):
             raise_for(result["ErrorCode"], result.get("ErrorMessage"), f"create ACL {binding}")
 
@@ -302,6 +304,7 @@ class AdminClient:
             return conn.request(ApiKey.DELETE_ACLS, body, deadline, version), version
 
         response, _ = self._call(send, "delete ACLs", error_of=_first_filter_error)
+        _expect_results(response["FilterResults"], len(filters), "delete ACLs")
         results = []
         for acl_filter, result in zip(filters, response["FilterResults"], strict=False):
             raise_for(result["ErrorCode"], result.get("ErrorMessage"), "delete ACLs")
@@ -449,3 +452,12 @@ def _acl_version(
             f"the broker at {conn.address} supports only literal ACL patterns",
         )
     return version
+
+
+def _expect_results(results: list, expected: int, context: str) -> None:
+    """A response with per-item results must have one per item sent: a shorter list is
+    not a success (it is what an error answer without items looks like)."""
+    if len(results) != expected:
+        raise AdminError(Errors.UNKNOWN_SERVER_ERROR,
+                         f"{context}: the broker answered {len(results)} results for "
+                         f"{expected} sent")

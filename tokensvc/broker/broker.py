@@ -569,10 +569,10 @@ class Broker:
                 return await self.ledger.apply(ctx, body)
             response = await handler.handle(services, ctx, body)
         except KafkaError as exc:
-            response = handler.error_body(version, exc.error)
+            response = handler.error_for(version, exc.error, body)
         except Exception:
             log.exception("%s failed", handler.name)
-            response = handler.error_body(version, Errors.UNKNOWN_SERVER_ERROR)
+            response = handler.error_for(version, Errors.UNKNOWN_SERVER_ERROR, body)
         segments = encode_response_segments(ctx.header, response)
         encoded = segments[0] if len(segments) == 1 else segments
         return encoded, int(response.get("ErrorCode", 0) or 0)

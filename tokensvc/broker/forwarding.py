@@ -235,7 +235,7 @@ class EnvelopeForwarder:
                             "user's CLUSTER_ACTION permission and listener", controller, error.name,
                         )
                         self._audit(ctx, handler, controller, error, attempts, started)
-                        failed = handler.error_body(ctx.api_version, Errors.UNKNOWN_SERVER_ERROR)
+                        failed = _failed(ctx, handler, Errors.UNKNOWN_SERVER_ERROR)
                         return encode_response(ctx.header, failed), int(Errors.UNKNOWN_SERVER_ERROR)
                     last_error = error
             # No controller known, it refused (NOT_CONTROLLER), or it is unreachable.
@@ -247,7 +247,7 @@ class EnvelopeForwarder:
         )
         self._audit(ctx, handler, self._controller_id(), Errors.REQUEST_TIMED_OUT, attempts,
                     started)
-        failed = handler.error_body(ctx.api_version, Errors.REQUEST_TIMED_OUT)
+        failed = _failed(ctx, handler, Errors.REQUEST_TIMED_OUT)
         return encode_response(ctx.header, failed), int(Errors.REQUEST_TIMED_OUT)
 
     async def _answer(
@@ -273,7 +273,7 @@ class EnvelopeForwarder:
                 log.warning("%s committed by controller %s, but this broker did not catch up "
                             "before the request timeout", handler.name, controller)
                 self._audit(ctx, handler, controller, Errors.REQUEST_TIMED_OUT, attempts, started)
-                failed = handler.error_body(ctx.api_version, Errors.REQUEST_TIMED_OUT)
+                failed = _failed(ctx, handler, Errors.REQUEST_TIMED_OUT)
                 return encode_response(ctx.header, failed), int(Errors.REQUEST_TIMED_OUT)
         self._audit(ctx, handler, controller, inner_error, attempts, started)
         return data, inner_error
@@ -341,3 +341,13 @@ def _top_level_error(ctx: RequestContext, response_payload: bytes) -> int:
     except Exception:  # noqa: BLE001 - the client gets the bytes regardless
         return int(Errors.UNKNOWN_SERVER_ERROR)
     return int(body.get("ErrorCode", 0) or 0)
+
+
+def _failed(ctx: RequestContext, handler: ApiHandler, error: Errors) -> dict:
+    """The client's answer when forwarding failed as a whole: with per-item results for
+    the APIs that have no top-level error code (the request was decoded before)."""
+    try:
+        body = decode_client_request(ctx.payload)[1]
+    except Exception:  # noqa: BLE001 - it decoded once; the plain error body then
+        body = None
+    return handler.error_for(ctx.api_version, error, body)

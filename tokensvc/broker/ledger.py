@@ -127,24 +127,25 @@ class WriteLedger:
                     if look_up:
                         record = await asyncio.to_thread(self._read_record, ticket.key)
                         if record is not None:
-                            return await self._replay(ctx, handler, record, deadline)
+                            return await self._replay(ctx, handler, record, deadline, body)
                     response = await handler.handle(self._services, ctx, body)
             except TimeoutError:
                 log.warning("%s: no outcome by the request timeout", handler.name)
-                return _answer(ctx, handler.error_body(ctx.api_version, Errors.REQUEST_TIMED_OUT))
+                return _answer(ctx, handler.error_for(ctx.api_version, Errors.REQUEST_TIMED_OUT,
+                                                           body))
             except AlreadyApplied:
                 look_up = True
                 continue
             except (OutcomeUnknown, KafkaError) as exc:
                 if isinstance(exc, KafkaError) and exc.error != Errors.REQUEST_TIMED_OUT:
-                    response = handler.error_body(ctx.api_version, exc.error)
+                    response = handler.error_for(ctx.api_version, exc.error, body)
                     return _answer(ctx, response)
                 remaining = deadline - self._monotonic()
                 if remaining <= 0:
                     log.warning("%s: outcome still unknown at the request timeout (%s)",
                                 handler.name, exc)
-                    return _answer(ctx, handler.error_body(ctx.api_version,
-                                                           Errors.REQUEST_TIMED_OUT))
+                    return _answer(ctx, handler.error_for(ctx.api_version,
+                                                           Errors.REQUEST_TIMED_OUT, body))
                 self.retried_unknown += 1
                 log.info("%s: %s; looking the request key up and retrying", handler.name, exc)
                 await self._sleep(min(backoff, remaining))
@@ -153,16 +154,17 @@ class WriteLedger:
                 continue
             except Exception:
                 log.exception("%s failed", handler.name)
-                return _answer(ctx, handler.error_body(ctx.api_version,
-                                                       Errors.UNKNOWN_SERVER_ERROR))
+                return _answer(ctx, handler.error_for(ctx.api_version,
+                                                       Errors.UNKNOWN_SERVER_ERROR, body))
             return _answer(ctx, response)
 
     async def _replay(
-        self, ctx: RequestContext, handler: ApiHandler, record: Any, deadline: float
+        self, ctx: RequestContext, handler: ApiHandler, record: Any, deadline: float,
+        body: dict,
     ) -> tuple[bytes, int]:
         if int(record.api) != ctx.api_key or handler.replay is None:
             log.warning("request key of %s reused for another API", handler.name)
-            return _answer(ctx, handler.error_body(ctx.api_version, Errors.INVALID_REQUEST))
+            return _answer(ctx, handler.error_for(ctx.api_version, Errors.INVALID_REQUEST, body))
         response = await handler.replay(self._services, ctx, record.outcome)
         versions = await self._writes.latest()
         assert ctx.write is not None

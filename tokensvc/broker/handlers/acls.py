@@ -182,6 +182,17 @@ def _create_error(version: int, error: Errors) -> dict:
     return _create_response((), error)
 
 
+def _create_item_errors(version: int, error: Errors, body: dict) -> dict:
+    """The whole request failed: every creation gets the error (an empty list reads as
+    success)."""
+    return {
+        "ThrottleTimeMs": 0,
+        "Results": [{"ErrorCode": int(error), "ErrorMessage": None}
+                    for _ in body.get("Creations") or []],
+        "ErrorCode": int(error),
+    }
+
+
 def _refuse_creations(
     services: Services, ctx: RequestContext, bindings: list[AclBinding], refusal: KafkaError
 ) -> dict:
@@ -232,6 +243,16 @@ def _delete_response(results: Iterable[AclDeleteResult], error: Errors = Errors.
 
 def _delete_error(version: int, error: Errors) -> dict:
     return _delete_response((), error)
+
+
+def _delete_item_errors(version: int, error: Errors, body: dict) -> dict:
+    """The whole request failed: every filter gets the error and no matching ACLs."""
+    return {
+        "ThrottleTimeMs": 0,
+        "FilterResults": [{"ErrorCode": int(error), "ErrorMessage": None, "MatchingAcls": []}
+                          for _ in body.get("Filters") or []],
+        "ErrorCode": int(error),
+    }
 
 
 def _refuse_filters(
@@ -316,6 +337,8 @@ async def handle_describe(services: Services, ctx: RequestContext, body: dict) -
 
 DESCRIBE_ACLS = ApiHandler("DescribeAcls", handle_describe, _describe_error)
 CREATE_ACLS = ApiHandler("CreateAcls", handle_create, _create_error, write=True,
-                         precheck=precheck_create, replay=replay_recorded)
+                         precheck=precheck_create, replay=replay_recorded,
+                         item_errors=_create_item_errors)
 DELETE_ACLS = ApiHandler("DeleteAcls", handle_delete, _delete_error, write=True,
-                         precheck=precheck_delete, replay=replay_recorded)
+                         precheck=precheck_delete, replay=replay_recorded,
+                         item_errors=_delete_item_errors)

@@ -4,7 +4,11 @@ A handler is ``async def handle(services, ctx, body) -> dict``: it sees the narr
 :class:`tokensvc.broker.services.Services`, never the broker object or ZooKeeper. It
 raises ``KafkaError`` only where its module documents it, and otherwise answers errors
 in the response body. ``error_body(version, error)`` builds the response a request of
-that API gets when the broker fails it as a whole. ``write`` marks the APIs only the
+that API gets when the broker fails it as a whole; callers that hold the request use
+:meth:`ApiHandler.error_for`, which for an API whose response has per-item results and no
+top-level error code (CreateAcls, DeleteAcls, AlterUserScramCredentials) gives every item
+of the request the error (``item_errors``): an empty result list reads as success to
+every client. ``write`` marks the APIs only the
 controller applies (KIP-590): a non-controller runs ``precheck`` locally, then forwards.
 ``replay(services, ctx, outcome)`` rebuilds the answer of a write from the outcome the
 controller recorded with its request key (exactly-once: a retry gets the first answer).
@@ -26,6 +30,7 @@ if TYPE_CHECKING:
 
 Handle = Callable[["Services", "RequestContext", dict], Awaitable[dict]]
 ErrorBody = Callable[[int, Errors], dict]
+ItemErrors = Callable[[int, Errors, dict], dict]
 Precheck = Callable[["Services", "RequestContext", dict], "dict | None"]
 Replay = Callable[["Services", "RequestContext", Any], Awaitable[dict]]
 
@@ -38,6 +43,13 @@ class ApiHandler:
     write: bool = False
     precheck: Precheck | None = None
     replay: Replay | None = None
+    item_errors: ItemErrors | None = None
+
+    def error_for(self, version: int, error: Errors, body: dict | None) -> dict:
+        """The answer to a request (decoded ``body``, or None) failed as a whole."""
+        if body is not None and self.item_errors is not None:
+            return self.item_errors(version, error, body)
+        return self.error_body(version, error)
 
 
 def simple_error(error: Errors, **extra: Any) -> dict:

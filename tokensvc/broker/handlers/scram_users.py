@@ -163,6 +163,12 @@ def _all_failed(body: dict, error: Errors, message: str | None = None) -> dict:
     }
 
 
+def _alter_item_errors(version: int, error: Errors, body: dict) -> dict:
+    """The whole request failed (forwarding timed out, ZooKeeper down): every user named
+    gets the error. "ErrorCode" is not a wire field here; the dispatcher counts it."""
+    return {**_all_failed(body, error), "ErrorCode": int(error)}
+
+
 async def handle_alter(services: Services, ctx: RequestContext, body: dict) -> dict:
     refused = precheck_alter(services, ctx, body)
     if refused is not None:
@@ -303,5 +309,5 @@ DESCRIBE_USER_SCRAM_CREDENTIALS = ApiHandler(
 )
 ALTER_USER_SCRAM_CREDENTIALS = ApiHandler(
     "AlterUserScramCredentials", handle_alter, _alter_error, write=True, precheck=precheck_alter,
-    replay=replay_recorded,
+    replay=replay_recorded, item_errors=_alter_item_errors,
 )
