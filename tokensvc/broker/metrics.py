@@ -36,7 +36,8 @@ from prometheus_client.utils import floatToGoString
 
 from tokensvc.core.errors import Errors
 
-_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                    10.0, 15.0, 30.0)
 MAX_CLIENT_IDS = 200
 OTHER = "__other__"
 
