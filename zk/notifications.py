@@ -63,9 +63,11 @@ wall clock for anything but the purge cutoff it is handed (``now_ms``).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -115,8 +117,32 @@ class NotificationRoot:
     def child(self, sequence: int) -> str:
         return f"{self.prefix}{sequence:010d}"
 
+    def sorted_children(self, children: Iterable[str]) -> list[str]:
+        """The notification names among ``children``, in sequence order. The digits are
+        zero-padded, so string order is sequence order: the filter and the sort run in
+        C, and no name is parsed (a listing holds tens of thousands after a bulk write,
+        and the follower's thread holds the GIL the event loop needs while it works)."""
+        names = list(filter(_name_pattern(self.prefix).fullmatch, children))
+        names.sort()
+        return names
+
+    def after(self, names: list[str], sequence: int) -> list[tuple[int, str]]:
+        """``(sequence, name)`` of the sorted ``names`` above ``sequence``."""
+        start = 0 if sequence < 0 else bisect.bisect_right(names, self.child(sequence))
+        return [(int(name[-10:]), name) for name in names[start:]]
+
     def create_path(self) -> str:
         return f"{self.path}/{self.prefix}"
+
+
+_PATTERNS: dict[str, re.Pattern[str]] = {}
+
+
+def _name_pattern(prefix: str) -> re.Pattern[str]:
+    pattern = _PATTERNS.get(prefix)
+    if pattern is None:
+        pattern = _PATTERNS[prefix] = re.compile(re.escape(prefix) + "[0-9]{10}")
+    return pattern
 
 
 def sequence_of_created(path: str) -> int:
@@ -383,12 +409,12 @@ class ChangeNotifications:
             log.warning("%s: applying %s failed (%s); resynchronising", self.name, root.path, exc)
             self._request_resync()
 
-    def _list(self, root: NotificationRoot) -> tuple[list[tuple[int, str]], object]:
+    def _list(self, root: NotificationRoot) -> tuple[list[str], object]:
+        """The root's notification names in sequence order, and its stat."""
         children, stat = self._client.get_children(
             root.path, watch=self._watch_for(root), include_data=True
         )
-        listed = sorted((s, c) for c in children if (s := root.sequence(c)) is not None)
-        return listed, stat
+        return root.sorted_children(children), stat
 
     def _purge_mark(self, root: NotificationRoot, stat: object) -> int | None:
         """The root's purge mark if its data changed since last read, else None."""
@@ -413,7 +439,7 @@ class ChangeNotifications:
         for root in self.roots.values():
             listed, stat = self._list(root)
             self._purge_mark(root, stat)
-            marks[root.name] = listed[-1][0] if listed else -1
+            marks[root.name] = int(listed[-1][-10:]) if listed else -1
             cversions[root.name] = stat.cversion  # type: ignore[attr-defined]
         self._load()
         for name, sequence in marks.items():
@@ -439,7 +465,7 @@ class ChangeNotifications:
                      self.name, root.path, last)
             self._request_resync()
             return
-        fresh = [(s, c) for s, c in listed if s > last]
+        fresh = root.after(listed, last)
         if fresh:
             notes = self._read(root, fresh)
             if notes is None:
@@ -502,16 +528,15 @@ class ChangeNotifications:
         return total
 
     def _purge_root(self, root: NotificationRoot, now_ms: int, *, by_age: bool = True) -> int:
-        children = self._client.get_children(root.path)
-        listed = sorted((s, c) for c in children if (s := root.sequence(c)) is not None)
+        listed = root.sorted_children(self._client.get_children(root.path))
         if not listed:
             return 0
         excess = max(0, len(listed) - self._max_pending)
-        doomed = [c for _, c in listed[:excess]]
+        doomed = listed[:excess]
         if doomed and self._count_min_age_ms is not None:
             doomed = self._older_than(root, doomed, now_ms - self._count_min_age_ms)
         if by_age:
-            doomed += self._older_than(root, [c for _, c in listed[excess:]],
+            doomed += self._older_than(root, listed[excess:],
                                        now_ms - self._retention_ms)
         if not doomed:
             return 0

@@ -306,14 +306,16 @@ async def handle_revoke(services: Services, ctx: RequestContext, body: dict) -> 
     created_after: list[str] = []
     if not dry_run:
         try:
+            by_id = {i.token_id: i for i in infos}
             for info_id in await services.tokens.revoke(ctx, infos):
-                revoked[info_id] = next(i for i in infos if i.token_id == info_id)
+                revoked[info_id] = by_id[info_id]
             if owner is not None:
                 # Tokens the owner created while the deletes ran: revoked too, once more;
                 # any created after that pass are reported, never left unsaid.
                 again = [i for i in services.tokens.owned_by(owner) if i.token_id not in revoked]
+                by_id = {i.token_id: i for i in again}
                 for info_id in await services.tokens.revoke(ctx, again):
-                    revoked[info_id] = next(i for i in again if i.token_id == info_id)
+                    revoked[info_id] = by_id[info_id]
                 created_after = [i.token_id for i in services.tokens.owned_by(owner)]
         except KafkaError as exc:
             _audit(services, ctx, "revoke", exc.error, owner=str(owner) if owner else None,
