@@ -46,7 +46,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -580,6 +580,16 @@ def run(faults: list[str], *, repeat: int = 1, seconds: float = 30.0, clients: i
     return results
 
 
+def parse_faults(parser: argparse.ArgumentParser, text: str, known: Sequence[str]) -> list[str]:
+    """``--faults``: the comma-separated names, in order; a parser error for an unknown one."""
+    faults = [f.strip() for f in text.split(",") if f.strip()]
+    unknown = sorted(set(faults) - set(known))
+    if unknown or not faults:
+        parser.error(f"unknown fault(s) {', '.join(unknown) or '(none given)'}; "
+                     f"choose from {', '.join(known)}")
+    return faults
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.chaos",
                                      description=__doc__.split("\n")[0])
@@ -600,11 +610,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=None,
                         help="keep the cluster's files and logs here")
     args = parser.parse_args(argv)
-    faults = [f.strip() for f in args.faults.split(",") if f.strip()]
-    unknown = sorted(set(faults) - set(FAULTS))
-    if unknown or not faults:
-        parser.error(f"unknown fault(s) {', '.join(unknown) or '(none given)'}; "
-                     f"choose from {', '.join(FAULTS)}")
+    faults = parse_faults(parser, args.faults, FAULTS)
     if (min(args.repeat, args.clients, args.rounds) < 1 or args.seconds <= 0
             or (args.zk_tick_ms is not None and args.zk_tick_ms < 1)):
         parser.error("--repeat, --seconds, --clients, --rounds and --zk-tick-ms must be positive")

@@ -67,6 +67,7 @@ from bench.chaos import (
     WARM_UP_S,
     Chaos,
     FaultResult,
+    parse_faults,
     table,
 )
 from bench.chaos_check import (
@@ -683,11 +684,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=None,
                         help="keep the cluster's files and logs here")
     args = parser.parse_args(argv)
-    faults = [f.strip() for f in args.faults.split(",") if f.strip()]
-    unknown = sorted(set(faults) - set(NET_FAULTS))
-    if unknown or not faults:
-        parser.error(f"unknown fault(s) {', '.join(unknown) or '(none given)'}; "
-                     f"choose from {', '.join(NET_FAULTS)}")
+    faults = parse_faults(parser, args.faults, NET_FAULTS)
     if min(args.seconds, args.flap_seconds) <= 0 or min(args.clients, args.repeat) < 1 \
             or args.session_timeout_ms < 1000:
         parser.error("--seconds, --flap-seconds, --clients and --repeat must be positive, "
