@@ -353,6 +353,12 @@ class TokenCache:
             infos = list(self._entries.values())
         return [t for info in infos if (t := self._token(info)) is not None]
 
+    def infos(self) -> list[TokenInformation]:
+        """Every token's details, including tokens whose key is unknown (a copy taken in
+        one hold of the lock: what a snapshot of the cache is made from)."""
+        with self._lock:
+            return list(self._entries.values())
+
     def token_ids(self) -> list[str]:
         """The ids of every token, including tokens whose key is unknown (a snapshot)."""
         with self._lock:
