@@ -121,3 +121,17 @@ def test_repr_and_errors_never_show_keys() -> None:
 def test_equal_key_sets_compare_equal() -> None:
     assert MasterKeys("a", ["b"]) == MasterKeys("a", ["b"])
     assert MasterKeys("a", ["b"]) != MasterKeys("b", ["a"])
+
+
+def test_hmac_keys_are_the_first_64_bits_of_each_hmac():
+    import pytest
+
+    from tokensvc.core.keys import MasterKeys, UnknownKeyError, key_id
+
+    keys = MasterKeys("current-key", ["older-key"])
+    ids = ["a", "b", "tok-é"]
+    for kid in ("", key_id("current-key"), key_id("older-key")):
+        assert keys.hmac_keys(ids, kid) == [
+            int.from_bytes(keys.hmac(i, kid)[:8], "big") for i in ids]
+    with pytest.raises(UnknownKeyError):
+        keys.hmac_keys(ids, key_id("nobody's key"))

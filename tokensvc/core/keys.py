@@ -132,6 +132,23 @@ class MasterKeys:
         mac.update(token_id.encode("utf-8"))
         return mac.digest()
 
+    def hmac_keys(self, token_ids: Sequence[str], token_key_id: str) -> list[int]:
+        """For each id, the first 64 bits of its HMAC under ``token_key_id``, big-endian,
+        as an int (what the token cache indexes HMACs by, shifted): one loop for a
+        cache fill of many tokens. Raises :class:`UnknownKeyError` as :meth:`hmac` does."""
+        keyed = self._resolve(token_key_id)
+        if keyed is None:
+            raise UnknownKeyError(token_key_id)
+        copy = keyed.copy
+        out = []
+        append = out.append
+        from_bytes = int.from_bytes
+        for token_id in token_ids:
+            mac = copy()
+            mac.update(token_id.encode("utf-8"))
+            append(from_bytes(mac.digest()[:8], "big"))
+        return out
+
     def _resolve(self, token_key_id: str) -> Any:
         return self._keys.get(token_key_id or self._current_id)
 
