@@ -11,6 +11,9 @@ ZooKeeper, and refuses a snapshot it must not use.
 * The bounded-staleness gate holds during the load: with an early-start listener open,
   a token login waits while the snapshot is being loaded and succeeds once it has been
   caught up.
+* A token that passed its max lifetime while the broker was down (nobody swept it) is
+  swept by the restarted broker as controller: the snapshot's tokens are in the cache's
+  expiry index like any other.
 """
 
 from __future__ import annotations
@@ -254,4 +257,33 @@ def test_no_token_login_is_served_until_the_snapshot_is_caught_up(zk_connect, ot
     finally:
         release.set()
         starting.join(20)
+        restarted.stop()
+
+
+def test_a_token_that_expired_while_the_broker_was_down_is_swept_after_the_restart(
+        zk_connect, tmp_path):
+    """Alone (no other broker sweeps while it is down), the broker restarts from its
+    snapshot holding a token past its max lifetime; as controller it sweeps it."""
+    _users(zk_connect)
+    config = _config(1, zk_connect, tmp_path / "snapshots",
+                     **{"delegation.token.expiry.check.interval.ms": "200"})
+    broker = _started(config)
+    wait_for_controller([broker])
+    with WireClient(broker.address(), "alice", "alice-secret") as alice:
+        short = _ok(alice.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": 1500}))
+        lasting = _ok(alice.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1}))
+    broker.stop()
+    assert short["TokenId"] in _zookeeper_tokens(zk_connect)
+    # Down until the short token is past its max lifetime (the clock, not a guess).
+    assert poll_until(lambda: time.time() * 1000 > short["MaxTimestampMs"] + 50, 5)
+
+    restarted = _started(config)
+    try:
+        assert restarted.broker.snapshot_file.last_result == "loaded"
+        assert poll_until(lambda: short["TokenId"] not in _zookeeper_tokens(zk_connect)
+                          and short["TokenId"] not in _cache(restarted), 10)
+        raising(lambda: _token_login(restarted, short))
+        _token_login(restarted, lasting)
+        assert _cache(restarted) == _zookeeper_tokens(zk_connect)
+    finally:
         restarted.stop()
