@@ -47,7 +47,9 @@ def write_atomic(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data``: temporary file (0600) in the same directory,
     fsync, rename, fsync of the directory."""
     path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    # One name, not one per process: a crash between open and rename leaves at most
+    # this one file, which the next write truncates.
+    temporary = path.with_name(f".{path.name}.tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
     try:
         os.fchmod(fd, FILE_MODE)
