@@ -99,3 +99,22 @@ def test_writer_survives_a_failing_take(tmp_path, caplog):
     with caplog.at_level(logging.ERROR, "tokensvc.snapshot"):
         assert writer.write_now() is False
     assert "taking a token cache snapshot failed" in caplog.text
+
+
+def test_writer_thread_writes_periodically(tmp_path):
+    from tests.support.wait import poll_until
+
+    snapshots = _file(tmp_path, [])
+    keys = iter(range(1000))
+
+    def take(_written):
+        key = next(keys)
+        return key, encode(key, {}, TOKENS, 0)
+
+    writer = SnapshotWriter(snapshots, take, interval_s=0.01)
+    writer.start()
+    try:
+        assert poll_until(lambda: writer.writes >= 2, 5)
+    finally:
+        writer.close(final=False)
+    assert snapshots.load().sequence >= 1
