@@ -203,6 +203,7 @@ class TokenSync(ChangeNotifications):
         self.order = CommittedOrder(cache)
         self._loaded = 0
         self._snapshot = snapshot  # used by the first load only
+        self._snapshots = snapshot is not None  # keep the identity for the writer
         self._identity_extra = dict(identity_extra or {})
         self._identity: dict[str, str | int] | None = None
         self.snapshot_result: str | None = None
@@ -245,7 +246,8 @@ class TokenSync(ChangeNotifications):
             self._on_token_resync(self._loaded, duration_ms)
 
     def _load_tokens(self) -> None:
-        self._identity = self.identity()
+        if self._snapshots:
+            self._identity = self.identity()
         tokens = self._store.load_all()
         self._cache.replace_all(tokens)
         self._loaded = len(tokens)
