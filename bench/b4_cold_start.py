@@ -238,6 +238,9 @@ def run(ctx: BenchContext) -> Outcome:
         raise owned.error
     first = _from_log(log_path)
     again = _from_log(log_path, last=True)
+    if not again.get("snapshot_tokens"):
+        # Never report a full load under the restart's label.
+        raise RuntimeError(f"the restart did not load its snapshot (broker log: {again})")
 
     sample = [t.token_id for t in store.tokens[: sizes.b4_eager_sample]]
     per_token = eager_seconds_per_token(ctx, sample)

@@ -424,6 +424,9 @@ def _measure_size(ctx: BenchContext, zk: ManagedZooKeeper, connect: str,
         figures["restart_cpu_s"] = _cpu_s(pid) if pid else None
         figures["broker_rss_mb"] = _rss_mb(pid) if pid else None
         again = _from_log(log_path, last=True)
+        if not again.get("snapshot_tokens"):
+            # Never report a full load under the restart's label.
+            raise RuntimeError(f"the restart did not load its snapshot (broker log: {again})")
         figures["snapshot_load_ms"] = again.get("snapshot_load_ms")
         figures["snapshot_refusals"] = again.get("snapshot_refusals")
         figures["restart_ready_s"] = again.get("broker_ready_s")
