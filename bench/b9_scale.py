@@ -428,6 +428,8 @@ def _measure_size(ctx: BenchContext, zk: ManagedZooKeeper, connect: str,
             # Never report a full load under the restart's label.
             raise RuntimeError(f"the restart did not load its snapshot (broker log: {again})")
         figures["snapshot_load_ms"] = again.get("snapshot_load_ms")
+        figures["snapshot_tokens"] = again.get("snapshot_tokens")
+        figures["snapshot_changes_applied"] = again.get("snapshot_changes_applied")
         figures["snapshot_refusals"] = again.get("snapshot_refusals")
         figures["restart_ready_s"] = again.get("broker_ready_s")
         figures["snapshot_mb"] = _dir_mb(Path(log_path).parent / "snapshot")
