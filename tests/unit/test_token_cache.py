@@ -487,11 +487,11 @@ def test_a_token_arriving_during_a_fill_is_not_lost_or_kept():
     class Racing(MasterKeys):
         __slots__ = ()
 
-        def hmac_keys(self, token_ids, kid):
+        def hmac_keys(self, token_ids, token_key_ids, bits=64):
             if not calls:
                 cache.upsert(intruder)  # e.g. a token read from ZooKeeper on a cache miss
-            calls.append(kid)
-            return super().hmac_keys(token_ids, kid)
+            calls.append(bits)
+            return super().hmac_keys(token_ids, token_key_ids, bits)
 
     cache = TokenCache(Racing("fill-key", ["fill-old-key"]))
     infos = _fill_cases()

@@ -278,28 +278,14 @@ class TokenCache:
     def _fill(self, infos: Iterable[TokenInformation]) -> int | None:
         """:meth:`replace_all` into an empty cache (a start): every index is built apart,
         in loops that do only what an empty cache needs (no comparison with held
-        entries, no un-indexing, HMACs computed per master key in one loop), then put in
+        entries, no un-indexing, every HMAC key computed in one loop), then put in
         place in one hold of the lock. None, with nothing changed, if a token arrived
         meanwhile (the caller then applies the difference as usual)."""
         wanted = {info.token_id: info for info in infos}
         tokens = list(wanted.values())
         ids = list(wanted)
-        keys: list[int | None] = [None] * len(tokens)
-        by_key_id: dict[str, list[int]] = {}
-        for position, info in enumerate(tokens):
-            group = by_key_id.get(info.key_id)
-            if group is None:
-                by_key_id[info.key_id] = [position]
-            else:
-                group.append(position)
-        for kid, positions in by_key_id.items():
-            try:
-                found = self._keys.hmac_keys([ids[i] for i in positions], kid)
-            except UnknownKeyError:
-                continue
-            for i, value in zip(positions, found, strict=True):
-                keys[i] = value >> 4  # hmac_key(): the first 60 bits
-        del by_key_id
+        # hmac_key() of each token (the HMAC's first 60 bits), None for an unknown key.
+        keys = self._keys.hmac_keys(ids, (info.key_id for info in tokens), bits=60)
         by_hmac: dict[int, str | tuple[str, ...]] = {}
         unknown = 0
         for token_id, key in zip(ids, keys, strict=True):
