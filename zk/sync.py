@@ -24,8 +24,12 @@ snapshot's sequence can still be read (purge mark, listing, root cversion:
 :func:`tokensvc.snapshot.format.catch_up_refusal`) -- reads the tokens those
 notifications name, and fills the cache once with the snapshot's tokens brought up to
 date. The cache never holds the snapshot's tokens before they are caught up, and the
-root counts as listed (what the bounded-staleness gate waits for) only after that. Any
-refusal or failure falls back to the full load, logged and counted by the source. Later
+root counts as listed (what the bounded-staleness gate waits for) only after that.
+Before the fill, the token znodes are counted (between two reads of the notification
+root's cversion): when nothing was written meanwhile, a count that differs from the
+caught-up snapshot's means tokens created or deleted without a notification, which the
+snapshot cannot know. Any refusal or failure falls back to the full load, logged and
+counted by the source. Later
 resyncs (a session loss, a purge past this broker) are full loads.
 :meth:`TokenSync.snapshot_view` gives the writer a consistent view: the sequence read
 first, then the cache's content (which reflects at least that sequence; notifications
@@ -46,7 +50,12 @@ from typing import Protocol
 from kazoo.client import KazooClient
 
 from tokensvc.core.token import TokenInformation
-from tokensvc.snapshot.format import Snapshot, catch_up_refusal, identity_refusal
+from tokensvc.snapshot.format import (
+    Snapshot,
+    catch_up_refusal,
+    count_refusal,
+    identity_refusal,
+)
 from zk import layout
 from zk.notifications import (
     COUNT_MIN_AGE_MS,
@@ -267,6 +276,19 @@ class TokenSync(ChangeNotifications):
             found[f"{name}_ctime"] = stat.ctime
         return found
 
+    def _count_refusal(self, held: int, cversion: int) -> str | None:
+        """The token znodes counted against ``held`` (see
+        :func:`tokensvc.snapshot.format.count_refusal`): the count is read between two
+        reads of the notification root's cversion, and decides only when both equal the
+        listing's ``cversion`` (nothing was written meanwhile)."""
+        before = self._client.exists(layout.TOKEN_CHANGES)
+        tokens = self._client.exists(layout.TOKENS)
+        after = self._client.exists(layout.TOKEN_CHANGES)
+        if before is None or tokens is None or after is None:
+            raise StoreError("a token root disappeared during the start")
+        quiet = before.cversion == after.cversion == cversion
+        return count_refusal(held, tokens.numChildren, quiet)
+
     def snapshot_view(self) -> tuple[int, dict[str, str | int], list[TokenInformation]] | None:
         """``(sequence, identity, tokens)`` for a snapshot: the cache's content read after
         the sequence it reflects (so it reflects at least that one); None while a load
@@ -328,6 +350,9 @@ class TokenSync(ChangeNotifications):
             changed = set(token_ids)
             tokens = [info for info in tokens if info.token_id not in changed]
             tokens.extend(info for info in current.values() if info is not None)
+        refusal = self._count_refusal(len(tokens), cversion)
+        if refusal is not None:
+            return "mismatch", refusal
         self._cache.replace_all(tokens)
         self._loaded = len(tokens)
         self._identity = identity

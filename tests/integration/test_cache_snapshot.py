@@ -6,7 +6,8 @@ ZooKeeper, and refuses a snapshot it must not use.
   deleted one refused at login and never in its cache, even during the load; the new
   one accepted).
 * A corrupted, a truncated (three lengths), a back-dated (its notifications purged
-  since) and a foreign (other ZooKeeper data) snapshot: each is detected, counted and
+  since) and a foreign (other ZooKeeper data) snapshot, and a good one after a token
+  znode was deleted by hand without a notification: each is detected, counted and
   logged, and the broker loads every token from ZooKeeper.
 * The bounded-staleness gate holds during the load: with an early-start listener open,
   a token login waits while the snapshot is being loaded and succeeds once it has been
@@ -37,6 +38,7 @@ from tests.support.wait import poll_until, raising, retry
 from tokensvc.core.config import BrokerConfig
 from tokensvc.snapshot.files import SNAPSHOT_FILE
 from tokensvc.snapshot.format import decode, encode
+from zk import layout
 from zk.token_store import TokenStore
 
 CREATE, RENEW, EXPIRE = 38, 39, 40
@@ -185,13 +187,20 @@ def test_a_damaged_back_dated_or_foreign_snapshot_is_refused(zk_connect, other, 
     # it are purged (the controller's purge, as if 15 minutes had passed).
     purge_at = int(time.time() * 1000) + DAY_MS
     cases.append(("back-dated", old, "purged", "purged"))
+    # Then the snapshot the last stop left (it reflects the purge mark, so it is usable),
+    # once a token znode was deleted by hand, without a notification: the count differs.
+    by_hand = after[1]
+    cases.append(("a token deleted by hand", None, "mismatch", "without a change notification"))
 
     for name, data, result, why in cases:
         if name == "back-dated":
             assert other.broker.token_sync.purge(purge_at) > 0
+        if name == "a token deleted by hand":
+            with zk_client(zk_connect) as client:
+                client.delete(layout.token_path(by_hand["TokenId"]))
         caplog.clear()
         with caplog.at_level(logging.INFO, "tokensvc.snapshot"):
-            broker = _restart_with(config, data, path)
+            broker = _restart_with(config, data, path) if data is not None else _started(config)
         try:
             assert broker.broker.snapshot_file.last_result == result, name
             assert _loads(broker, result) == 1, name
@@ -202,6 +211,9 @@ def test_a_damaged_back_dated_or_foreign_snapshot_is_refused(zk_connect, other, 
             assert gone["TokenId"] not in _cache(broker)
             raising(lambda b=broker: _token_login(b, gone))
             _token_login(broker, after[0])
+            if name == "a token deleted by hand":
+                assert by_hand["TokenId"] not in _cache(broker)
+                raising(lambda b=broker: _token_login(b, by_hand))
         finally:
             broker.stop()
 

@@ -17,6 +17,7 @@ from tokensvc.snapshot.format import (
     VERSION,
     SnapshotError,
     catch_up_refusal,
+    count_refusal,
     decode,
     encode,
     identity_refusal,
@@ -212,3 +213,11 @@ def test_no_sequence_is_accepted_only_when_nothing_was_purged():
     assert catch_up_refusal(-1, -1, [0, 1, 2], 3) is None
     assert catch_up_refusal(-1, -1, [], 0) is None
     assert catch_up_refusal(-1, 4, [5], 6) is not None
+
+
+def test_a_count_that_differs_while_nothing_was_written_is_refused():
+    refusal = count_refusal(10, 11, quiet=True)
+    assert refusal is not None and "without a change notification" in refusal
+    assert count_refusal(10, 9, quiet=True) is not None
+    assert count_refusal(10, 10, quiet=True) is None
+    assert count_refusal(10, 11, quiet=False) is None  # writes meanwhile: not decided

@@ -197,7 +197,8 @@ class BrokerMetrics:
         self.snapshot_loads = Counter(
             "tokensvc_cache_snapshot_loads",
             "Starts with a token cache snapshot configured, by result: loaded, or why every "
-            "token was loaded from ZooKeeper (missing, invalid, identity, purged, error)",
+            "token was loaded from ZooKeeper (missing, invalid, identity, purged, mismatch, "
+            "error)",
             ["result"], registry=r,
         )
         self.snapshot_writes = Counter(

@@ -4,7 +4,7 @@ The shell around :mod:`tokensvc.snapshot.format`:
 
 * :class:`SnapshotFile` reads and decodes the file (``load``), logs one line and counts
   one result for each outcome of a start (``loaded``, ``missing``, ``invalid``,
-  ``identity``, ``purged``, ``error``), and writes it atomically (``save``): a temporary
+  ``identity``, ``purged``, ``mismatch``, ``error``), and writes it atomically (``save``): a temporary
   file in the same directory, mode 0600, fsync, rename over the old one, fsync of the
   directory. A crash leaves the old snapshot or the new one, never half of one (and a
   half one would fail its checksum).
@@ -37,9 +37,9 @@ FILE_MODE = 0o600
 DIR_MODE = 0o700
 
 # Results of a start, the label values of tokensvc_cache_snapshot_loads_total.
-LOADED, MISSING, INVALID, IDENTITY, PURGED, ERROR = (
-    "loaded", "missing", "invalid", "identity", "purged", "error")
-LOAD_RESULTS = (LOADED, MISSING, INVALID, IDENTITY, PURGED, ERROR)
+LOADED, MISSING, INVALID, IDENTITY, PURGED, MISMATCH, ERROR = (
+    "loaded", "missing", "invalid", "identity", "purged", "mismatch", "error")
+LOAD_RESULTS = (LOADED, MISSING, INVALID, IDENTITY, PURGED, MISMATCH, ERROR)
 WRITE_RESULTS = ("ok", "error")
 
 
@@ -107,8 +107,8 @@ class SnapshotFile:
             return None
 
     def refused(self, result: str, why: str) -> None:
-        """The snapshot decoded but does not fit ZooKeeper (``identity``, ``purged``) or
-        the catch-up failed (``error``)."""
+        """The snapshot decoded but does not fit ZooKeeper (``identity``, ``purged``,
+        ``mismatch``) or the catch-up failed (``error``)."""
         self._result(result, logging.WARNING, "token cache snapshot %s not used: %s; loading "
                      "every token from ZooKeeper", self.path, why)
 

@@ -315,6 +315,19 @@ def catch_up_refusal(sequence: int, purge_mark: int, listed: Sequence[int],
     return None
 
 
+def count_refusal(held: int, znodes: int, quiet: bool) -> str | None:
+    """Why a caught-up snapshot of ``held`` tokens must not be used when ZooKeeper holds
+    ``znodes`` token znodes (None: it may). Only decided when ``quiet``: no change
+    notification was created or deleted while the count was read, so no token was
+    created or deleted meanwhile by a writer that writes its notification. A difference
+    then means a token znode created or deleted without one (by hand, a bulk import, a
+    writer that died between its two writes): the snapshot cannot know it."""
+    if not quiet or held == znodes:
+        return None
+    return (f"ZooKeeper holds {znodes} token znodes where the snapshot, caught up, holds "
+            f"{held}: tokens were created or deleted without a change notification")
+
+
 def _holds(listed: Sequence[int], sequence: int) -> bool:
     import bisect
 
