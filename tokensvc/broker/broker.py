@@ -10,9 +10,12 @@ ApiKey -> handler table; a write goes to the controller's exactly-once ledger
 (:mod:`tokensvc.broker.forwarding`) on a non-controller.
 
 Start-up order: ZooKeeper session → ``early.start.listeners`` open → token,
-credential and ACL caches loaded (authorizer ready) → election and expiry
-sweep → the other listeners open → registration under ``/brokers/ids``.
-Blocking ZooKeeper calls run in worker threads, never on the event loop.
+credential and ACL caches loaded (authorizer ready; the token cache from its
+snapshot, caught up from ZooKeeper, when ``token.cache.snapshot.dir`` holds a
+usable one: :mod:`tokensvc.snapshot`) → election and expiry sweep → the other
+listeners open → registration under ``/brokers/ids``. Blocking ZooKeeper calls
+run in worker threads, never on the event loop; the snapshot is written by a
+thread of its own, periodically and at a clean stop.
 
 Bounded staleness (issue #20): the broker's
 :class:`~tokensvc.broker.freshness.FreshnessGate` confirms, in the background every
