@@ -216,6 +216,8 @@ class TokenSync(ChangeNotifications):
         self._identity_extra = dict(identity_extra or {})
         self._identity: dict[str, str | int] | None = None
         self.snapshot_result: str | None = None
+        # (sequence, identity) of the snapshot the first load came from, if it did.
+        self.snapshot_loaded: tuple[int, dict[str, str | int]] | None = None
         self._on_token_resync = on_resync
         super().__init__(
             client,
@@ -319,6 +321,7 @@ class TokenSync(ChangeNotifications):
             source.refused(*outcome)
             return False
         self.snapshot_result = "loaded"
+        self.snapshot_loaded = (snapshot.sequence, dict(snapshot.identity))
         source.loaded(len(self._cache), snapshot.sequence, outcome,
                       self.last_resync_ms)
         if self._on_resync is not None:

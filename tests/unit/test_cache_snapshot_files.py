@@ -118,3 +118,17 @@ def test_writer_thread_writes_periodically(tmp_path):
     finally:
         writer.close(final=False)
     assert snapshots.load().sequence >= 1
+
+
+def test_writer_started_from_the_file_on_disk_writes_only_after_a_change(tmp_path):
+    snapshots = _file(tmp_path, [])
+    state = {"key": 7}
+
+    def take(written):
+        return None if written == state["key"] else (state["key"], encode(state["key"], {}, TOKENS, 0))
+
+    writer = SnapshotWriter(snapshots, take, interval_s=3600, written=7)
+    assert writer.write_now() is False
+    state["key"] = 8
+    writer.close()
+    assert writer.writes == 1 and snapshots.load().sequence == 8

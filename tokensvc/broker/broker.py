@@ -370,9 +370,13 @@ class Broker:
 
         await asyncio.to_thread(self.token_sync.start)
         if self.snapshot_file is not None:
+            # Started from a snapshot and nothing changed since: the file is current, and
+            # the first periodic write waits for a change.
+            loaded = self.token_sync.snapshot_loaded
             self.snapshot_writer = SnapshotWriter(
                 self.snapshot_file, self._take_snapshot,
-                self.config.token_cache_snapshot_interval_ms / 1000.0)
+                self.config.token_cache_snapshot_interval_ms / 1000.0,
+                written=_snapshot_key(*loaded) if loaded else None)
             self.snapshot_writer.start()
         await asyncio.to_thread(self.credential_sync.start)
         if self.acl_sync is not None:
@@ -452,7 +456,7 @@ class Broker:
         if view is None:
             return None
         sequence, identity, tokens = view
-        key = (sequence, tuple(sorted(identity.items())))
+        key = _snapshot_key(sequence, identity)
         if key == written:
             return None
         return key, snapshot_format.encode(sequence, identity, tokens, self.clock.now_ms())
@@ -681,6 +685,11 @@ class Broker:
             max_ms=info.max_timestamp,
             reason=reason,
         )
+
+
+def _snapshot_key(sequence: int, identity: dict) -> tuple:
+    """What tells two snapshots of the same cache apart: its sequence and identity."""
+    return sequence, tuple(sorted(identity.items()))
 
 
 async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:

@@ -147,14 +147,16 @@ class SnapshotWriter:
     the same again (the broker's key is the sequence and identity: a cache that
     followed no change since needs no new file)."""
 
-    def __init__(self, file: SnapshotFile, take: Take, interval_s: float) -> None:
+    def __init__(self, file: SnapshotFile, take: Take, interval_s: float, *,
+                 written: Hashable = None) -> None:
         self._file = file
         self._take = take
         self._interval_s = interval_s
         self._stop = threading.Event()
         self._lock = threading.Lock()  # one write at a time (the thread, close)
         self._thread: threading.Thread | None = None
-        self._written: Hashable = None
+        # The key of the file on disk (the snapshot the broker started from, if any).
+        self._written: Hashable = written
         self.writes = 0
         self.last_write_s: float | None = None
 
