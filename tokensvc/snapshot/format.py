@@ -3,8 +3,9 @@
 A snapshot is what a broker's token cache held, the change-notification sequence that
 content reflects, and the identity of the ZooKeeper data it came from. A broker that
 restarts loads it, checks it against ZooKeeper (:func:`identity_refusal`,
-:func:`catch_up_refusal`), then applies only the notifications after its sequence, by
-reading those tokens from ZooKeeper again. Anything wrong means the full load.
+:func:`catch_up_refusal`, :func:`count_refusal`), then applies only the notifications
+after its sequence, by reading those tokens from ZooKeeper again. Anything wrong means
+the full load.
 
 Layout (version 1; integers big-endian unless said otherwise)::
 
@@ -31,12 +32,13 @@ and a snapshot stays valid across a key rotation.
 
 Must not: read files or the clock (``written_ms`` is handed in), change anything but
 its result (it pauses Python's cyclic garbage collector while it builds the tokens, and
-restores it), or accept content it has not checked: every way a file can be wrong raises :class:`SnapshotError` with a
-short reason (never a token id).
+restores it), or accept content it has not checked: every way a file can be wrong
+raises :class:`SnapshotError` with a short reason (never a token id).
 """
 
 from __future__ import annotations
 
+import bisect
 import gc
 import hashlib
 import json
@@ -329,7 +331,5 @@ def count_refusal(held: int, znodes: int, quiet: bool) -> str | None:
 
 
 def _holds(listed: Sequence[int], sequence: int) -> bool:
-    import bisect
-
     i = bisect.bisect_left(listed, sequence)
     return i < len(listed) and listed[i] == sequence
