@@ -57,6 +57,13 @@ def test_round_trip_keeps_every_field():
     assert snapshot.written_ms == 123
 
 
+def test_round_trip_of_lone_surrogates_in_names_and_ids():
+    # json.loads makes them from "\ud800" in a znode: a snapshot must not fail on them.
+    odd = KafkaPrincipal("User", "x\ud800y")
+    tokens = [TokenInformation("id-\udfff", odd, odd, (odd,), 1, 2, 3, "k\ud801")]
+    assert decode(encode(1, IDENTITY, tokens, 0)).tokens == tokens
+
+
 def test_round_trip_of_an_empty_cache_and_no_sequence():
     snapshot = decode(encode(-1, IDENTITY, [], 0))
     assert snapshot.tokens == [] and snapshot.sequence == -1

@@ -12,10 +12,11 @@ Layout (version 1; integers big-endian unless said otherwise)::
     8 bytes   magic b"TSVCSNAP"
     2 bytes   format version (1)
     4 bytes   header length H
-    H bytes   header, UTF-8 JSON: sequence, identity, count N, written_ms,
+    H bytes   header, ASCII JSON: sequence, identity, count N, written_ms,
               principals [[type, name, token flag], ...], renewer_sets [[i, ...], ...],
               key_ids [...], ids_bytes L
-    L bytes   the N token ids, UTF-8, joined by NUL (a znode name never holds one)
+    L bytes   the N token ids, UTF-8 (lone surrogates passed), joined by NUL (a znode
+              name never holds one)
     N x 4 x 4 owner, requester, renewer set and key id of each token: indexes into the
               header's tables, four columns of unsigned 32-bit little-endian
     N x 3 x 8 issue, expiry and max timestamps: three columns of signed 64-bit
@@ -120,7 +121,7 @@ def encode(sequence: int, identity: Identity, tokens: Sequence[TokenInformation]
             found = key_ids[info.key_id] = len(key_ids)
         keys.append(found)
     sets = [[principal(p) for p in members] for members in renewer_sets]
-    ids = "\x00".join(info.token_id for info in tokens).encode("utf-8")
+    ids = "\x00".join(info.token_id for info in tokens).encode("utf-8", "surrogatepass")
     header = json.dumps({
         "sequence": int(sequence),
         "identity": dict(identity),
@@ -130,7 +131,7 @@ def encode(sequence: int, identity: Identity, tokens: Sequence[TokenInformation]
         "renewer_sets": sets,
         "key_ids": list(key_ids),
         "ids_bytes": len(ids),
-    }, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    }, separators=(",", ":")).encode("ascii")
     parts = [
         _PREFIX.pack(MAGIC, VERSION, len(header)),
         header,
@@ -211,7 +212,8 @@ def decode(data: bytes) -> Snapshot:
                          f"{ids_bytes} bytes of ids take {ids_bytes + count * _BYTES_PER_TOKEN}")
     principals, renewer_sets, key_ids = _tables(header)
     try:
-        ids = bytes(view[start:start + ids_bytes]).decode("utf-8").split("\x00") if count else []
+        text = bytes(view[start:start + ids_bytes]).decode("utf-8", "surrogatepass")
+        ids = text.split("\x00") if count else []
     except UnicodeDecodeError:
         raise _malformed("the token ids are not UTF-8") from None
     if len(ids) != count or (count and not all(ids)):
