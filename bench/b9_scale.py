@@ -7,14 +7,23 @@ by 1,000 owners, and 100 owned by ``User:b9-probe`` at every size, so "describe 
 owner" asks for the same 100 tokens each time. Then, per size:
 
 * ``fill_s``: seconds to write this size's new tokens (set-up speed, for the record);
-* ``cold_start_s``: from ``LocalCluster.up`` of a fresh 1-broker cluster on that
-  ZooKeeper to the first successful SCRAM login of a preloaded token (retried every
-  20 ms, as B4 does; the broker answers no token login before its cache is complete);
-  the broker's own log adds ``cache_load_ms`` (listing, reads, decode and fill) and
-  ``broker_ready_s`` (process start to serving), and ``broker_cpu_s_at_first_login``
-  is the CPU time the broker process had used by then (user + system: on a shared
-  machine, the cost of the cold start apart from the wait for a CPU);
-* ``broker_rss_mb``: the broker's resident set after that login;
+* ``cold_start_s`` (**first start, no snapshot**): from ``LocalCluster.up`` of a fresh
+  1-broker cluster on that ZooKeeper to the first successful SCRAM login of a
+  preloaded token (retried every 20 ms, as B4 does; the broker answers no token login
+  before its cache is complete); the broker's own log adds ``cache_load_ms`` (listing,
+  reads, decode and fill) and ``broker_ready_s`` (process start to serving), and
+  ``broker_cpu_s_at_first_login`` is the CPU time the broker process had used by then
+  (user + system: on a shared machine, the cost of the cold start apart from the wait
+  for a CPU);
+* ``restart_s`` (**restart from snapshot**, what the cold-start targets are judged on):
+  that broker is then stopped cleanly (it writes its token cache snapshot,
+  ``token.cache.snapshot.dir``) and started again; from right before its new process
+  starts to its first successful token login, as above. ``restart_cpu_s`` is its CPU
+  time by then, ``snapshot_load_ms`` the log's "loaded from snapshot" duration
+  (reading and checking the file, the catch-up from ZooKeeper, the fill),
+  ``snapshot_write_s`` how long the clean stop's snapshot took (taken, encoded,
+  written; from the log) and ``snapshot_mb`` its size;
+* ``broker_rss_mb``: the broker's resident set after the restart's first login;
 * ``cache_mb_per_100k`` without and with credentials: B7's method (a fresh process
   decodes the tokens from their JSON with the bulk decoder, fills a cache, then
   derives both SCRAM credentials for every token, 1 PBKDF2 iteration), the growth of
@@ -39,7 +48,8 @@ owner" asks for the same 100 tokens each time. Then, per size:
 Also recorded: the ZooKeeper's heap in use after a full collection (``jcmd``) and
 its data directory size. The machine's load average goes with every figure.
 
-Targets (issue #19): cold start <= 10 s at 1M and <= 1 s at 100k; every figure at
+Targets (issue #19): cold start (the restart from snapshot; the first start is reported
+beside it) <= 10 s at 1M and <= 1 s at 100k; every figure at
 1M <= 11x the figure at 100k; cache <= 100 MB per 100k with credentials and <= 50 MB
 without; describe of one owner <= 5 ms at 1M; a login during describe-all <= 50 ms
 at 1M; sweep <= 2 s at 1M. ``--quick`` runs 1k, 2k and 10k tokens (a smoke test).
@@ -55,7 +65,6 @@ import os
 import re
 import statistics
 import subprocess
-import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -63,10 +72,15 @@ from typing import Any
 
 from bench import env, zkraw
 from bench.b1_logins import MECHANISM, login_once
-from bench.b4_cold_start import _address_when_written, _first_login, _from_log
+from bench.b4_cold_start import (
+    OwnedCluster,
+    _address_when_written,
+    _first_login,
+    _from_log,
+    timed_restart,
+)
 from bench.suite import BenchContext, Outcome, Target
 from bench.wire import DESCRIBE_TOKEN, SASL_AUTHENTICATE, SASL_HANDSHAKE, WireError
-from tokensvc.cluster import LocalCluster
 from tokensvc.core.keys import key_id
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
@@ -363,38 +377,21 @@ async def _login_rate(address: str, token_id: str, password: str) -> float:
 
 @contextlib.contextmanager
 def _broker(ctx: BenchContext, zk_connect: str, name: str) -> Any:
-    """A fresh 1-broker cluster on ``zk_connect``, started in a thread that lives as
-    long as the block (its processes die with that thread); yields (address, holder)."""
+    """A fresh 1-broker cluster on ``zk_connect``, started (and restarted) by a thread
+    that lives as long as the block (its processes die with that thread); yields
+    (address, owned cluster, the monotonic time it was asked for)."""
     directory = ctx.directory(name)
-    holder: dict = {}
-    finished = threading.Event()
     extra = {"delegation.token.expiry.check.interval.ms": str(SWEEP_INTERVAL_MS)}
-
-    def own() -> None:
-        try:
-            cluster = LocalCluster.up(directory, brokers=1, zookeeper=zk_connect,
-                                      overrides=env.broker_overrides(ctx, extra),
-                                      die_with_parent=True, timeout=START_TIMEOUT_S)
-        except BaseException as exc:  # noqa: BLE001 - re-raised by the measuring thread
-            holder["error"] = exc
-            return
-        holder["cluster"] = cluster
-        try:
-            finished.wait()
-        finally:
-            cluster.down()
-
-    holder["started"] = time.monotonic()
-    thread = threading.Thread(target=own, name=name, daemon=True)
-    thread.start()
+    started = time.monotonic()
+    owned = OwnedCluster(directory, zk_connect, env.broker_overrides(ctx, extra),
+                         START_TIMEOUT_S, name=name).start()
     try:
-        address = _address_when_written(directory, holder["started"] + START_TIMEOUT_S)
-        yield address, holder
+        address = _address_when_written(directory, started + START_TIMEOUT_S)
+        yield address, owned, started
     finally:
-        finished.set()
-        thread.join(START_TIMEOUT_S)
-    if "error" in holder:
-        raise holder["error"]
+        owned.close(START_TIMEOUT_S)
+    if owned.error is not None:
+        raise owned.error
 
 
 def _measure_size(ctx: BenchContext, zk: ManagedZooKeeper, connect: str,
@@ -403,17 +400,40 @@ def _measure_size(ctx: BenchContext, zk: ManagedZooKeeper, connect: str,
                                "load_avg_1m_before": _load()}
     probe = tokens[len(tokens) // 2]
     password = env.token_password(ctx, probe.token_id)
-    with _broker(ctx, connect, f"b9-{len(tokens)}-{time.monotonic_ns()}") as (address, holder):
-        deadline = holder["started"] + START_TIMEOUT_S
+    with _broker(ctx, connect, f"b9-{len(tokens)}-{time.monotonic_ns()}") as (address, owned,
+                                                                               started):
+        deadline = started + START_TIMEOUT_S
         asyncio.run(_first_login(address, probe.token_id, password, deadline))
-        figures["cold_start_s"] = round(time.monotonic() - holder["started"], 3)
-        cluster: LocalCluster | None = holder.get("cluster")
-        while cluster is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-            cluster = holder.get("cluster")
-        pid = cluster.broker_pid(1) if cluster else None
+        figures["cold_start_s"] = round(time.monotonic() - started, 3)
+        owned.ready.wait(START_TIMEOUT_S)
+        if owned.error is not None:
+            raise owned.error
+        cluster = owned.cluster
+        assert cluster is not None
+        pid = cluster.broker_pid(1)
         figures["broker_cpu_s_at_first_login"] = _cpu_s(pid) if pid else None
+        figures["first_start_rss_mb"] = _rss_mb(pid) if pid else None
+        log_path = cluster.broker_info(1)["log"]
+        figures.update(_from_log(log_path))
+        figures.update(_load_from_log(log_path))
+        figures["load_avg_1m_at_restart"] = _load()
+        restart, _attempts = timed_restart(owned, address, probe.token_id, password,
+                                           START_TIMEOUT_S)
+        figures["restart_s"] = round(restart, 3)
+        pid = cluster.broker_pid(1)
+        figures["restart_cpu_s"] = _cpu_s(pid) if pid else None
         figures["broker_rss_mb"] = _rss_mb(pid) if pid else None
+        again = _from_log(log_path, last=True)
+        if not again.get("snapshot_tokens"):
+            # Never report a full load under the restart's label.
+            raise RuntimeError(f"the restart did not load its snapshot (broker log: {again})")
+        figures["snapshot_load_ms"] = again.get("snapshot_load_ms")
+        figures["snapshot_tokens"] = again.get("snapshot_tokens")
+        figures["snapshot_changes_applied"] = again.get("snapshot_changes_applied")
+        figures["snapshot_refusals"] = again.get("snapshot_refusals")
+        figures["restart_ready_s"] = again.get("broker_ready_s")
+        figures["snapshot_mb"] = _dir_mb(Path(log_path).parent / "snapshot")
+        figures["snapshot_write_s"] = _snapshot_write_s(log_path)
         admin = cluster.info["admin"]
         figures.update(asyncio.run(_describe(address, admin["username"], admin["password"],
                                              (probe.token_id, password))))
@@ -422,14 +442,21 @@ def _measure_size(ctx: BenchContext, zk: ManagedZooKeeper, connect: str,
             figures.update(_sweep(connect, tokens))
         except RuntimeError as exc:
             figures["sweep_error"] = str(exc)
-        if cluster is not None:
-            figures.update(_from_log(cluster.broker_info(1)["log"]))
-            figures.update(_load_from_log(cluster.broker_info(1)["log"]))
     figures["load_avg_1m_after"] = _load()
     figures["zookeeper_heap_used_mb"] = _zk_heap_used_mb(zk.pid) if zk.pid else None
     figures["zookeeper_data_mb"] = _dir_mb(zk.data_dir / "data")
     figures.update(_cache_memory(tokens, ctx.master_key))
     return figures
+
+
+_WRITTEN = re.compile(r"token cache snapshot written to \S+: (\d+) bytes in ([0-9.]+)s")
+
+
+def _snapshot_write_s(log_path: str) -> float | None:
+    """Seconds the clean stop's snapshot took to take, encode and write (broker log)."""
+    text = Path(log_path).read_text(encoding="utf-8", errors="replace")
+    found = _WRITTEN.findall(text)
+    return float(found[-1][1]) if found else None
 
 
 # The token sync's first full load, as the broker logs it (B4's pattern is older).
@@ -515,7 +542,8 @@ def run(ctx: BenchContext) -> Outcome:
     return _outcome(sizes, per_size)
 
 
-RATIO_KEYS = ("cold_start_s", "broker_cpu_s_at_first_login", "cache_load_ms", "broker_rss_mb", "cache_mb_per_100k",
+RATIO_KEYS = ("restart_s", "restart_cpu_s", "snapshot_load_ms", "snapshot_mb",
+              "cold_start_s", "broker_cpu_s_at_first_login", "cache_load_ms", "broker_rss_mb", "cache_mb_per_100k",
               "cache_with_credentials_mb_per_100k", "describe_owner_ms", "describe_all_s",
               "login_during_describe_ms", "sweep_s", "logins_per_s", "zookeeper_heap_used_mb",
               "zookeeper_data_mb")
@@ -540,10 +568,12 @@ def _outcome(sizes: tuple[int, ...], per_size: dict[int, dict[str, Any]]) -> Out
     if top.get("logins_per_s") is not None and low.get("logins_per_s"):
         logins_kept = top["logins_per_s"] >= low["logins_per_s"] * 0.9
     targets = [
-        Target(f"cold start <= 10 s at {big:,} ({top.get('cold_start_s')} s)",
-               at_most(top.get("cold_start_s"), 10.0)),
-        Target(f"cold start <= 1 s at {mid:,} ({ref.get('cold_start_s')} s)",
-               at_most(ref.get("cold_start_s"), 1.0)),
+        Target(f"cold start (restart from snapshot) <= 10 s at {big:,} ({top.get('restart_s')} s; "
+               f"first start, no snapshot: {top.get('cold_start_s')} s)",
+               at_most(top.get("restart_s"), 10.0)),
+        Target(f"cold start (restart from snapshot) <= 1 s at {mid:,} ({ref.get('restart_s')} s; "
+               f"first start, no snapshot: {ref.get('cold_start_s')} s)",
+               at_most(ref.get("restart_s"), 1.0)),
         Target(f"every figure at {big:,} <= 11x {mid:,} (worst {worst}x)", at_most(worst, 11.0)),
         Target("cache <= 100 MB/100k with credentials "
                f"({top.get('cache_with_credentials_mb_per_100k')})",
@@ -561,12 +591,12 @@ def _outcome(sizes: tuple[int, ...], per_size: dict[int, dict[str, Any]]) -> Out
     return Outcome(
         ID,
         TITLE,
-        measured=top.get("cold_start_s"),
-        unit=f"s cold start at {big:,}",
-        reference=ref.get("cold_start_s"),
+        measured=top.get("restart_s"),
+        unit=f"s restart from snapshot at {big:,}",
+        reference=ref.get("restart_s"),
         reference_unit="s",
-        reference_label=f"cold start at {mid:,}",
-        ratio=ratios["cold_start_s"],
+        reference_label=f"restart from snapshot at {mid:,}",
+        ratio=ratios["restart_s"],
         targets=targets,
         details={"sizes": {str(k): v for k, v in per_size.items()},
                  f"ratio_{big}_to_{mid}": ratios,

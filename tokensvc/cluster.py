@@ -4,7 +4,8 @@ Owns the ``DIR`` layout of ``tokensvc cluster up/down`` and the processes behind
 
 - ``DIR/zookeeper/``: the managed ZooKeeper (unless an external ``zookeeper`` is given),
 - ``DIR/broker-<id>/server.properties`` (mode 0600: it holds the master key and the
-  inter-broker password) and ``DIR/broker-<id>/broker.log`` (the broker's stdout and stderr),
+  inter-broker password), ``DIR/broker-<id>/broker.log`` (the broker's stdout and stderr)
+  and ``DIR/broker-<id>/snapshot/`` (its token cache snapshot, ``token.cache.snapshot.dir``),
 - ``DIR/tls/``: dev certificates (:mod:`tokensvc.devcerts`) when TLS is on,
 - ``DIR/audit/``: the brokers' audit logs,
 - ``DIR/admin.properties`` (mode 0600): Kafka client properties of the super user ``admin``,
@@ -35,7 +36,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -443,15 +444,19 @@ class LocalCluster:
             self.broker_info(broker_id)["pid"] = None
             self._save()
 
-    def start_broker(self, broker_id: int, timeout: float = READY_TIMEOUT_S) -> None:
+    def start_broker(self, broker_id: int, timeout: float = READY_TIMEOUT_S, *,
+                     before_spawn: Callable[[], None] | None = None) -> None:
         """Start the broker again with its existing config; wait until it answers.
 
         After a crash its ZooKeeper registration lives until its session expires, and a
         broker refuses to start while its id is registered (as Kafka does): this waits for
-        the registration to go first."""
+        the registration to go first. ``before_spawn`` is called right before the process
+        is started (a benchmark's clock)."""
         if self.broker_pid(broker_id) is not None:
             raise ClusterError(f"broker {broker_id} is already running")
         self._wait_unregistered(broker_id, timeout)
+        if before_spawn is not None:
+            before_spawn()
         self._spawn(broker_id)
         self._save()
         self._wait_ready([broker_id], timeout)
@@ -615,6 +620,8 @@ def _prepare(
             "allow.everyone.if.no.acl.found": "false",
             "audit.log.dir": str(audit_dir),
             "metrics.listener": f"{host}:{metrics}",
+            # A restart loads the token cache from this snapshot, caught up from ZooKeeper.
+            "token.cache.snapshot.dir": str(broker_dir / "snapshot"),
         }
         if master_key is not None:
             props["delegation.token.secret.key"] = master_key

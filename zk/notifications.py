@@ -202,6 +202,7 @@ class ChangeNotifications:
         self._lock = threading.Lock()
         self._last: dict[str, int] = {r.name: -1 for r in roots}
         self._mark_version: dict[str, int] = {r.name: -1 for r in roots}
+        self._mark_value: dict[str, int] = {r.name: -1 for r in roots}
         self._waiters: dict[str, list[tuple[int, int, Future]]] = {r.name: [] for r in roots}
         # cversion of each root's last listing whose changes are applied, and who waits for it.
         self._listed: dict[str, int] = {r.name: -1 for r in roots}
@@ -424,22 +425,33 @@ class ChangeNotifications:
         data, stat = self._client.get(root.path)
         self._mark_version[root.name] = stat.version
         try:
-            return int(json.loads(data.decode("utf-8"))["purged_through"]) if data else -1
+            mark = int(json.loads(data.decode("utf-8"))["purged_through"]) if data else -1
         except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-            return -1
+            mark = -1
+        self._mark_value[root.name] = mark
+        return mark
+
+    def purge_mark(self, root: NotificationRoot, stat: object) -> int:
+        """The root's purge mark (-1: never purged), read again only when the root's
+        data version in ``stat`` (its listing's) moved since the last read."""
+        self._purge_mark(root, stat)
+        return self._mark_value[root.name]
 
     def _resync(self) -> None:
         started = time.monotonic()
         with self._lock:
             self._dirty = False
         # Note the newest notification of each root BEFORE loading: the load reflects
-        # at least those; anything newer is applied after it (again, harmlessly).
+        # at least those; anything newer is applied after it (again, harmlessly). The
+        # purge mark counts too: the notifications it covers were committed before it
+        # was read, so the load reflects them (after a quiet spell the listing may be
+        # empty, and a snapshot of this cache would otherwise name no sequence at all).
         marks = {}
         cversions = {}
         for root in self.roots.values():
             listed, stat = self._list(root)
-            self._purge_mark(root, stat)
-            marks[root.name] = int(listed[-1][-10:]) if listed else -1
+            mark = self.purge_mark(root, stat)
+            marks[root.name] = max(int(listed[-1][-10:]) if listed else -1, mark)
             cversions[root.name] = stat.cversion  # type: ignore[attr-defined]
         self._load()
         for name, sequence in marks.items():

@@ -16,19 +16,46 @@ waited on are :class:`zk.notifications.ChangeNotifications`' (see that module).
 
 Version name: ``"tokens"``. ``close()`` leaves the cache as it is.
 
+Start from a snapshot (``snapshot``: :class:`SnapshotSource`, see
+:mod:`tokensvc.snapshot`). The first load of a broker that has a snapshot of its cache
+does not read every token: it checks the snapshot against ZooKeeper -- the identity of
+the token roots (:meth:`TokenSync.identity`) and that every notification after the
+snapshot's sequence can still be read (purge mark, listing, root cversion:
+:func:`tokensvc.snapshot.format.catch_up_refusal`) -- reads the tokens those
+notifications name, and fills the cache once with the snapshot's tokens brought up to
+date. The cache never holds the snapshot's tokens before they are caught up, and the
+root counts as listed (what the bounded-staleness gate waits for) only after that.
+Before the fill, the token znodes are counted (between two reads of the notification
+root's cversion): when nothing was written meanwhile, a count that differs from the
+caught-up snapshot's means tokens created or deleted without a notification, which the
+snapshot cannot know. Any refusal or failure falls back to the full load, logged and
+counted by the source. Later
+resyncs (a session loss, a purge past this broker) are full loads.
+:meth:`TokenSync.snapshot_view` gives the writer a consistent view: the sequence read
+first, then the cache's content (which reflects at least that sequence; notifications
+after it applied again at a restart change nothing), never while a load runs.
+
 Must not: decide token rules, compute HMACs (the cache does), or call the cache or
 ZooKeeper from kazoo's event thread.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from kazoo.client import KazooClient
 
 from tokensvc.core.token import TokenInformation
+from tokensvc.snapshot.format import (
+    Snapshot,
+    catch_up_refusal,
+    count_refusal,
+    identity_refusal,
+)
 from zk import layout
 from zk.notifications import (
     COUNT_MIN_AGE_MS,
@@ -38,7 +65,10 @@ from zk.notifications import (
 )
 from zk.token_store import StoreError, TokenStore
 
-__all__ = ["MIN_LISTING_INTERVAL_S", "TOKENS_ROOT", "CommittedOrder", "SyncedCache", "TokenSync"]
+__all__ = ["MIN_LISTING_INTERVAL_S", "TOKENS_ROOT", "CommittedOrder", "SnapshotSource",
+           "SyncedCache", "TokenSync"]
+
+log = logging.getLogger(__name__)
 
 TOKENS_ROOT = NotificationRoot("tokens", layout.TOKEN_CHANGES, layout.TOKEN_CHANGE_PREFIX)
 
@@ -51,6 +81,22 @@ class SyncedCache(Protocol):
     def remove(self, token_id: str) -> object: ...
 
     def replace_all(self, infos: list[TokenInformation]) -> None: ...
+
+    def infos(self) -> list[TokenInformation]: ...
+
+    def __len__(self) -> int: ...
+
+
+class SnapshotSource(Protocol):
+    """Where a start's snapshot comes from (:class:`tokensvc.snapshot.files.SnapshotFile`):
+    ``load`` returns it decoded, or None (it logged and counted why); ``refused`` and
+    ``loaded`` log and count what the sync decided."""
+
+    def load(self) -> Snapshot | None: ...
+
+    def refused(self, result: str, why: str) -> None: ...
+
+    def loaded(self, tokens: int, sequence: int, changes: int, duration_ms: int) -> None: ...
 
 
 class CommittedOrder:
@@ -90,6 +136,10 @@ class CommittedOrder:
     @property
     def pending(self) -> int:
         return len(self._pending)
+
+    @property
+    def loading(self) -> bool:
+        return self._loading
 
     def apply(self, token_id: str, info: TokenInformation | None, sequence: int) -> bool:
         """Apply the state ``info`` (None: the token is gone) committed at ``sequence``.
@@ -154,11 +204,20 @@ class TokenSync(ChangeNotifications):
         now_ms: Callable[[], int] | None = None,
         max_pending: int | None = None,
         count_min_age_ms: int | None = COUNT_MIN_AGE_MS,
+        snapshot: SnapshotSource | None = None,
+        identity_extra: Mapping[str, str | int] | None = None,
     ) -> None:
         self._store = store
         self._cache = cache
         self.order = CommittedOrder(cache)
         self._loaded = 0
+        self._snapshot = snapshot  # used by the first load only
+        self._snapshots = snapshot is not None  # keep the identity for the writer
+        self._identity_extra = dict(identity_extra or {})
+        self._identity: dict[str, str | int] | None = None
+        self.snapshot_result: str | None = None
+        # (sequence, identity) of the snapshot the first load came from, if it did.
+        self.snapshot_loaded: tuple[int, dict[str, str | int]] | None = None
         self._on_token_resync = on_resync
         super().__init__(
             client,
@@ -187,7 +246,9 @@ class TokenSync(ChangeNotifications):
     def _resync(self) -> None:
         self.order.begin_load()
         try:
-            super()._resync()
+            source, self._snapshot = self._snapshot, None
+            if source is None or not self._start_from(source):
+                super()._resync()
         finally:
             self.order.end_load(self.applied.get(TOKENS_ROOT.name, -1))
 
@@ -196,9 +257,117 @@ class TokenSync(ChangeNotifications):
             self._on_token_resync(self._loaded, duration_ms)
 
     def _load_tokens(self) -> None:
+        if self._snapshots:
+            self._identity = self.identity()
         tokens = self._store.load_all()
         self._cache.replace_all(tokens)
         self._loaded = len(tokens)
+
+    # --- the snapshot ------------------------------------------------------------------
+
+    def identity(self) -> dict[str, str | int]:
+        """What names the ZooKeeper data the cache comes from: creation zxid and time of
+        the tokens root and of the token-change root (both change when a root is created
+        again, and differ between ensembles), plus ``identity_extra`` (the cluster id)."""
+        found: dict[str, str | int] = dict(self._identity_extra)
+        for name, path in (("tokens", layout.TOKENS), ("token_changes", layout.TOKEN_CHANGES)):
+            stat = self._client.exists(path)
+            if stat is None:
+                raise StoreError(f"{path} does not exist")
+            found[f"{name}_czxid"] = stat.czxid
+            found[f"{name}_ctime"] = stat.ctime
+        return found
+
+    def _count_refusal(self, held: int, cversion: int) -> str | None:
+        """The token znodes counted against ``held`` (see
+        :func:`tokensvc.snapshot.format.count_refusal`): the count is read between two
+        reads of the notification root's cversion, and decides only when both equal the
+        listing's ``cversion`` (nothing was written meanwhile)."""
+        before = self._client.exists(layout.TOKEN_CHANGES)
+        tokens = self._client.exists(layout.TOKENS)
+        after = self._client.exists(layout.TOKEN_CHANGES)
+        if before is None or tokens is None or after is None:
+            raise StoreError("a token root disappeared during the start")
+        quiet = before.cversion == after.cversion == cversion
+        return count_refusal(held, tokens.numChildren, quiet)
+
+    def snapshot_view(self) -> tuple[int, dict[str, str | int], list[TokenInformation]] | None:
+        """``(sequence, identity, tokens)`` for a snapshot: the cache's content read after
+        the sequence it reflects (so it reflects at least that one); None while a load
+        runs or before the first one finished."""
+        if self.order.loading or self._identity is None:
+            return None
+        identity = self._identity
+        sequence = self.applied.get(TOKENS_ROOT.name, -1)
+        tokens = self._cache.infos()
+        if self.order.loading or identity is not self._identity:
+            return None  # a load began meanwhile: take the next one
+        return sequence, identity, tokens
+
+    def _start_from(self, source: SnapshotSource) -> bool:
+        """The first load from ``source``'s snapshot (see the module docstring); False
+        when it cannot be used (the caller then loads every token)."""
+        started = time.monotonic()
+        snapshot = source.load()
+        if snapshot is None:
+            self.snapshot_result = "unused"
+            return False
+        try:
+            outcome = self._catch_up_snapshot(snapshot, started)
+        except self._recoverable as exc:
+            outcome = ("error", f"catching up from ZooKeeper failed ({exc})")
+        if isinstance(outcome, tuple):
+            self.snapshot_result = outcome[0]
+            source.refused(*outcome)
+            return False
+        self.snapshot_result = "loaded"
+        self.snapshot_loaded = (snapshot.sequence, dict(snapshot.identity))
+        source.loaded(len(self._cache), snapshot.sequence, outcome,
+                      self.last_resync_ms)
+        if self._on_resync is not None:
+            self._on_resync(self.last_resync_ms)
+        return True
+
+    def _catch_up_snapshot(self, snapshot: Snapshot, started: float) -> int | tuple[str, str]:
+        """Check ``snapshot`` against ZooKeeper and fill the cache from it, caught up;
+        the number of notifications applied, or ``(result, why)`` when it is refused."""
+        root = TOKENS_ROOT
+        identity = self.identity()
+        refusal = identity_refusal(snapshot.identity, identity)
+        if refusal is not None:
+            return "identity", refusal
+        listed, stat = self._list(root)
+        mark = self.purge_mark(root, stat)
+        cversion = stat.cversion  # type: ignore[attr-defined]
+        refusal = catch_up_refusal(snapshot.sequence, mark, [int(c[-10:]) for c in listed],
+                                   cversion)
+        if refusal is not None:
+            return "purged", refusal
+        fresh = root.after(listed, snapshot.sequence)
+        notes = self._read(root, fresh)
+        if notes is None:
+            return "purged", "a notification after its sequence was purged while being read"
+        token_ids = list(dict.fromkeys(layout.decode_token_change(data) for _, data in notes))
+        current = self._store.get_many(token_ids)
+        tokens = snapshot.tokens
+        if token_ids:
+            changed = set(token_ids)
+            tokens = [info for info in tokens if info.token_id not in changed]
+            tokens.extend(info for info in current.values() if info is not None)
+        refusal = self._count_refusal(len(tokens), cversion)
+        if refusal is not None:
+            return "mismatch", refusal
+        self._cache.replace_all(tokens)
+        self._loaded = len(tokens)
+        self._identity = identity
+        through = max(fresh[-1][0] if fresh else -1, snapshot.sequence, mark)
+        with self._lock:
+            self._last[root.name] = -1
+        self._advance(root.name, through)
+        self._listed_through(root.name, cversion)
+        self.resync_count += 1
+        self.last_resync_ms = int((time.monotonic() - started) * 1000)
+        return len(notes)
 
     def _apply_tokens(self, _root: NotificationRoot, notes: list[tuple[int, bytes]]) -> None:
         token_ids = list(dict.fromkeys(layout.decode_token_change(data) for _, data in notes))

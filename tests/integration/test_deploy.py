@@ -93,6 +93,9 @@ def test_the_example_broker_configuration_loads_with_the_key_from_the_environmen
     assert loaded.config.audit_log_dir == "/var/log/tokensvc/audit"
     unit = (DEPLOY / "systemd" / "tokensvc-broker@.service").read_text()
     assert f"ReadWritePaths={loaded.config.audit_log_dir}" in unit
+    # The snapshot directory is the unit's state directory (systemd makes it writable).
+    assert loaded.config.token_cache_snapshot_dir == "/var/lib/tokensvc/broker-1"
+    assert "StateDirectory=tokensvc/broker-%i" in unit
 
 
 def test_the_dashboard_is_json_with_a_query_in_every_panel() -> None:

@@ -11,7 +11,7 @@ import asyncio
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +52,9 @@ class InProcessBroker:
     _stop: asyncio.Event | None = None
     _started: threading.Event = field(default_factory=threading.Event)
     _error: BaseException | None = None
+    # Called with the Broker object after it is built and before it starts (white-box
+    # tests: a cache listener, a held snapshot load).
+    prepare: Callable[[Broker], None] | None = None
 
     def start(self, timeout: float = 30.0) -> InProcessBroker:
         self.loop = eventloop.new_event_loop()
@@ -71,6 +74,8 @@ class InProcessBroker:
         self._stop = asyncio.Event()
         self.broker = Broker(self.config)
         try:
+            if self.prepare is not None:
+                self.prepare(self.broker)
             await self.broker.start()
         except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
             self._error = exc

@@ -121,3 +121,14 @@ def test_repr_and_errors_never_show_keys() -> None:
 def test_equal_key_sets_compare_equal() -> None:
     assert MasterKeys("a", ["b"]) == MasterKeys("a", ["b"])
     assert MasterKeys("a", ["b"]) != MasterKeys("b", ["a"])
+
+
+def test_hmac_keys_are_the_first_bits_of_each_hmac():
+    from tokensvc.core.keys import MasterKeys, key_id
+
+    keys = MasterKeys("current-key", ["older-key"])
+    ids = ["a", "b", "tok-é", "c"]
+    kids = ["", key_id("current-key"), key_id("older-key"), key_id("nobody's key")]
+    first_64 = [int.from_bytes(keys.hmac(i, k)[:8], "big") for i, k in zip(ids[:3], kids)]
+    assert keys.hmac_keys(ids, kids) == [*first_64, None]
+    assert keys.hmac_keys(ids, kids, bits=60) == [*(v >> 4 for v in first_64), None]

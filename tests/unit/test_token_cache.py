@@ -425,3 +425,78 @@ def test_a_renewal_keeps_the_hmac_index_and_the_credentials_and_a_rekey_replaces
     assert cache.by_hmac(under_new.hmac) is None and cache.by_id("t1") is None
     cache.remove("t1")
     assert cache.unknown_key_tokens() == 0 and len(cache) == 0 and cache._by_hmac == {}
+
+
+# --- the fill of an empty cache (a start) ----------------------------------------------
+
+
+def _fill_cases():
+    from tokensvc.core.keys import key_id
+    from tokensvc.core.principal import KafkaPrincipal
+    from tokensvc.core.token import TokenInformation
+
+    people = [KafkaPrincipal.user(n) for n in ("ann", "bob", "cyd")]
+    kid, old_kid = key_id("fill-key"), key_id("fill-old-key")
+    foreign = key_id("a key nobody holds")
+    infos = []
+    for i in range(300):
+        owner = people[i % 3]
+        requester = people[(i // 3) % 3]
+        renewers = tuple(people[: i % 4])
+        key = (kid, old_kid, "", foreign)[i % 4]
+        infos.append(TokenInformation(f"fill-{i}", owner, requester, renewers,
+                                      i, 60_000 * (i % 7) + i, 10**9, key))
+    # A duplicate id: the later state wins, as in the general path.
+    infos.append(TokenInformation("fill-5", people[0], people[0], (), 1, 2, 3, kid))
+    return infos
+
+
+def _state(cache):
+    return (cache._entries, cache._by_hmac, cache._owned, cache._by_principal,
+            cache._expiry._buckets, len(cache._expiry), cache._unknown_key)
+
+
+def test_fill_of_an_empty_cache_equals_the_general_path():
+    from tokensvc.core.cache import TokenCache
+    from tokensvc.core.keys import MasterKeys
+
+    keys = MasterKeys("fill-key", ["fill-old-key"])
+    infos = _fill_cases()
+    filled, general = TokenCache(keys), TokenCache(keys)
+    heard: list = []
+    filled.add_batch_listener(lambda up, gone: heard.append((len(up), len(gone))))
+    filled.replace_all(iter(infos))
+    assert general._replace_changes(list(infos)) == 300
+    assert _state(filled) == _state(general)
+    assert heard == [(300, 0)]
+    assert filled.unknown_key_tokens() == 75
+    token = filled.by_id("fill-1")
+    assert token is not None and filled.by_hmac(token.hmac) == token
+
+
+def test_a_token_arriving_during_a_fill_is_not_lost_or_kept():
+    from tokensvc.core.cache import TokenCache
+    from tokensvc.core.keys import MasterKeys
+    from tokensvc.core.principal import KafkaPrincipal
+    from tokensvc.core.token import TokenInformation
+
+    intruder = TokenInformation("intruder", KafkaPrincipal.user("eve"),
+                                KafkaPrincipal.user("eve"), (), 1, 2, 3, "")
+    calls = []
+
+    class Racing(MasterKeys):
+        __slots__ = ()
+
+        def hmac_keys(self, token_ids, token_key_ids, bits=64):
+            if not calls:
+                cache.upsert(intruder)  # e.g. a token read from ZooKeeper on a cache miss
+            calls.append(bits)
+            return super().hmac_keys(token_ids, token_key_ids, bits)
+
+    cache = TokenCache(Racing("fill-key", ["fill-old-key"]))
+    infos = _fill_cases()
+    cache.replace_all(infos)
+    expected = TokenCache(MasterKeys("fill-key", ["fill-old-key"]))
+    expected.replace_all(infos)
+    assert _state(cache) == _state(expected)
+    assert cache.info("intruder") is None

@@ -10,9 +10,12 @@ ApiKey -> handler table; a write goes to the controller's exactly-once ledger
 (:mod:`tokensvc.broker.forwarding`) on a non-controller.
 
 Start-up order: ZooKeeper session → ``early.start.listeners`` open → token,
-credential and ACL caches loaded (authorizer ready) → election and expiry
-sweep → the other listeners open → registration under ``/brokers/ids``.
-Blocking ZooKeeper calls run in worker threads, never on the event loop.
+credential and ACL caches loaded (authorizer ready; the token cache from its
+snapshot, caught up from ZooKeeper, when ``token.cache.snapshot.dir`` holds a
+usable one: :mod:`tokensvc.snapshot`) → election and expiry sweep → the other
+listeners open → registration under ``/brokers/ids``. Blocking ZooKeeper calls
+run in worker threads, never on the event loop; the snapshot is written by a
+thread of its own, periodically and at a clean stop.
 
 Bounded staleness (issue #20): the broker's
 :class:`~tokensvc.broker.freshness.FreshnessGate` confirms, in the background every
@@ -65,6 +68,8 @@ from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
 from tokensvc.protocol import encode_response, encode_response_segments
 from tokensvc.scram.formatter import ScramCredential, ScramMechanism, TokenSalt
+from tokensvc.snapshot import format as snapshot_format
+from tokensvc.snapshot.files import SnapshotFile, SnapshotWriter
 from zk.acl_store import AclStore, AclSync
 from zk.brokers import BrokerRegistry
 from zk.client import ZkSettings, open_client
@@ -223,6 +228,16 @@ class Broker:
         self.ledger: WriteLedger | None = None
         self.freshness: FreshnessGate | None = None
         self.cluster_id = config.cluster_id or ""
+        # The token cache snapshot (token.cache.snapshot.dir): loaded by the token sync's
+        # first load, written by its own thread (tokensvc.snapshot).
+        self.snapshot_file: SnapshotFile | None = None
+        if config.token_cache_snapshot_dir:
+            self.snapshot_file = SnapshotFile(
+                config.token_cache_snapshot_dir,
+                on_load=lambda result: self.metrics.snapshot_loads.labels(result).inc(),
+                on_write=lambda result: self.metrics.snapshot_writes.labels(result).inc(),
+            )
+        self.snapshot_writer: SnapshotWriter | None = None
         self._zk = None
         self._executor: ThreadPoolExecutor | None = None
         self._started = False
@@ -290,7 +305,8 @@ class Broker:
 
         is_purger = self._is_controller_now
         self.token_sync = TokenSync(zk, self.token_store, self.cache, is_purger=is_purger,
-                                    now_ms=self.clock.now_ms)
+                                    now_ms=self.clock.now_ms, snapshot=self.snapshot_file,
+                                    identity_extra={"cluster_id": self.cluster_id})
         self.credential_sync = CredentialSync(zk, self.credential_store, self.users,
                                               is_purger=is_purger, now_ms=self.clock.now_ms)
         self.acl_sync = (
@@ -353,6 +369,15 @@ class Broker:
         await self.server.open(early)
 
         await asyncio.to_thread(self.token_sync.start)
+        if self.snapshot_file is not None:
+            # Started from a snapshot and nothing changed since: the file is current, and
+            # the first periodic write waits for a change.
+            loaded = self.token_sync.snapshot_loaded
+            self.snapshot_writer = SnapshotWriter(
+                self.snapshot_file, self._take_snapshot,
+                self.config.token_cache_snapshot_interval_ms / 1000.0,
+                written=_snapshot_key(*loaded) if loaded else None)
+            self.snapshot_writer.start()
         await asyncio.to_thread(self.credential_sync.start)
         if self.acl_sync is not None:
             await asyncio.to_thread(self.acl_sync.start)
@@ -409,6 +434,9 @@ class Broker:
             await self.forwarder.close()
         if self.freshness is not None:
             await self.freshness.close()
+        if self.snapshot_writer is not None:
+            # A clean stop leaves a snapshot of the cache as it is now (off the loop).
+            await asyncio.to_thread(self.snapshot_writer.close)
         for part in ("sweeper", "election", "registry", "acl_sync", "credential_sync", "token_sync"):
             obj = getattr(self, part, None)
             if obj is not None:
@@ -420,6 +448,18 @@ class Broker:
         self.derivations.close()
         if self._executor is not None:
             self._executor.shutdown(wait=False)
+
+    def _take_snapshot(self, written: object) -> tuple[object, bytes] | None:
+        """The snapshot file's bytes, unless the cache followed no change since the one
+        written last (``written``: its sequence and identity). The writer's thread."""
+        view = self.token_sync.snapshot_view()
+        if view is None:
+            return None
+        sequence, identity, tokens = view
+        key = _snapshot_key(sequence, identity)
+        if key == written:
+            return None
+        return key, snapshot_format.encode(sequence, identity, tokens, self.clock.now_ms())
 
     def _close_zk(self) -> None:
         self._zk.stop()
@@ -645,6 +685,11 @@ class Broker:
             max_ms=info.max_timestamp,
             reason=reason,
         )
+
+
+def _snapshot_key(sequence: int, identity: dict) -> tuple:
+    """What tells two snapshots of the same cache apart: its sequence and identity."""
+    return sequence, tuple(sorted(identity.items()))
 
 
 async def run_broker(config: BrokerConfig, stop: asyncio.Event) -> None:

@@ -35,6 +35,8 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from tokensvc.core.errors import Errors
+from tokensvc.snapshot.files import LOAD_RESULTS as SNAPSHOT_LOAD_RESULTS
+from tokensvc.snapshot.files import WRITE_RESULTS as SNAPSHOT_WRITE_RESULTS
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                     10.0, 15.0, 30.0)
@@ -193,6 +195,17 @@ class BrokerMetrics:
         self.sweep_removed = Counter(
             "tokensvc_expiry_swept_tokens", "Tokens removed by the expiry sweep", registry=r
         )
+        self.snapshot_loads = Counter(
+            "tokensvc_cache_snapshot_loads",
+            "Starts with a token cache snapshot configured, by result: loaded, or why every "
+            "token was loaded from ZooKeeper (missing, invalid, identity, purged, mismatch, "
+            "error)",
+            ["result"], registry=r,
+        )
+        self.snapshot_writes = Counter(
+            "tokensvc_cache_snapshot_writes", "Token cache snapshots written, by result",
+            ["result"], registry=r,
+        )
         self._callbacks: list[Gauge] = []
         # Every known label set exists from the start (at 0), so that dashboards and alert
         # rules find the series before the first event (a refusal, a re-authentication).
@@ -203,6 +216,10 @@ class BrokerMetrics:
         for action in ("create", "renew", "expire", "describe"):
             self.token_requests.labels(action, "NONE")
         self.connections_refused.labels("max_connections_per_ip")
+        for result in SNAPSHOT_LOAD_RESULTS:
+            self.snapshot_loads.labels(result)
+        for result in SNAPSHOT_WRITE_RESULTS:
+            self.snapshot_writes.labels(result)
 
     def top_owners(self, fn: Callable[[], list[tuple[Any, int]]]) -> None:
         """``tokensvc_owner_tokens{owner}``: live tokens of the largest owners only (owner

@@ -265,6 +265,65 @@ class TokenCache:
                 gc.enable()
 
     def _replace_all(self, infos: Iterable[TokenInformation]) -> int:
+        if not isinstance(infos, list):
+            infos = list(infos)  # read twice when a token arrives during a fill
+        with self._lock:
+            empty = not self._entries
+        if empty:
+            filled = self._fill(infos)
+            if filled is not None:
+                return filled
+        return self._replace_changes(infos)
+
+    def _fill(self, infos: Iterable[TokenInformation]) -> int | None:
+        """:meth:`replace_all` into an empty cache (a start): every index is built apart,
+        in loops that do only what an empty cache needs (no comparison with held
+        entries, no un-indexing, every HMAC key computed in one loop), then put in
+        place in one hold of the lock. None, with nothing changed, if a token arrived
+        meanwhile (the caller then applies the difference as usual)."""
+        wanted = {info.token_id: info for info in infos}
+        tokens = list(wanted.values())
+        ids = list(wanted)
+        # hmac_key() of each token (the HMAC's first 60 bits), None for an unknown key.
+        keys = self._keys.hmac_keys(ids, (info.key_id for info in tokens), bits=60)
+        by_hmac: dict[int, str | tuple[str, ...]] = {}
+        unknown = 0
+        for token_id, key in zip(ids, keys, strict=True):
+            if key is None:
+                unknown += 1
+                continue
+            held = by_hmac.setdefault(key, token_id)
+            if held is not token_id:  # two tokens share a key (rare): keep both
+                by_hmac[key] = (held, token_id) if isinstance(held, str) else (*held, token_id)
+        del keys
+        owned: dict[KafkaPrincipal, int] = {}
+        by_principal: dict[KafkaPrincipal, dict[str, None]] = {}
+        expiry = ExpiryIndex()
+        put = expiry.put
+        for token_id, info in wanted.items():
+            owner = info.owner
+            owned[owner] = owned.get(owner, 0) + 1
+            for principal in principals_of(info):
+                held_ids = by_principal.get(principal)
+                if held_ids is None:
+                    by_principal[principal] = {token_id: None}
+                else:
+                    held_ids[token_id] = None
+            put(token_id, deadline_of(info))
+        with self._lock:
+            if self._entries:
+                return None
+            self._entries = wanted
+            self._by_hmac = by_hmac
+            self._owned = owned
+            self._by_principal = by_principal
+            self._expiry = expiry
+            self._unknown_key = unknown
+            self._credentials.clear()
+        self._notify(tokens, [])
+        return len(tokens)
+
+    def _replace_changes(self, infos: Iterable[TokenInformation]) -> int:
         # No per-token temporaries beyond the lists of pointers: tuples made here for
         # each of a million tokens would be freed after the load, but leave the memory
         # pages they sat on to the broker for good (interleaved with the entries).
@@ -352,6 +411,12 @@ class TokenCache:
         with self._lock:
             infos = list(self._entries.values())
         return [t for info in infos if (t := self._token(info)) is not None]
+
+    def infos(self) -> list[TokenInformation]:
+        """Every token's details, including tokens whose key is unknown (a copy taken in
+        one hold of the lock: what a snapshot of the cache is made from)."""
+        with self._lock:
+            return list(self._entries.values())
 
     def token_ids(self) -> list[str]:
         """The ids of every token, including tokens whose key is unknown (a snapshot)."""

@@ -190,6 +190,22 @@ _KEYS = [
     ConfigKey("audit.log.dir", Type.STRING, None, None, M,
               "Directory for audit `*.jsonl` files (see [audit.md](audit.md)); unset = no "
               "audit log.", path=PathKind.DIRECTORY),
+    ConfigKey("token.cache.snapshot.dir", Type.STRING, None, None, M,
+              "Directory where this broker keeps a snapshot of its token cache "
+              "(`token-cache.snapshot`, mode 0600; no HMAC, credential or key in it), written "
+              "every `token.cache.snapshot.interval.ms` and when the broker stops cleanly. A "
+              "restart loads it and reads from ZooKeeper only the tokens changed since; a "
+              "snapshot that is damaged, from other ZooKeeper data, or older than the oldest "
+              "change notification left is refused (logged, counted in "
+              "`tokensvc_cache_snapshot_loads_total`) and every token is loaded from ZooKeeper "
+              "(see [performance.md](performance.md#how-a-restart-works-at-1m-tokens)). One "
+              "directory per broker. Unset = no snapshot: every start loads every token.",
+              path=PathKind.DIRECTORY),
+    ConfigKey("token.cache.snapshot.interval.ms", Type.LONG, 60_000, at_least(1000), L,
+              "How often the token cache snapshot is written, when the cache followed a change "
+              "since the last one. A snapshot older than the change notifications ZooKeeper "
+              "keeps (15 minutes, or the last 1,000 once they are a minute old) is refused at "
+              "a restart."),
     ConfigKey("audit.queue.size", Type.INT, 10_000, at_least(1), L,
               "Audit events buffered between the request path and the writer thread."),
     ConfigKey("audit.file.max.bytes", Type.LONG, 67_108_864, at_least(1), L,
@@ -290,6 +306,8 @@ class BrokerConfig:
     delegation_token_max_per_owner: int
     delegation_token_expire_with_owner: bool
     audit_log_dir: str | None
+    token_cache_snapshot_dir: str | None
+    token_cache_snapshot_interval_ms: int
     audit_queue_size: int
     audit_file_max_bytes: int
     audit_file_rotate_ms: int
