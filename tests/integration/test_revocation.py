@@ -267,7 +267,11 @@ def test_deleting_a_user_revokes_her_tokens_and_closes_her_sessions_everywhere(
         conn.open(time.monotonic() + 10)
         sessions[address] = conn
     token_sessions = [_open_session(a, tokens[0]) for a in _addresses(cluster)]
-    _delete_with_confluent(answering, cluster, "ivy")
+    # Through the non-controller with tokensvc's AdminClient: librdkafka sends
+    # AlterUserScramCredentials to a broker of its own choosing (the controller, seen in
+    # the audit), so the broker that acknowledges must be named to check it at the ack.
+    with _admin(cluster, answering) as admin:
+        admin.delete_user_scram_credential("ivy", "SCRAM-SHA-512")
     acked = time.monotonic()
     # On the answering broker: refused at the acknowledgement, and her session there can
     # create no token after it.
@@ -286,9 +290,26 @@ def test_deleting_a_user_revokes_her_tokens_and_closes_her_sessions_everywhere(
         conn.close()
     with _admin(cluster) as admin:
         assert admin.describe_tokens(owners=["User:ivy"]) == []
+    # The deletion was forwarded by the answering broker (a forward event of its own).
+    assert poll_until(lambda: _forwarded_by(cluster, answering, "AlterUserScramCredentials"),
+                      timeout=5.0)
     # Each token's end is audited as a revocation, reason owner_deleted.
     assert poll_until(lambda: _audited_revocations(cluster, "owner_deleted")
                       >= {t.token_id for t in tokens}, timeout=5.0)
+
+
+def _forwarded_by(cluster: LocalCluster, address: str, api: str) -> bool:
+    from pathlib import Path
+
+    broker_id = next(b["id"] for b in cluster.info["brokers"]
+                     if b["listeners"]["SASL_PLAINTEXT"] == address)
+    for path in Path(cluster.info["audit_dir"]).rglob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            event = json.loads(line)
+            if event.get("type") == "forward" and event.get("broker_id") == broker_id \
+                    and event.get("api") == api:
+                return True
+    return False
 
 
 def _audited_revocations(cluster: LocalCluster, reason: str) -> set[str]:
