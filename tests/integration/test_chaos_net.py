@@ -60,7 +60,7 @@ def _processes_naming(directory: Path) -> list[int]:
 @pytest.mark.timeout(900)
 def test_five_link_faults_lose_nothing_accept_no_revoked_credential_and_recover(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    results = chaos_net.run(list(chaos_net.NET_FAULTS), hold_s=10.0, flap_s=12.0, clients=3,
+    results = chaos_net.run(list(chaos_net.NET_FAULTS), hold_s=16.0, flap_s=12.0, clients=3,
                             seed=27, session_timeout_ms=4000, directory=tmp_path)
     table = capsys.readouterr().out
     assert [r.name.split()[0] for r in results] == ["cut", "cut", "split", "cut", "flap"], table
