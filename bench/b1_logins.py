@@ -490,6 +490,12 @@ def run(ctx: BenchContext) -> Outcome:
             "broker_cpu_us_per_login": (
                 round(cpu / report.done * 1e6, 1) if cpu is not None and report.done else None
             ),
+            # The load generator's share of the machine, beside the broker's.
+            "client_cpu_us_per_login": (
+                round(report.cpu_s / report.done * 1e6, 1) if report.done else None
+            ),
+            "client_cpu_cores": round(report.cpu_s / seconds, 2),
+            "broker_cpu_cores": round(cpu / seconds, 2) if cpu is not None else None,
             "idle_connections_held": held,
             "logins_per_s_with_idle": round(idle_report.done / idle_seconds, 1),
             "broker_cpu_us_per_login_with_idle": (

@@ -333,6 +333,7 @@ class Connection(asyncio.BufferedProtocol):
         self._frame_started: float | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_when = 0.0
+        self._cut_timer: asyncio.TimerHandle | None = None
 
     # -- limits ------------------------------------------------------------------
 
@@ -413,6 +414,9 @@ class Connection(asyncio.BufferedProtocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._cut_timer is not None:
+            self._cut_timer.cancel()
+            self._cut_timer = None
         if self._refused:
             return
         svc = self._svc
@@ -775,10 +779,15 @@ class Connection(asyncio.BufferedProtocol):
             return
         if not self._reading:
             transport.resume_reading()  # see the client's close while flushing
+        # Nothing left to send on plain TCP: close() is immediate and needs no guard (a
+        # timer per connection was a tenth of the close's cost at thousands of logins/s).
+        flushing = self._tls or transport.get_write_buffer_size() > 0
         transport.close()
-        self._loop.call_later(CLOSE_FLUSH_S, self._cut_off)
+        if flushing:
+            self._cut_timer = self._loop.call_later(CLOSE_FLUSH_S, self._cut_off)
 
     def _cut_off(self) -> None:
+        self._cut_timer = None
         if not self._lost and self._transport is not None:
             self._transport.abort()
 

@@ -21,7 +21,7 @@ from tokensvc.protocol import (
     decode_request_header,
     flexible,
 )
-from tokensvc.protocol.api import ApiKey
+from tokensvc.protocol.api import api_key_of
 from tokensvc.protocol.messages import REQUESTS
 from tokensvc.protocol.primitives import Reader
 
@@ -29,7 +29,7 @@ from tokensvc.protocol.primitives import Reader
 def decode_client_request(payload: bytes) -> tuple[RequestHeader, dict]:
     """Header and body of one request payload; bytes after the body are ignored."""
     header, offset = decode_request_header(payload)
-    schema = REQUESTS[ApiKey(header.api_key)]
+    schema = REQUESTS[api_key_of(header.api_key)]
     try:
         body = schema.read(
             Reader(payload, offset),

@@ -16,10 +16,12 @@ This module must not touch sockets, and holds no state between calls.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 
 from tokensvc.protocol.api import (
     ApiKey,
+    api_key_of,
     flexible,
     request_header_version,
     response_header_version,
@@ -62,6 +64,10 @@ _HEADER_TAGS = Struct(
 )
 
 
+#: api_key, api_version and correlation_id: the fixed start of every request header.
+_HEADER_FIXED = struct.Struct(">hhi")
+
+
 def decode_request_header(payload: bytes) -> tuple[RequestHeader, int]:
     """The request header and the offset where the body starts.
 
@@ -70,9 +76,7 @@ def decode_request_header(payload: bytes) -> tuple[RequestHeader, int]:
     """
     r = Reader(payload)
     try:
-        api_key = r.int16()
-        api_version = r.int16()
-        correlation_id = r.int32()
+        api_key, api_version, correlation_id = r.unpack(_HEADER_FIXED, "int16, int16, int32")
         client_id = STRING.read(r, 0, False, True)
     except ProtocolError as exc:
         raise exc.within("RequestHeader") from None
@@ -91,7 +95,7 @@ def decode_request_header(payload: bytes) -> tuple[RequestHeader, int]:
 def decode_request(payload: bytes) -> tuple[RequestHeader, dict]:
     """Header and body of one request payload (size prefix already removed)."""
     header, offset = decode_request_header(payload)
-    schema = REQUESTS[ApiKey(header.api_key)]
+    schema = REQUESTS[api_key_of(header.api_key)]  # type: ignore[index]
     r = Reader(payload, offset)
     body = _read_body(r, schema, header.api_key, header.api_version)
     return header, body
@@ -223,4 +227,4 @@ def _schema(
 ) -> Struct:
     if not supports(api_key, api_version):
         raise UnsupportedVersionError(header)
-    return table[ApiKey(api_key)]
+    return table[api_key_of(api_key)]  # type: ignore[index]  # supported: known

@@ -53,6 +53,10 @@ class Reader:
         start = self._need(n, what)
         return bytes(self._view[start:start + n])
 
+    def unpack(self, layout: struct.Struct, what: str) -> tuple:
+        """Several fixed-size fields at once, read with one ``struct`` layout."""
+        return layout.unpack_from(self._view, self._need(layout.size, what))
+
     def int8(self) -> int:
         return INT8.unpack_from(self._view, self._need(1, "int8"))[0]
 

@@ -39,10 +39,10 @@ class ScramMechanism(Enum):
 
     @classmethod
     def from_name(cls, name: str) -> ScramMechanism:
-        for mech in cls:
-            if mech.mechanism_name == name:
-                return mech
-        raise ValueError(f"unknown SCRAM mechanism {name!r}")
+        mech = _BY_NAME.get(name)
+        if mech is None:
+            raise ValueError(f"unknown SCRAM mechanism {name!r}")
+        return mech
 
     @classmethod
     def from_wire_type(cls, wire_type: int) -> ScramMechanism:
@@ -59,6 +59,10 @@ class ScramMechanism(Enum):
 
     def salted_password(self, password: str, salt: bytes, iterations: int) -> bytes:
         return hashlib.pbkdf2_hmac(self.hash_name, password.encode("utf-8"), salt, iterations)
+
+
+# Every handshake names its mechanism: a dict, not a walk over the enum.
+_BY_NAME: dict[str, ScramMechanism] = {m.mechanism_name: m for m in ScramMechanism}
 
 
 @dataclass(frozen=True, slots=True)
