@@ -21,9 +21,12 @@ from tokensvc.protocol import (
     decode_request_header,
     flexible,
 )
-from tokensvc.protocol.api import api_key_of
+from tokensvc.protocol.api import ApiKey, api_key_of
 from tokensvc.protocol.messages import REQUESTS
 from tokensvc.protocol.primitives import Reader
+from tokensvc.protocol.sasl_fast import read_sasl_authenticate_request
+
+_SASL_AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
 
 
 def decode_client_request(payload: bytes) -> tuple[RequestHeader, dict]:
@@ -31,6 +34,9 @@ def decode_client_request(payload: bytes) -> tuple[RequestHeader, dict]:
     header, offset = decode_request_header(payload)
     schema = REQUESTS[api_key_of(header.api_key)]
     try:
+        if header.api_key == _SASL_AUTHENTICATE:  # half of a token login's requests
+            return header, read_sasl_authenticate_request(Reader(payload, offset),
+                                                          header.api_version)
         body = schema.read(
             Reader(payload, offset),
             header.api_version,
