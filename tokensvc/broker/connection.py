@@ -129,6 +129,11 @@ class ReceiveBuffer:
     def writable(self) -> memoryview:
         return self._view[self._end:]
 
+    @property
+    def empty_at_base(self) -> bool:
+        """Nothing buffered, in the base buffer: nothing to move, grow or shrink."""
+        return self._end == 0 and self._buf is self._base
+
     def received(self, nbytes: int) -> None:
         self._end += nbytes
 
@@ -367,7 +372,6 @@ class Connection(asyncio.BufferedProtocol):
             return
         svc.per_ip[self.host] += 1
         svc.live.add(self)
-        svc.metrics.connections.inc()
         transport.set_write_buffer_limits(high=OUTPUT_HIGH_WATER, low=OUTPUT_LOW_WATER)
         ssl_object = transport.get_extra_info("ssl_object")
         self._tls = ssl_object is not None
@@ -439,7 +443,6 @@ class Connection(asyncio.BufferedProtocol):
         svc.per_ip[self.host] -= 1
         if svc.per_ip[self.host] <= 0:
             del svc.per_ip[self.host]
-        svc.metrics.connections.dec()
         if exc is not None:
             log.debug("connection %s:%d ended: %s", self.host, self.port, exc)
 
@@ -668,6 +671,9 @@ class Connection(asyncio.BufferedProtocol):
         if self._closing or self._transport is None:
             return
         rx = self._rx
+        if rx.empty_at_base and self._reading and not self._write_paused \
+                and not self._waiting_memory:
+            return  # the state after most requests: reading, with room for any prefix
         want = not self._write_paused and not self._waiting_memory
         if want:
             try:
