@@ -50,6 +50,8 @@ _BATCH = 1024
 #: How long the writer waits for more events after writing a batch before it flushes
 #: and parks: under load it then writes every few milliseconds, woken by nobody.
 _LINGER_S = 0.005
+# One encoder for every line: json.dumps with non-default arguments builds a new one per call.
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 SYSTEM_CLOCK = SystemClock()
 
 
@@ -290,7 +292,7 @@ class AuditLog:
         self._dropped_reported = total
 
     def _write_line(self, ts: int, event: dict[str, Any]) -> None:
-        line = (json.dumps(event, separators=(",", ":")) + "\n").encode()
+        line = (_ENCODE(event) + "\n").encode()
         if self._file is not None and (
             ts - self._file_opened_ms >= self._rotate_interval_ms
             or (self._file_bytes > 0 and self._file_bytes + len(line) > self._max_file_bytes)
