@@ -35,6 +35,10 @@ class State(Enum):
     REAUTHENTICATING = auto()
     CLOSED = auto()
 
+    # Members are singletons: hash by identity in C, not Enum's hash of the name in Python
+    # (every request looks its state up).
+    __hash__ = object.__hash__
+
 
 _ALLOWED: dict[State, frozenset[int] | None] = {
     State.EXPECT_HANDSHAKE: frozenset({API_VERSIONS, SASL_HANDSHAKE}),
