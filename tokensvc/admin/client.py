@@ -282,7 +282,7 @@ class AdminClient:
 
         response, _ = self._call(send, "create ACLs", error_of=_first_result_error)
         _expect_results(response["Results"], len(bindings), "create ACLs")
-        for binding, result in zip(bindings, response["Results"], strict=False):
+        for binding, result in zip(bindings, response["Results"], strict=True):
             raise_for(result["ErrorCode"], result.get("ErrorMessage"), f"create ACL {binding}")
 
     def describe_acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
@@ -306,7 +306,7 @@ class AdminClient:
         response, _ = self._call(send, "delete ACLs", error_of=_first_filter_error)
         _expect_results(response["FilterResults"], len(filters), "delete ACLs")
         results = []
-        for acl_filter, result in zip(filters, response["FilterResults"], strict=False):
+        for acl_filter, result in zip(filters, response["FilterResults"], strict=True):
             raise_for(result["ErrorCode"], result.get("ErrorMessage"), "delete ACLs")
             deleted = []
             for acl in result["MatchingAcls"]:
