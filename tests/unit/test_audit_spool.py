@@ -133,3 +133,45 @@ def test_only_audit_file_names_are_read(tmp_path: Path) -> None:
 def test_closed_after_must_not_be_negative(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         Spool(tmp_path, tmp_path / "s", closed_after_s=-1)
+
+
+def _chunks(spool_dir: Path) -> list[Path]:
+    return sorted(spool_dir.glob("*.chunk"))
+
+
+def test_a_closed_file_never_spooled_becomes_a_hard_link_not_a_copy(tmp_path: Path) -> None:
+    audit, spool_dir, clock, spool = make(tmp_path, closed_after_s=60)
+    write(audit / NAME, b'{"a":1}\n{"b":2}\n{"cut', clock.now - 61)
+    # a link killed before its rename leaves a hidden temporary name behind
+    (spool_dir / f".{NAME}.{os.getpid()}.tmp").write_bytes(b"stale")
+    done = spool.collect()
+    assert (done.chunks, done.bytes) == (1, 21)
+    [chunk] = _chunks(spool_dir)
+    assert chunk.name == chunk_name(NAME, 0, 21)
+    assert os.path.samefile(chunk, audit / NAME)
+    assert chunk.read_bytes() == b'{"a":1}\n{"b":2}\n{"cut'
+    assert [p.name for p in spool_dir.iterdir()] == [chunk.name]  # no temporary left
+    # rotation deletes or compresses the audit file: the chunk keeps its bytes
+    (audit / NAME).unlink()
+    assert chunk.read_bytes() == b'{"a":1}\n{"b":2}\n{"cut'
+    assert spool.collect().chunks == 0
+
+
+def test_open_files_and_the_rest_of_a_spooled_file_are_copied(tmp_path: Path) -> None:
+    audit, spool_dir, clock, spool = make(tmp_path, closed_after_s=60)
+    write(audit / NAME, b"1\n2\n", clock.now)  # still open: copied to its last newline
+    spool.collect()
+    write(audit / NAME, b"3\n", clock.now - 61)  # closed now, but its start is spooled
+    spool.collect()
+    assert spooled(spool_dir) == b"1\n2\n3\n"
+    assert all(not os.path.samefile(p, audit / NAME) for p in _chunks(spool_dir))
+    assert all(p.stat().st_nlink == 1 for p in _chunks(spool_dir))
+
+
+def test_without_links_a_closed_file_is_copied(tmp_path: Path) -> None:
+    audit, spool_dir, clock, spool = make(tmp_path, closed_after_s=0, link_closed=False)
+    write(audit / NAME, b"1\n2\n", clock.now)
+    spool.collect()
+    [chunk] = _chunks(spool_dir)
+    assert chunk.read_bytes() == b"1\n2\n"
+    assert not os.path.samefile(chunk, audit / NAME)

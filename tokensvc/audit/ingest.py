@@ -1,7 +1,8 @@
 """``tokensvc audit ingest``: the brokers' audit files into the Parquet lake, exactly once.
 
 This module owns the streaming job: a :class:`~tokensvc.audit.spool.Spool` pass
-copies whole new lines of the audit files into ``LAKE_DIR/_spool``; Spark
+copies whole new lines of the audit files into ``LAKE_DIR/_spool`` (a closed file
+not spooled before is hard-linked there, not copied); Spark
 Structured Streaming's JSON file source reads and parses the spool with the
 explicit event schema (its offsets in ``LAKE_DIR/_checkpoint``); each
 micro-batch classifies its lines (:mod:`tokensvc.audit.lines`) and commits them

@@ -24,6 +24,16 @@ next event, so nothing more can be appended). The bytes after the last newline
 of a closed file (a line cut by a crash) are copied too, and end up in the
 quarantine as ``not_json``.
 
+A closed plain file of which nothing is spooled yet becomes one chunk that is a
+*hard link* to it, where the spool and the audit directory are on one file
+system (no byte is copied: at 10M events, 3.5 GB, the copy took 11.6 s); else,
+and for every other range, the bytes are copied. Such a chunk shares the audit
+file's inode, so it relies on what *closed* means: nothing is appended to a
+closed file, and rotation renames, compresses or deletes it but never truncates
+or rewrites it in place (``copytruncate``). The link is made under a hidden
+temporary name and renamed, as a copy is; it is checked to be the file that was
+judged closed (same inode, size and mtime), else the file is copied.
+
 It does file I/O only; it must not import pyspark, and never writes to the audit
 directory.
 """
@@ -73,13 +83,14 @@ class Spool:
 
     def __init__(self, source: str | os.PathLike[str], spool_dir: str | os.PathLike[str], *,
                  glob: str = DEFAULT_GLOB, closed_after_s: float = DEFAULT_CLOSED_AFTER_S,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, link_closed: bool = True) -> None:
         if closed_after_s < 0:
             raise ValueError("closed_after_s must be >= 0")
         self.source = Path(source)
         self.directory = Path(spool_dir)
         self.glob = glob
         self.closed_after_s = closed_after_s
+        self.link_closed = link_closed
         self._clock = clock
         self.directory.mkdir(parents=True, exist_ok=True)
         self._done: dict[str, int] = {}  # stem -> uncompressed bytes already spooled
@@ -144,7 +155,28 @@ class Spool:
             end = info.st_size if closed else _after_last_newline(src, start, info.st_size)
             if end <= start:
                 return 0
+            if closed and start == 0 and self.link_closed:
+                linked = self._link(stem, path, info)
+                if linked:
+                    return linked
             return self._write(stem, start, end, lambda dst: _copy_range(src, dst, start, end))
+
+    def _link(self, stem: str, path: Path, info: os.stat_result) -> int:
+        """Spool a whole closed file as a hard link to it (no byte copied), or 0 if
+        that is not possible (another file system, no permission, or the name now
+        stands for another or a changed file): then it is copied."""
+        tmp = self._tmp(stem)
+        try:
+            tmp.unlink(missing_ok=True)
+            os.link(path, tmp, follow_symlinks=False)
+        except OSError:
+            return 0
+        linked = os.stat(tmp, follow_symlinks=False)
+        if ((linked.st_dev, linked.st_ino, linked.st_size, linked.st_mtime_ns)
+                != (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)):
+            tmp.unlink()
+            return 0
+        return self._publish(tmp, stem, 0, info.st_size)
 
     def _from_gzip(self, stem: str, path: Path) -> int:
         start = self.offset(stem)
