@@ -196,3 +196,41 @@ def test_disabled_log_writes_nothing_but_still_validates(tmp_path: Path) -> None
 def test_unsupported_full_queue_policy_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="drop-newest"):
         AuditLog(tmp_path, 1, on_full="block")
+
+
+def test_a_steady_stream_wakes_the_writer_rarely_and_an_idle_one_promptly(tmp_path: Path) -> None:
+    """Under load the request path makes no wake-up per event (the writer lingers and
+    collects them); after a pause the first event wakes the parked writer at once."""
+    log = AuditLog(tmp_path, 1, clock=FakeClock(T0))
+    wakes = 0
+    real_wake = log._wake
+
+    def counting_wake() -> None:
+        nonlocal wakes
+        wakes += 1
+        real_wake()
+
+    log._wake = counting_wake  # type: ignore[method-assign]
+    log.start()
+    # 2,000 events, one every 0.1 ms or so: the pace of a broker at thousands of logins/s.
+    for n in range(2_000):
+        sweep(log, n)
+        if n % 10 == 0:
+            time.sleep(0.001)
+    deadline = time.monotonic() + 10
+    while log.written < 2_000 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert log.written == 2_000
+    # Before: one wake-up each time the queue turned non-empty (hundreds here).
+    assert wakes <= 50, wakes
+    # Parked now (nothing for far longer than the linger): the next event wakes it, and it
+    # is written (and flushed) well before the 200 ms flush interval.
+    time.sleep(0.2)
+    before = wakes
+    sweep(log, 2_000)
+    deadline = time.monotonic() + 5
+    while len(lines(tmp_path)) < 2_001 and time.monotonic() < deadline:
+        time.sleep(0.002)
+    assert len(lines(tmp_path)) == 2_001
+    assert wakes <= before + 1  # one wake-up, or none if the writer had not parked yet
+    log.close()
