@@ -33,13 +33,20 @@ import itertools
 import multiprocessing
 import os
 import socket
-import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from bench import env
-from bench.load import SPAWN_ALLOWANCE_S, Window, WorkerReport, _run_worker, run_processes, until
+from bench.load import (
+    SPAWN_ALLOWANCE_S,
+    CpuWindow,
+    Window,
+    WorkerReport,
+    _run_worker,
+    run_processes,
+    until,
+)
 from bench.suite import BenchContext, Outcome, Target, ratio
 from bench.wire import (
     CREATE_TOKEN,
@@ -213,25 +220,6 @@ def process_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-class CpuWindow:
-    """Samples one process's CPU time at a window's start and end (from a thread)."""
-
-    def __init__(self, pid: int, start: float, end: float) -> None:
-        self.seconds: float | None = None
-        self._thread = threading.Thread(target=self._run, args=(pid, start, end), daemon=True)
-        self._thread.start()
-
-    def _run(self, pid: int, start: float, end: float) -> None:
-        time.sleep(max(0.0, start - time.time()))
-        first = process_cpu_seconds(pid)
-        time.sleep(max(0.0, end - time.time()))
-        self.seconds = process_cpu_seconds(pid) - first
-
-    def join(self) -> float | None:
-        self._thread.join()
-        return self.seconds
-
-
 def measured_logins(
     address: str, tokens: list[tuple[str, str]], pid: int | None, sizes: Any,
     idle: int = 0,
@@ -239,7 +227,8 @@ def measured_logins(
     """Run the login workload (with ``idle`` held connections when > 0); the report, the
     window, the broker's CPU seconds in the window, and the idle connections held."""
     start = time.time() + SPAWN_ALLOWANCE_S + 1.0 + (idle / 500.0)
-    cpu = CpuWindow(pid, start, start + sizes.b1_seconds) if pid else None
+    cpu = (CpuWindow(lambda: process_cpu_seconds(pid), start, start + sizes.b1_seconds)
+           if pid else None)
     holder = None
     if idle:
         pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))

@@ -62,21 +62,23 @@ class WorkerReport:
 Workload = Callable[[Window, dict[str, Any]], Awaitable[WorkerReport]]
 
 
-class _CpuInWindow:
-    """This process's CPU time inside the window, sampled from a thread of its own."""
+class CpuWindow:
+    """CPU seconds that ``sample`` (a process's CPU clock) advances between a window's
+    start and end (wall-clock ``time.time()``), read from a thread of its own."""
 
-    def __init__(self, window: Window) -> None:
-        self.seconds = 0.0
-        self._thread = threading.Thread(target=self._run, args=(window,), daemon=True)
+    def __init__(self, sample: Callable[[], float], start: float, end: float) -> None:
+        self.seconds: float | None = None
+        self._thread = threading.Thread(target=self._run, args=(sample, start, end),
+                                        daemon=True)
         self._thread.start()
 
-    def _run(self, window: Window) -> None:
-        time.sleep(max(0.0, window.start - time.time()))
-        first = time.process_time()
-        time.sleep(max(0.0, window.end - time.time()))
-        self.seconds = time.process_time() - first
+    def _run(self, sample: Callable[[], float], start: float, end: float) -> None:
+        time.sleep(max(0.0, start - time.time()))
+        first = sample()
+        time.sleep(max(0.0, end - time.time()))
+        self.seconds = sample() - first
 
-    def join(self) -> float:
+    def join(self) -> float | None:
         self._thread.join()
         return self.seconds
 
@@ -84,12 +86,12 @@ class _CpuInWindow:
 def _run_worker(target: str, window: Window, params: dict[str, Any]) -> WorkerReport:
     module, _, name = target.partition(":")
     workload: Workload = getattr(importlib.import_module(module), name)
-    cpu = _CpuInWindow(window)
+    cpu = CpuWindow(time.process_time, window.start, window.end)  # all its threads
     # The clients run on uvloop, as the broker does, so that the load generator (which
     # shares the 2 cores with the broker under test) spends less of the machine.
     with asyncio.Runner(loop_factory=loop_factory()[0]) as runner:
         report = runner.run(workload(window, params))
-    report.cpu_s = cpu.join()
+    report.cpu_s = cpu.join() or 0.0
     return report
 
 

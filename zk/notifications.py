@@ -129,7 +129,7 @@ class NotificationRoot:
     def after(self, names: list[str], sequence: int) -> list[tuple[int, str]]:
         """``(sequence, name)`` of the sorted ``names`` above ``sequence``."""
         start = 0 if sequence < 0 else bisect.bisect_right(names, self.child(sequence))
-        return [(int(name[-10:]), name) for name in names[start:]]
+        return [(sequence_of_created(name), name) for name in names[start:]]
 
     def create_path(self) -> str:
         return f"{self.path}/{self.prefix}"
@@ -146,7 +146,7 @@ def _name_pattern(prefix: str) -> re.Pattern[str]:
 
 
 def sequence_of_created(path: str) -> int:
-    """The sequence number ZooKeeper appended to a created sequential znode's path."""
+    """The sequence number ZooKeeper appended to a sequential znode's path or name."""
     return int(path[-10:])
 
 
@@ -451,7 +451,7 @@ class ChangeNotifications:
         for root in self.roots.values():
             listed, stat = self._list(root)
             mark = self.purge_mark(root, stat)
-            marks[root.name] = max(int(listed[-1][-10:]) if listed else -1, mark)
+            marks[root.name] = max(sequence_of_created(listed[-1]) if listed else -1, mark)
             cversions[root.name] = stat.cversion  # type: ignore[attr-defined]
         self._load()
         for name, sequence in marks.items():

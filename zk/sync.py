@@ -62,6 +62,7 @@ from zk.notifications import (
     MIN_LISTING_INTERVAL_S,
     ChangeNotifications,
     NotificationRoot,
+    sequence_of_created,
 )
 from zk.token_store import StoreError, TokenStore
 
@@ -339,21 +340,19 @@ class TokenSync(ChangeNotifications):
         listed, stat = self._list(root)
         mark = self.purge_mark(root, stat)
         cversion = stat.cversion  # type: ignore[attr-defined]
-        refusal = catch_up_refusal(snapshot.sequence, mark, [int(c[-10:]) for c in listed],
-                                   cversion)
+        refusal = catch_up_refusal(snapshot.sequence, mark,
+                                   [sequence_of_created(c) for c in listed], cversion)
         if refusal is not None:
             return "purged", refusal
         fresh = root.after(listed, snapshot.sequence)
         notes = self._read(root, fresh)
         if notes is None:
             return "purged", "a notification after its sequence was purged while being read"
-        token_ids = list(dict.fromkeys(layout.decode_token_change(data) for _, data in notes))
-        current = self._store.get_many(token_ids)
+        changed = self._changed(notes)
         tokens = snapshot.tokens
-        if token_ids:
-            changed = set(token_ids)
+        if changed:
             tokens = [info for info in tokens if info.token_id not in changed]
-            tokens.extend(info for info in current.values() if info is not None)
+            tokens.extend(info for info in changed.values() if info is not None)
         refusal = self._count_refusal(len(tokens), cversion)
         if refusal is not None:
             return "mismatch", refusal
@@ -369,7 +368,12 @@ class TokenSync(ChangeNotifications):
         self.last_resync_ms = int((time.monotonic() - started) * 1000)
         return len(notes)
 
-    def _apply_tokens(self, _root: NotificationRoot, notes: list[tuple[int, bytes]]) -> None:
+    def _changed(self, notes: list[tuple[int, bytes]]) -> dict[str, TokenInformation | None]:
+        """Each token the notifications name (in order, once), with its state in
+        ZooKeeper now (None: it is gone)."""
         token_ids = list(dict.fromkeys(layout.decode_token_change(data) for _, data in notes))
         current = self._store.get_many(token_ids)
-        self.order.follow(notes[-1][0], {t: current.get(t) for t in token_ids})
+        return {t: current.get(t) for t in token_ids}
+
+    def _apply_tokens(self, _root: NotificationRoot, notes: list[tuple[int, bytes]]) -> None:
+        self.order.follow(notes[-1][0], self._changed(notes))

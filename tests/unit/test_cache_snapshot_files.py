@@ -14,7 +14,6 @@ from tokensvc.snapshot.files import (
     SNAPSHOT_FILE,
     SnapshotFile,
     SnapshotWriter,
-    write_atomic,
 )
 from tokensvc.snapshot.format import encode
 
@@ -27,12 +26,13 @@ def _file(tmp_path, results):
 
 
 def test_write_is_atomic_private_and_leaves_no_temporary(tmp_path):
-    path = tmp_path / "d" / "f"
-    write_atomic(path, b"one")
-    write_atomic(path, b"two")
+    file = _file(tmp_path, [])  # its directory does not exist yet
+    path = file.path
+    file.save(b"one")
+    file.save(b"two")
     assert path.read_bytes() == b"two"
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    assert os.listdir(path.parent) == ["f"]
+    assert os.listdir(path.parent) == [SNAPSHOT_FILE]
 
 
 def test_a_missing_file_is_counted_and_logged(tmp_path, caplog):

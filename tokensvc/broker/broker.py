@@ -66,8 +66,7 @@ from tokensvc.core.keys import AUDIT_FINGERPRINT_LABEL, SCRAM_SALT_LABEL, derive
 from tokensvc.core.manager import TokenManager
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
-from tokensvc.protocol import ApiKey, encode_response, encode_response_segments
-from tokensvc.protocol.sasl_fast import encode_sasl_authenticate_response
+from tokensvc.protocol import encode_response, encode_response_segments
 from tokensvc.scram.formatter import ScramCredential, ScramMechanism, TokenSalt
 from tokensvc.snapshot import format as snapshot_format
 from tokensvc.snapshot.files import SnapshotFile, SnapshotWriter
@@ -85,7 +84,6 @@ from zk.token_store import TokenStore
 
 # Owners shown by the tokensvc_owner_tokens gauge (the largest).
 TOP_OWNERS = 10
-_SASL_AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
 log = logging.getLogger("tokensvc.broker")
 
 # Threads for the blocking store calls (asyncio.to_thread). Every ZooKeeper call of the
@@ -615,9 +613,6 @@ class Broker:
         except Exception:
             log.exception("%s failed", handler.name)
             response = handler.error_for(version, Errors.UNKNOWN_SERVER_ERROR, body)
-        if ctx.header.api_key == _SASL_AUTHENTICATE:  # half of a token login's responses
-            return (encode_sasl_authenticate_response(ctx.header, response),
-                    int(response.get("ErrorCode", 0) or 0))
         segments = encode_response_segments(ctx.header, response)
         encoded = segments[0] if len(segments) == 1 else segments
         return encoded, int(response.get("ErrorCode", 0) or 0)

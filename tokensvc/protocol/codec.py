@@ -37,6 +37,7 @@ from tokensvc.protocol.framing import FrameDecoder, frame
 from tokensvc.protocol.header import RequestHeader
 from tokensvc.protocol.messages import REQUESTS, RESPONSES
 from tokensvc.protocol.primitives import Reader, Writer
+from tokensvc.protocol.sasl_fast import encode_sasl_authenticate_response
 from tokensvc.protocol.schema import INT16_T, STRING, Array, EncodedElements, Struct, f
 
 __all__ = [
@@ -63,6 +64,8 @@ _HEADER_TAGS = Struct(
     f("ClientRequestKey", STRING, nullable=0, default=None, tag=CLIENT_REQUEST_KEY_TAG),
 )
 
+
+_SASL_AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
 
 #: api_key, api_version and correlation_id: the fixed start of every request header.
 _HEADER_FIXED = struct.Struct(">hhi")
@@ -124,7 +127,12 @@ def encode_response(header: RequestHeader, body: dict) -> bytes:
 
 def encode_response_segments(header: RequestHeader, body: dict) -> list[bytes]:
     """:func:`encode_response` as bytes objects to send in order, pre-encoded parts
-    (:class:`~tokensvc.protocol.schema.EncodedElements`) left unjoined."""
+    (:class:`~tokensvc.protocol.schema.EncodedElements`) left unjoined. The broker's
+    per-request path: SaslAuthenticate, half of a token login's responses, is written
+    by hand (:mod:`tokensvc.protocol.sasl_fast`, the same bytes) instead of by the
+    schema walk."""
+    if header.api_key == _SASL_AUTHENTICATE and supports(header.api_key, header.api_version):
+        return [encode_sasl_authenticate_response(header, body)]
     return _response_writer(header, body).segments()
 
 

@@ -4,10 +4,11 @@ The shell around :mod:`tokensvc.snapshot.format`:
 
 * :class:`SnapshotFile` reads and decodes the file (``load``), logs one line and counts
   one result for each outcome of a start (``loaded``, ``missing``, ``invalid``,
-  ``identity``, ``purged``, ``mismatch``, ``error``), and writes it atomically (``save``): a temporary
-  file in the same directory, mode 0600, fsync, rename over the old one, fsync of the
-  directory. A crash leaves the old snapshot or the new one, never half of one (and a
-  half one would fail its checksum).
+  ``identity``, ``purged``, ``mismatch``, ``error``), and writes it atomically
+  (``save``, with :func:`tokensvc.atomicfile.write_atomic`: a temporary file in the
+  same directory, mode 0600, fsync, rename over the old one, fsync of the directory).
+  A crash leaves the old snapshot or the new one, never half of one (and a half one
+  would fail its checksum).
 * :class:`SnapshotWriter` is the thread that writes it every ``interval_s`` and once
   more when the broker stops cleanly. It is handed ``take``, which returns the file's
   bytes (or None when there is nothing new to write), so the encoding runs on this
@@ -20,7 +21,6 @@ counted, and the broker loads from ZooKeeper as it would without one.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Hashable
 from pathlib import Path
 
+from tokensvc.atomicfile import write_atomic
 from tokensvc.snapshot.format import Snapshot, SnapshotError, decode
 
 log = logging.getLogger("tokensvc.snapshot")
@@ -41,35 +42,6 @@ LOADED, MISSING, INVALID, IDENTITY, PURGED, MISMATCH, ERROR = (
     "loaded", "missing", "invalid", "identity", "purged", "mismatch", "error")
 LOAD_RESULTS = (LOADED, MISSING, INVALID, IDENTITY, PURGED, MISMATCH, ERROR)
 WRITE_RESULTS = ("ok", "error")
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data``: temporary file (0600) in the same directory,
-    fsync, rename, fsync of the directory."""
-    path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-    # One name, not one per process: a crash between open and rename leaves at most
-    # this one file, which the next write truncates.
-    temporary = path.with_name(f".{path.name}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    try:
-        os.fchmod(fd, FILE_MODE)
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
-    os.close(fd)
-    os.replace(temporary, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 class SnapshotFile:
@@ -127,7 +99,8 @@ class SnapshotFile:
     def save(self, data: bytes) -> bool:
         """Write ``data`` atomically; False (logged, counted) when that fails."""
         try:
-            write_atomic(self.path, data)
+            self.path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+            write_atomic(self.path, data, FILE_MODE)
         except OSError as exc:
             log.warning("token cache snapshot %s not written: %s", self.path, exc)
             self._on_write("error")
