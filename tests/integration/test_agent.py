@@ -278,7 +278,11 @@ def test_controller_killed_during_a_renewal_the_renewal_completes_before_expiry(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
     owner = "User:failover-job"
-    agent = AgentProcess(cluster, tmp_path, owner=owner).start()
+    # Renew at half the 20 s period (+-1 s of jitter), not at 0.75: the kill comes 0.5 s
+    # before the renewal, and a failover takes the 4 s ZooKeeper session timeout plus the
+    # election; at 0.75 the late side of the jitter left 4.5 s to do it in, and a loaded CI
+    # machine once missed it.
+    agent = AgentProcess(cluster, tmp_path, "--renew-fraction", "0.5", owner=owner).start()
     try:
         agent.wait_published()
         state = json.loads(agent.state.read_text())

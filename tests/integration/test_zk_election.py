@@ -184,6 +184,7 @@ def test_a_controller_that_loses_its_connection_stops_acting_until_it_is_back(tm
             assert eventually(lambda: broker.election.is_controller, timeout=10.0)
             assert broker.election.guard() == guard
             assert broker.election.epoch == epoch
-            assert broker.changes[-1][:2] == (1, True)
+            # is_controller turns true before the listener hears of it: wait for the change.
+            assert eventually(lambda: broker.changes[-1][:2] == (1, True))
         finally:
             broker.close()
