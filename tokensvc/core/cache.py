@@ -147,6 +147,11 @@ class ExpiryIndex:
 _MECHANISMS = tuple(ScramMechanism)
 # A derived token's credentials: one packed bytes object per mechanism, in this order.
 _MECHANISM_INDEX = {m: i for i, m in enumerate(_MECHANISMS)}
+# What scram_salt looks at for an id the cache does not hold, so that path does the
+# same work as a live token's (key_id "" resolves like a real one).
+_NOBODY = KafkaPrincipal("User", "")
+_ABSENT = TokenInformation("", _NOBODY, _NOBODY, (), 0, 0, 0, "")
+_NOT_DERIVED: list[bytes | None] = [None] * len(_MECHANISMS)
 
 
 def hmac_key(hmac: bytes) -> int:
@@ -486,14 +491,18 @@ class TokenCache:
         derived) and its details, without deriving anything. The salt is computed
         whether or not the token exists, so both cost the same. None when the token
         is unknown or its master key is. Matches ``CredentialLookup.token_salt``."""
+        # A live token and an unknown id run the same steps (the same lookups, the
+        # same tuple built) and part only at the return: a login probe cannot time the
+        # difference (tests/integration/test_login_oracles.py measures it).
         salt = derived_salt(self._salt_secret or b"", mechanism, token_id)
+        slot = _MECHANISM_INDEX[mechanism]
         with self._lock:
-            info = self._entries.get(token_id)
-            if info is None or self._salt_secret is None or not self._keys.knows(info.key_id):
-                return None
-            packed = self._credentials.get(token_id)
-            derived = packed is not None and packed[_MECHANISM_INDEX[mechanism]] is not None
-            return TokenSalt(salt, self._iterations, info, derived)
+            info = self._entries.get(token_id, _ABSENT)
+            packed = self._credentials.get(token_id, _NOT_DERIVED)
+            key_known = self._keys.knows(info.key_id)
+        found = TokenSalt(salt, self._iterations, info, packed[slot] is not None)
+        usable = info is not _ABSENT and key_known and self._salt_secret is not None
+        return found if usable else None
 
     def scram_credential(
         self, token_id: str, mechanism: ScramMechanism

@@ -336,32 +336,31 @@ class ScramServer:
         """
         user = self._lookup.user_credential(name, self.mechanism)
         token = self._lookup.token_salt(name, self.mechanism)
-        fake_salt = derived_salt(self._fake_salt_secret, self.mechanism, name)
-        fake_iterations = max(self._min_iterations, MIN_ITERATIONS)
-        if self.token_requested:
-            kind = _Kind.TOKEN if token is not None else _Kind.UNKNOWN
-        elif user is not None:
-            kind = _Kind.USER
-        elif token is not None and self._implicit_token_login:
-            kind = _Kind.TOKEN
-            self.implicit = True
-        else:
-            kind = _Kind.UNKNOWN
-        self._kind = kind
+        fake = TokenSalt(derived_salt(self._fake_salt_secret, self.mechanism, name),
+                         max(self._min_iterations, MIN_ITERATIONS), None, True)  # type: ignore[arg-type]
+        requested = self.token_requested
+        # tokenauth=true selects tokens only; without it a user wins, then (implicit
+        # login) a token. A token and an unknown name then take the same steps, with
+        # ``offered`` the token's salt or the fake one: no branch of its own to time.
+        as_user = user is not None and not requested
+        as_token = (token is not None and not as_user
+                    and (requested or self._implicit_token_login))
+        offered = token if as_token else fake
+        assert offered is not None
+        self._kind = _Kind.USER if as_user else _Kind.TOKEN if as_token else _Kind.UNKNOWN
+        self.implicit = as_token and not requested
         self.name_known = user is not None or token is not None
-        if kind is _Kind.USER:
+        self.token_info = offered.info  # the token's, None for a fake; expiry: client-final
+        self._token_derived = offered.derived or not self._defer_derivations
+        self._deferred_failure = (
+            None if as_user or as_token
+            else FailureReason.UNKNOWN_TOKEN if requested else FailureReason.UNKNOWN_USER
+        )
+        if as_user:
             assert user is not None
             self._user_credential = user
             return user.salt, user.iterations
-        if kind is _Kind.TOKEN:
-            assert token is not None
-            self.token_info = token.info  # expiry is checked at client-final
-            self._token_derived = token.derived or not self._defer_derivations
-            return token.salt, token.iterations
-        self._deferred_failure = (
-            FailureReason.UNKNOWN_TOKEN if self.token_requested else FailureReason.UNKNOWN_USER
-        )
-        return fake_salt, fake_iterations
+        return offered.salt, offered.iterations
 
     def _final_credential(self, name: str) -> ScramCredential:
         """The credential the proof is checked against; a fake one (and a deferred
