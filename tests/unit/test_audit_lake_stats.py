@@ -95,3 +95,34 @@ def test_partial_table_files_of_a_batch_without_statistics_make_it_incomplete(
     tokens.mkdir(parents=True)
     (tokens / "b000000000001-part-00000.snappy.parquet").write_bytes(b"")
     assert read_stats(tmp_path) is None
+
+
+# -- the batch's distinct id count (ingest counts it from the files it just wrote) --------
+
+
+def _hashes_file(path: Path, values: list[int | None]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"event_id": [str(v) for v in values],
+                             "id_hash": pa.array(values, pa.int64())}), path)
+
+
+def test_the_distinct_id_count_spans_partitions_and_skips_nulls_and_marker_files(
+    tmp_path: Path,
+) -> None:
+    from tokensvc.audit.ingest import _count_id_hashes
+
+    staging = tmp_path / "7"
+    _hashes_file(staging / "date=2024-01-01" / "part-0.parquet", [5, -3, 5, 2**63 - 1])
+    _hashes_file(staging / "date=2024-01-02" / "part-1.parquet", [-3, -(2**63), 9])
+    # quarantined lines carry no hash; Spark's marker and checksum files are not data
+    _hashes_file(staging / "date=__quarantine__" / "part-2.parquet", [None, None])
+    (staging / "_SUCCESS").write_bytes(b"")
+    (staging / "date=2024-01-01" / ".part-0.parquet.crc").write_bytes(b"\x00junk")
+    assert _count_id_hashes(staging) == 5  # 5, -3, max, min, 9
+
+    only_quarantine = tmp_path / "8"
+    _hashes_file(only_quarantine / "date=__quarantine__" / "part-0.parquet", [None])
+    assert _count_id_hashes(only_quarantine) == 0
