@@ -29,8 +29,15 @@ Before the fill, the token znodes are counted (between two reads of the notifica
 root's cversion): when nothing was written meanwhile, a count that differs from the
 caught-up snapshot's means tokens created or deleted without a notification, which the
 snapshot cannot know. Any refusal or failure falls back to the full load, logged and
-counted by the source. Later
-resyncs (a session loss, a purge past this broker) are full loads.
+counted by the source.
+
+Later resyncs (a session loss, a failed read, a purge past this broker) start from
+the cache itself the same way: it is a snapshot already in memory, of the sequence
+the follower applied and the identity of its last load. It is caught up with the
+same checks (identity, notifications still readable, the count) and falls back to
+the full load on any refusal, logged; ``caught_up_resyncs`` and ``full_loads``
+count which it was. A session lost for less than the notifications' retention then
+costs the notifications since, not every token.
 :meth:`TokenSync.snapshot_view` gives the writer a consistent view: the sequence read
 first, then the cache's content (which reflects at least that sequence; notifications
 after it applied again at a restart change nothing), never while a load runs.
@@ -44,6 +51,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
@@ -213,12 +221,17 @@ class TokenSync(ChangeNotifications):
         self.order = CommittedOrder(cache)
         self._loaded = 0
         self._snapshot = snapshot  # used by the first load only
-        self._snapshots = snapshot is not None  # keep the identity for the writer
         self._identity_extra = dict(identity_extra or {})
         self._identity: dict[str, str | int] | None = None
         self.snapshot_result: str | None = None
         # (sequence, identity) of the snapshot the first load came from, if it did.
         self.snapshot_loaded: tuple[int, dict[str, str | int]] | None = None
+        # Loads that read every token (the first included), and later resyncs that
+        # caught the cache up instead.
+        self.full_loads = 0
+        self.caught_up_resyncs = 0
+        # Why the held cache could not be caught up: identity, purged or mismatch.
+        self.catch_up_refusals: Counter[str] = Counter()
         self._on_token_resync = on_resync
         super().__init__(
             client,
@@ -248,18 +261,48 @@ class TokenSync(ChangeNotifications):
         self.order.begin_load()
         try:
             source, self._snapshot = self._snapshot, None
-            if source is None or not self._start_from(source):
+            if source is not None:
+                done = self._start_from(source)
+            else:
+                done = self._catch_up_held()
+            if not done:
                 super()._resync()
+                self.full_loads += 1
         finally:
             self.order.end_load(self.applied.get(TOKENS_ROOT.name, -1))
+
+    def _catch_up_held(self) -> bool:
+        """A later resync from the cache's own content (see the module docstring);
+        False when it cannot be used (the caller then loads every token)."""
+        identity = self._identity
+        if identity is None or self.resync_count == 0:
+            return False
+        started = time.monotonic()
+        with self._lock:
+            self._dirty = False  # as the full load: changes listed from here are covered
+        held = Snapshot(self.applied.get(TOKENS_ROOT.name, -1), identity,
+                        self._cache.infos(), 0)
+        # A failed read (ZooKeeper away again) propagates: the resync is retried, from
+        # the cache again, as a failed full load would be.
+        outcome = self._catch_up_snapshot(held, started)
+        if isinstance(outcome, tuple):
+            self.catch_up_refusals[outcome[0]] += 1
+            log.info("token-sync: the cache cannot be caught up from sequence %d (%s: %s); "
+                     "loading every token", held.sequence, *outcome)
+            return False
+        self.caught_up_resyncs += 1
+        log.info("token-sync: resynchronised from the cache caught up from sequence %d "
+                 "(%d notifications) in %d ms", held.sequence, outcome, self.last_resync_ms)
+        if self._on_resync is not None:
+            self._on_resync(self.last_resync_ms)
+        return True
 
     def _resynced(self, duration_ms: int) -> None:
         if self._on_token_resync is not None:
             self._on_token_resync(self._loaded, duration_ms)
 
     def _load_tokens(self) -> None:
-        if self._snapshots:
-            self._identity = self.identity()
+        self._identity = self.identity()  # what a later resync from the cache checks
         tokens = self._store.load_all()
         self._cache.replace_all(tokens)
         self._loaded = len(tokens)

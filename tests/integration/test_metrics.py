@@ -47,6 +47,7 @@ FAMILIES = {
     "tokensvc_sessions", "tokensvc_token_sessions", "tokensvc_connections_refused", "tokensvc_forwarded_requests",
     "tokensvc_sessions_revoked", "tokensvc_sessions_expired", "tokensvc_expiry_swept_tokens",
     "tokensvc_token_cache_size", "tokensvc_derived_credentials", "tokensvc_cache_resyncs",
+    "tokensvc_cache_caught_up_resyncs",
     "tokensvc_cache_last_resync_seconds", "tokensvc_controller", "tokensvc_expiry_sweeps",
     "tokensvc_audit_queue_depth", "tokensvc_audit_dropped", "tokensvc_acl_count",
     "tokensvc_zookeeper_view_age_seconds", "tokensvc_stale_view_catch_ups",
@@ -295,6 +296,7 @@ def test_cache_resync_and_audit_gauges_report_the_brokers_state(brokers):
     for broker in brokers:
         metrics = scrape(broker)
         assert metrics("tokensvc_cache_resyncs") == 1  # the load at start, no reconnect since
+        assert metrics("tokensvc_cache_caught_up_resyncs") == 0
         assert metrics("tokensvc_cache_last_resync_seconds") >= 0
         assert metrics("tokensvc_audit_queue_depth") >= 0
         assert metrics("tokensvc_audit_dropped") == 0

@@ -17,6 +17,7 @@ from tokensvc.core.cache import TokenCache
 from tokensvc.core.keys import MasterKeys
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
+from zk import layout
 from zk.client import ZkSettings, open_client
 from zk.server import ManagedZooKeeper
 from zk.sync import MIN_LISTING_INTERVAL_S, TokenSync
@@ -165,6 +166,71 @@ def test_expired_session_resyncs_to_zookeepers_contents(instances):
     assert eventually(lambda: b.cached() == a.in_zookeeper(), timeout=5.0)
     assert b.sync.resync_count > resyncs_before
     assert not any(f"old{i}" in b.cached() for i in range(5))
+
+
+def _hold_worker(instance: Instance) -> threading.Event:
+    """Keep ``instance``'s sync worker busy until the returned event is set: the resync
+    a session loss requests then runs after whatever the test does meanwhile."""
+    release, holding = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        holding.set()
+        release.wait(30)
+
+    instance.sync._worker.submit("test-hold", hold)
+    assert holding.wait(5)
+    return release
+
+
+def test_a_session_loss_catches_the_held_cache_up_instead_of_reading_every_token(instances):
+    a, b = instances(2)
+    for i in range(10):
+        a.store.create(_info(f"t{i}"))
+    assert eventually(lambda: len(b.cached()) == 10)
+    assert (b.sync.full_loads, b.sync.caught_up_resyncs) == (1, 0)
+    release = _hold_worker(b)
+    try:
+        expire_session(b.client)
+        # While b is away: a deletion, a creation and a renewal (a new expiry).
+        a.store.delete("t0")
+        a.store.create(_info("t10"))
+        a.store.update(_info("t1", expiry=1_700_090_000_000))
+    finally:
+        release.set()
+    # (the reconnection may ask for a second resync: caught up from there, with nothing)
+    assert eventually(lambda: b.sync.caught_up_resyncs >= 1)
+    assert eventually(lambda: b.cached() == a.in_zookeeper())
+    assert "t0" not in b.cached() and b.cached()["t1"].expiry_timestamp == 1_700_090_000_000
+    assert b.sync.full_loads == 1  # no token was read but the three named since
+    assert not b.sync.catch_up_refusals
+
+
+@pytest.mark.parametrize(("damage", "refusal"), [("notifications purged", "purged"),
+                                                 ("a token deleted by hand", "mismatch")])
+def test_a_session_loss_reads_every_token_when_the_held_cache_cannot_be_caught_up(
+    instances, damage, refusal,
+):
+    a, b = instances(2)
+    for i in range(10):
+        a.store.create(_info(f"t{i}"))
+    assert eventually(lambda: len(b.cached()) == 10)
+    release = _hold_worker(b)
+    try:
+        expire_session(b.client)
+        if damage == "notifications purged":
+            # Changes b did not see, then every notification purged (as 15 minutes on).
+            a.store.delete("t0")
+            a.store.create(_info("t10"))
+            assert a.sync.purge(int(time.time() * 1000) + 86_400_000) > 0
+        else:
+            # No notification: only the count of token znodes can tell.
+            a.client.delete(layout.token_path("t0"))
+    finally:
+        release.set()
+    assert eventually(lambda: b.sync.catch_up_refusals[refusal] == 1)
+    assert eventually(lambda: b.sync.full_loads == 2)
+    assert b.cached() == a.in_zookeeper()
+    assert "t0" not in b.cached()
 
 
 def test_zookeeper_restart_caches_converge(tmp_path, instances):

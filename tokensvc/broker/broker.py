@@ -485,8 +485,11 @@ class Broker:
         m.gauge("tokensvc_token_cache_size", "Tokens in this broker's cache", lambda: len(self.cache))
         m.gauge("tokensvc_derived_credentials", "Token SCRAM credentials derived so far",
                 self.cache.derived_count)
-        m.gauge("tokensvc_cache_resyncs", "Full token cache resynchronisations",
+        m.gauge("tokensvc_cache_resyncs", "Token cache resynchronisations (start included)",
                 lambda: self.token_sync.resync_count)
+        m.gauge("tokensvc_cache_caught_up_resyncs",
+                "Resyncs after the start that caught the held cache up instead of "
+                "reading every token", lambda: self.token_sync.caught_up_resyncs)
         m.gauge("tokensvc_cache_last_resync_seconds", "Duration of the last full resync",
                 lambda: (self.token_sync.last_resync_ms or 0) / 1000.0)
         m.gauge("tokensvc_controller", "1 if this broker is the controller",
