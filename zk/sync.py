@@ -274,12 +274,10 @@ class TokenSync(ChangeNotifications):
     def _catch_up_held(self) -> bool:
         """A later resync from the cache's own content (see the module docstring);
         False when it cannot be used (the caller then loads every token)."""
-        identity = self._identity
-        if identity is None or self.resync_count == 0:
+        identity = self._identity  # None until a load has finished
+        if identity is None:
             return False
         started = time.monotonic()
-        with self._lock:
-            self._dirty = False  # as the full load: changes listed from here are covered
         held = Snapshot(self.applied.get(TOKENS_ROOT.name, -1), identity,
                         self._cache.infos(), 0)
         # A failed read (ZooKeeper away again) propagates: the resync is retried, from
@@ -293,8 +291,6 @@ class TokenSync(ChangeNotifications):
         self.caught_up_resyncs += 1
         log.info("token-sync: resynchronised from the cache caught up from sequence %d "
                  "(%d notifications) in %d ms", held.sequence, outcome, self.last_resync_ms)
-        if self._on_resync is not None:
-            self._on_resync(self.last_resync_ms)
         return True
 
     def _resynced(self, duration_ms: int) -> None:
@@ -368,14 +364,14 @@ class TokenSync(ChangeNotifications):
         self.snapshot_loaded = (snapshot.sequence, dict(snapshot.identity))
         source.loaded(len(self._cache), snapshot.sequence, outcome,
                       self.last_resync_ms)
-        if self._on_resync is not None:
-            self._on_resync(self.last_resync_ms)
         return True
 
     def _catch_up_snapshot(self, snapshot: Snapshot, started: float) -> int | tuple[str, str]:
         """Check ``snapshot`` against ZooKeeper and fill the cache from it, caught up;
         the number of notifications applied, or ``(result, why)`` when it is refused."""
         root = TOKENS_ROOT
+        with self._lock:
+            self._dirty = False  # as a full load: changes listed from here are covered
         identity = self.identity()
         refusal = identity_refusal(snapshot.identity, identity)
         if refusal is not None:
@@ -409,6 +405,8 @@ class TokenSync(ChangeNotifications):
         self._listed_through(root.name, cversion)
         self.resync_count += 1
         self.last_resync_ms = int((time.monotonic() - started) * 1000)
+        if self._on_resync is not None:
+            self._on_resync(self.last_resync_ms)
         return len(notes)
 
     def _changed(self, notes: list[tuple[int, bytes]]) -> dict[str, TokenInformation | None]:

@@ -280,8 +280,8 @@ def _write_aggregates(spark: SparkSession, staging: Path, target: Path, batch_id
 def _count_id_hashes(staging: Path) -> int:
     """The number of distinct non-null ``id_hash`` values in the Parquet files under
     ``staging`` (quarantined lines have none), counted here: the column read with
-    Arrow, sorted by numpy, and the changes counted. At 10M hashes that is 0.1-0.2 s
-    where Spark's ``count_distinct`` (a shuffle of every hash) took 4.7-7.2 s and
+    Arrow, sorted by numpy, and the changes counted. At 10M hashes that is 0.4-0.6 s
+    with the read, where Spark's ``count_distinct`` (a shuffle of every hash) took 4.7-7.2 s and
     Arrow's hash-based ``count_distinct`` 1.8-2.7 s (docs/performance.md, B6)."""
     files = ds.dataset(str(staging), format="parquet")  # '_' and '.' files skipped
     column = pc.drop_null(files.to_table(columns=[ID_HASH]).column(ID_HASH))
