@@ -392,6 +392,12 @@ class LocalCluster:
 
     # -- queries ---------------------------------------------------------------------
 
+    def zk_settings(self, **overrides: Any) -> ZkSettings:
+        """What a tool needs to open this cluster's ZooKeeper as the brokers do (connect
+        string and, when the cluster has them, its ZooKeeper TLS and SASL settings).
+        ``overrides`` are ZkSettings fields (timeouts)."""
+        return ZkSettings(self.info["zookeeper"]["connect"], **overrides)
+
     def broker_ids(self) -> list[int]:
         return sorted(self._brokers)
 
@@ -503,7 +509,7 @@ class LocalCluster:
         self.broker_info(broker_id)["pid"] = broker.process.pid
 
     def _wait_unregistered(self, broker_id: int, timeout: float) -> None:
-        client = open_client(ZkSettings(self.info["zookeeper"]["connect"]))
+        client = open_client(self.zk_settings())
         try:
             registry = BrokerRegistry(client)
             deadline = time.monotonic() + timeout

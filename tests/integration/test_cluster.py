@@ -25,7 +25,7 @@ from cli.cluster_cmd import cluster as cluster_cli
 from tokensvc.cluster import ClusterError, LocalCluster, answers_api_versions
 from tokensvc.properties import read_properties
 from tokensvc.scram.formatter import ScramMechanism
-from zk.client import ZkSettings, open_client
+from zk.client import open_client
 from zk.credential_store import CredentialStore
 
 DESIGN_KEYS = {"bootstrap_servers", "zookeeper", "brokers", "audit_dir", "admin"}
@@ -116,7 +116,7 @@ def test_admin_properties_are_kafka_client_properties(tls_cluster: LocalCluster)
 
 
 def test_admin_and_inter_broker_users_are_in_zookeeper(tls_cluster: LocalCluster) -> None:
-    client = open_client(ZkSettings(tls_cluster.info["zookeeper"]["connect"]))
+    client = open_client(tls_cluster.zk_settings())
     try:
         users = CredentialStore(client).load_all()
     finally:

@@ -23,7 +23,7 @@ from tests.support.client import WireClient
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.errors import Errors
 from zk import layout
-from zk.client import ZkSettings, open_client
+from zk.client import open_client
 from zk.token_store import TokenStore
 
 CREATE, RENEW = 38, 39
@@ -47,7 +47,7 @@ def cluster(tmp_path) -> Iterator[LocalCluster]:
 
 @pytest.fixture
 def zk(cluster):
-    client = open_client(ZkSettings(cluster.info["zookeeper"]["connect"]))
+    client = open_client(cluster.zk_settings())
     yield client
     client.stop()
     client.close()

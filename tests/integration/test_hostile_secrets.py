@@ -43,7 +43,7 @@ from tokensvc.protocol import RequestHeader, decode_response, encode_request, fr
 from tokensvc.scram.client import ScramClient
 from tokensvc.scram.formatter import ScramMechanism
 from tokensvc.scram.messages import ServerFirstMessage
-from zk.client import ZkSettings, open_client
+from zk.client import open_client
 
 CREATE, RENEW, EXPIRE, DESCRIBE, ALTER_SCRAM = 38, 39, 40, 41, 51
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
@@ -239,7 +239,7 @@ def test_after_a_full_run_no_log_audit_file_or_znode_holds_a_secret(
             with pytest.raises(ConnectionError):
                 WireClient(broker_address(cluster, broker_id), user, password, token=token)
 
-    zk = open_client(ZkSettings(cluster.info["zookeeper"]["connect"]))
+    zk = open_client(cluster.zk_settings())
     try:
         eventually(lambda: zk.exists(f"/delegation_token/tokens/{short_lived['TokenId']}") is None)
         leaks = {path: found.found_in(data) for path, data in _znodes(zk)}

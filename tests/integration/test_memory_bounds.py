@@ -33,7 +33,6 @@ from tokensvc.cluster import LocalCluster
 from tokensvc.protocol import RequestHeader, decode_response, encode_request, frame
 from tokensvc.scram.client import ScramClient
 from tokensvc.scram.formatter import ScramMechanism
-from zk.client import ZkSettings
 from zk.credential_store import bootstrap_user
 
 MB = 1024 * 1024
@@ -51,7 +50,7 @@ def _up(tmp_path_factory: pytest.TempPathFactory, zookeeper, name: str,
         overrides=overrides,
         die_with_parent=True,
     )
-    bootstrap_user(ZkSettings(cluster.info["zookeeper"]["connect"]), USER, PASSWORD,
+    bootstrap_user(cluster.zk_settings(), USER, PASSWORD,
                    iterations=4096)
     return cluster
 
