@@ -286,6 +286,9 @@ class _Broker:
     log: Path
     process: subprocess.Popen | None = None
     prefix: tuple[str, ...] = ()
+    # Extra environment of this broker's process (e.g. libfaketime's, for a wrong clock);
+    # kept by this LocalCluster object only, not in cluster.json.
+    env: Mapping[str, str] | None = None
 
 
 class LocalCluster:
@@ -336,12 +339,14 @@ class LocalCluster:
         timeout: float = READY_TIMEOUT_S,
         zookeeper_heap_mb: int = DEFAULT_HEAP_MB,
         placements: Mapping[int, Placement] | None = None,
+        broker_env: Mapping[int, Mapping[str, str]] | None = None,
     ) -> LocalCluster:
         """Start ZooKeeper (unless ``zookeeper`` is a connect string) and ``brokers`` brokers
         in ``directory``; return once all answer. ``die_with_parent`` ties every process to
         the calling thread's life (foreground mode, tests); otherwise they outlive it.
         ``zookeeper_heap_mb`` is the managed ZooKeeper's heap; its session limits always
-        grant the brokers' ``zookeeper.session.timeout.ms``."""
+        grant the brokers' ``zookeeper.session.timeout.ms``. ``broker_env`` adds variables
+        to the environment of some brokers' processes (by broker id)."""
         if brokers < 1:
             raise ClusterError("a cluster needs at least one broker")
         overrides = dict(overrides or {})
@@ -378,6 +383,8 @@ class LocalCluster:
             info = _prepare(directory, brokers, zookeeper, zk_server, overrides, tls,
                             dict(placements or {}))
             cluster = cls(directory, info, zookeeper=zk_server, die_with_parent=die_with_parent)
+            for broker_id, env in (broker_env or {}).items():
+                cluster._brokers[broker_id].env = dict(env)
             for broker_id in cluster._brokers:
                 cluster._spawn(broker_id)
             cluster._save()
@@ -451,16 +458,20 @@ class LocalCluster:
             self._save()
 
     def start_broker(self, broker_id: int, timeout: float = READY_TIMEOUT_S, *,
-                     before_spawn: Callable[[], None] | None = None) -> None:
+                     before_spawn: Callable[[], None] | None = None,
+                     env: Mapping[str, str] | None = None) -> None:
         """Start the broker again with its existing config; wait until it answers.
 
         After a crash its ZooKeeper registration lives until its session expires, and a
         broker refuses to start while its id is registered (as Kafka does): this waits for
         the registration to go first. ``before_spawn`` is called right before the process
-        is started (a benchmark's clock)."""
+        is started (a benchmark's clock). ``env``, when given, replaces the variables
+        this broker's process gets on top of this process's environment."""
         if self.broker_pid(broker_id) is not None:
             raise ClusterError(f"broker {broker_id} is already running")
         self._wait_unregistered(broker_id, timeout)
+        if env is not None:
+            self._brokers[broker_id].env = dict(env)
         if before_spawn is not None:
             before_spawn()
         self._spawn(broker_id)
@@ -493,7 +504,7 @@ class LocalCluster:
 
     def _spawn(self, broker_id: int) -> None:
         broker = self._brokers[broker_id]
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **(broker.env or {}))
         with open(broker.log, "ab") as log:
             broker.process = subprocess.Popen(
                 [*broker.prefix, *_broker_command(broker.config)],

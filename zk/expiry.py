@@ -19,6 +19,11 @@ failure (another broker won the election) ends the sweep at once. Deleted tokens
 also dropped from the local cache right away; the other brokers drop them when the
 change notification reaches them.
 
+The clock is the broker's corrected clock (the cluster's time, issue #36); while the
+broker does not trust it (``trusted()`` is False: beyond ``max.clock.skew.ms`` or not
+measured) a sweep does nothing but count itself in ``skipped``, so a controller whose
+host clock is far off never expires a token early.
+
 Must not: run on a broker that is not the controller, decide token rules beyond
 "expired at now" (``TokenInformation.expired_at``), or read the wall clock directly
 (the clock is injected; tests call :meth:`ExpirySweeper.sweep_once` with a FakeClock).
@@ -74,7 +79,8 @@ class ExpirySweeper:
     ``on_removed(info, reason)`` is called (on the sweeping thread) for each token this
     sweeper deleted. Stats: ``sweeps`` (sweeps run as controller), ``removed``,
     ``last_duration_ms``, ``purged_notifications`` (what ``purge(now_ms)`` -- the controller's
-purge of old notifications and request records -- returned).
+purge of old notifications and request records -- returned), ``skipped`` (sweeps not run
+because ``trusted()`` said the clock is not to be trusted).
     """
 
     def __init__(
@@ -88,6 +94,7 @@ purge of old notifications and request records -- returned).
         on_removed: RemovedListener | None = None,
         purge: Callable[[int], int] | None = None,
         purge_interval_ms: int = PURGE_INTERVAL_MS,
+        trusted: Callable[[], bool] | None = None,
     ) -> None:
         if interval_ms <= 0:
             raise ValueError("interval_ms must be positive")
@@ -100,6 +107,7 @@ purge of old notifications and request records -- returned).
         self._purge = purge
         self._purge_interval_ms = purge_interval_ms
         self._purged_at_ms: int | None = None
+        self._trusted = trusted
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._sweep_lock = threading.Lock()
@@ -107,6 +115,7 @@ purge of old notifications and request records -- returned).
         self.removed = 0
         self.last_duration_ms = 0
         self.purged_notifications = 0
+        self.skipped = 0
 
     def start(self) -> None:
         if self._thread is not None:
@@ -141,6 +150,9 @@ purge of old notifications and request records -- returned).
         """One sweep now; returns how many tokens it deleted (0 when not the controller)."""
         with self._sweep_lock:
             if not self._election.is_controller:
+                return 0
+            if self._trusted is not None and not self._trusted():
+                self.skipped += 1
                 return 0
             started = time.monotonic()
             now = self._clock.now_ms()

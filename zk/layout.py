@@ -1,7 +1,8 @@
 """The znode layout tokensvc shares with Kafka (ZooKeeper mode), and its JSON codecs.
 
-Owns: every path tokensvc reads or writes for tokens, the controller and the broker
-registry, and the exact bytes stored there. The token JSON is Kafka's
+Owns: every path tokensvc reads or writes for tokens, the controller, the broker
+registry and the brokers' clock probes (``/tokensvc/clock/<id>``, tokensvc's own), and
+the exact bytes stored there. The token JSON is Kafka's
 ``DelegationTokenInfoZNode`` (version 3) plus one field of ours, ``keyId``, written only
 when it is not empty; the controller, controller epoch, broker and cluster id znodes are
 encoded as Kafka encodes them, so Kafka's tools can read what tokensvc writes.
@@ -36,11 +37,16 @@ BROKERS = "/brokers"
 BROKER_IDS = f"{BROKERS}/ids"
 CLUSTER = "/cluster"
 CLUSTER_ID = f"{CLUSTER}/id"
+# tokensvc's own root (Kafka has nothing there). /tokensvc/clock/<broker id>: the znode
+# each broker writes to read ZooKeeper's time (its mtime) and report its clock offset.
+TOKENSVC = "/tokensvc"
+CLOCK = f"{TOKENSVC}/clock"
 
 TOKEN_VERSION = 3
 CONTROLLER_VERSION = 1
 BROKER_VERSION = 5
 CLUSTER_ID_VERSION = "1"
+CLOCK_VERSION = 1
 
 # Endpoint of a listener in a broker registration: (security protocol, host, port).
 Endpoint = tuple[str, str, int]
@@ -136,6 +142,11 @@ def token_change_sequence(name: str) -> int | None:
 
 def broker_path(broker_id: int) -> str:
     return f"{BROKER_IDS}/{int(broker_id)}"
+
+
+def clock_path(broker_id: int) -> str:
+    """``/tokensvc/clock/<broker id>``: the broker's clock probe (see :mod:`zk.clock`)."""
+    return f"{CLOCK}/{int(broker_id)}"
 
 
 # --- tokens ----------------------------------------------------------------------------
@@ -477,3 +488,32 @@ def encode_cluster_id(cluster_id: str) -> bytes:
 
 def decode_cluster_id(data: bytes | None) -> str:
     return _field(_loads_object(data, "cluster id"), "id", str, "cluster id")
+
+
+# --- clock probes (tokensvc's own) -----------------------------------------------------
+
+
+def encode_clock_report(
+    broker_id: int, offset_ms: float | None, uncertainty_ms: float | None
+) -> bytes:
+    """``{"version":1,"brokerid":N,"offsetMs":O,"uncertaintyMs":U}``: the offset of the
+    broker's wall clock from the cluster's time as it last estimated it (null before the
+    first estimate). Rewritten by each probe; the znode's mtime is what the probe reads."""
+    def whole(value: float | None) -> int | None:
+        return None if value is None else round(value)
+
+    return _dumps({"version": CLOCK_VERSION, "brokerid": int(broker_id),
+                   "offsetMs": whole(offset_ms), "uncertaintyMs": whole(uncertainty_ms)})
+
+
+def decode_clock_report(data: bytes | None) -> dict[str, Any]:
+    """The report as written: ``brokerid``, ``offsetMs`` and ``uncertaintyMs`` (ints or
+    None)."""
+    obj = _loads_object(data, "clock")
+    report: dict[str, Any] = {"brokerid": _field(obj, "brokerid", int, "clock")}
+    for key in ("offsetMs", "uncertaintyMs"):
+        value = obj.get(key)
+        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+            raise LayoutError(f"clock znode field {key!r} is not an integer")
+        report[key] = value
+    return report

@@ -30,7 +30,7 @@ LOGIN_KINDS = frozenset({"user", "token"})
 TOKEN_ACTIONS = frozenset({"create", "renew", "expire", "describe", "revoke"})
 # Why a token request was special: a revocation's reason, or the per-owner limit.
 TOKEN_REASONS = frozenset({"revoked_by_id", "revoked_by_owner", "owner_deleted",
-                           "owner_limit", "owner_near_limit"})
+                           "owner_limit", "owner_near_limit", "clock_skew"})
 SWEEP_REASONS = frozenset({"expired", "max_lifetime"})
 ACL_ACTIONS = frozenset({"create", "delete"})
 CREDENTIAL_ACTIONS = frozenset({"upsert", "delete"})
@@ -117,7 +117,8 @@ def token_event(
     """A delegation token request (create, renew, expire, describe) and its result.
     ``revoke`` is one token expired without its HMAC (by id, by owner, or because its
     owner was deleted: ``reason``); a create refused for, or close to, the per-owner limit
-    has ``reason`` ``owner_limit`` or ``owner_near_limit``.
+    has ``reason`` ``owner_limit`` or ``owner_near_limit``; a write refused because the
+    broker's clock is off, ``clock_skew``.
     ``client_id`` is the client's own (``tokensvc-agent`` for the token agent's requests),
     also for a request forwarded to the controller."""
     _one_of("action", action, TOKEN_ACTIONS)

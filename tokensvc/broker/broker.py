@@ -9,7 +9,8 @@ ApiKey -> handler table; a write goes to the controller's exactly-once ledger
 (:mod:`tokensvc.broker.ledger`) here, or to the forwarder
 (:mod:`tokensvc.broker.forwarding`) on a non-controller.
 
-Start-up order: ZooKeeper session → ``early.start.listeners`` open → token,
+Start-up order: ZooKeeper session → the clock measured against ZooKeeper's time (one
+round of samples; :mod:`tokensvc.broker.clockskew`) → ``early.start.listeners`` open → token,
 credential and ACL caches loaded (authorizer ready; the token cache from its
 snapshot, caught up from ZooKeeper, when ``token.cache.snapshot.dir`` holds a
 usable one: :mod:`tokensvc.snapshot`) → election and expiry sweep → the other
@@ -24,6 +25,14 @@ Bounded staleness (issue #20): the broker's
 every request of a token-authenticated connection until the view is fresh, the SASL
 handler every login step; a request whose connection was revoked meanwhile (its token
 was removed by the catch-up) is not served.
+
+One clock (issue #36): ``self.clock`` is a
+:class:`~tokensvc.core.clock.CorrectedClock` -- the cluster's time, measured against
+ZooKeeper's by the :class:`~tokensvc.broker.clockskew.ClockGate` -- and is the clock of
+the token rules, SCRAM's expiry check, the session registry, the expiry sweep and the
+syncs' purges. While the gate does not trust it (beyond ``max.clock.skew.ms`` or not
+measured), token logins (SASL handler), token writes (here on a non-controller, in the
+ledger on the controller, forwarded or not) and the expiry sweep are refused.
 """
 
 from __future__ import annotations
@@ -38,12 +47,14 @@ from typing import Any
 
 from tokensvc.audit.writer import AuditLog
 from tokensvc.authz.authorizer import AclAuthorizer
+from tokensvc.broker.clockskew import ClockGate
 from tokensvc.broker.context import RequestContext, WriteTicket, client_request_key
 from tokensvc.broker.derivations import DerivationPool
 from tokensvc.broker.forwarding import EnvelopeForwarder
 from tokensvc.broker.freshness import FreshnessGate, StaleView
 from tokensvc.broker.groupcommit import GroupCommit
 from tokensvc.broker.handlers import HANDLERS, sasl
+from tokensvc.broker.handlers import tokens as token_handlers
 from tokensvc.broker.handlers.sasl import HostNoticeLimiter
 from tokensvc.broker.ledger import WriteLedger, new_request_key
 from tokensvc.broker.metrics import BrokerMetrics
@@ -59,7 +70,8 @@ from tokensvc.broker.services import (
 from tokensvc.broker.session import Session, State
 from tokensvc.broker.sessions import SessionRegistry
 from tokensvc.core.cache import TokenCache
-from tokensvc.core.clock import Clock, SystemClock
+from tokensvc.core.clock import Clock, CorrectedClock
+from tokensvc.core.clocksync import ClusterTimeEstimator
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.keys import AUDIT_FINGERPRINT_LABEL, SCRAM_SALT_LABEL, derived_secret
@@ -73,6 +85,7 @@ from tokensvc.snapshot.files import SnapshotFile, SnapshotWriter
 from zk.acl_store import AclStore, AclSync
 from zk.brokers import BrokerRegistry
 from zk.client import ZkSettings, open_client
+from zk.clock import ClockProbe
 from zk.credential_store import CredentialStore, CredentialSync, UserCredentialCache
 from zk.election import ControllerElection
 from zk.errors import StoreUnavailable
@@ -180,6 +193,10 @@ class _Auth:
         assert self._broker.freshness is not None
         return self._broker.freshness
 
+    @property
+    def clock_gate(self) -> ClockGate | None:
+        return self._broker.clock_gate
+
     def session_lifetime_ms(self, server: Any) -> int:
         return self._broker.session_lifetime_ms(server)
 
@@ -188,7 +205,11 @@ class Broker:
     def __init__(self, config: BrokerConfig, *, clock: Clock | None = None) -> None:
         self.config = config
         self.broker_id = config.broker_id
-        self.clock = clock or SystemClock()
+        # The cluster's time (issue #36): the wall clock corrected by its offset from
+        # ZooKeeper's time, measured by the clock gate from start on. An injected clock
+        # (tests) is used as it is, unmeasured.
+        self.clock: Clock = clock or CorrectedClock(ClusterTimeEstimator())
+        self.clock_gate: ClockGate | None = None
         self.metrics = BrokerMetrics()
         self.cache = TokenCache(config.master_keys)
         self.manager = TokenManager(
@@ -216,6 +237,7 @@ class Broker:
                 queue_size=config.audit_queue_size,
                 max_file_bytes=config.audit_file_max_bytes,
                 rotate_interval_ms=config.audit_file_rotate_ms,
+                clock=self.clock,  # events stamped with the cluster's time
             )
             if config.audit_log_dir
             else AuditLog.disabled()
@@ -293,6 +315,8 @@ class Broker:
         )
         self._zk = await asyncio.to_thread(open_client, settings)
         zk = self._zk
+        if isinstance(self.clock, CorrectedClock):
+            await self._measure_clock(ClockProbe(zk, self.broker_id))
         self.token_store = TokenStore(zk)
         self.credential_store = CredentialStore(zk)
         self.acl_store = AclStore(zk)
@@ -362,6 +386,7 @@ class Broker:
             self.records.get,
             valid_request_key,
             request_timeout_ms=self.config.request_timeout_ms,
+            refuse=self._clock_refusal,
         )
         self.services.ledger = self.ledger
 
@@ -393,6 +418,7 @@ class Broker:
             interval_ms=self.config.delegation_token_expiry_check_interval_ms,
             on_removed=self._audit_swept,
             purge=self._purge,
+            trusted=self.clock_gate.trusted if self.clock_gate is not None else None,
         )
         self.sweeper.start()
         self._register_gauges()
@@ -434,6 +460,8 @@ class Broker:
             await self.forwarder.close()
         if self.freshness is not None:
             await self.freshness.close()
+        if self.clock_gate is not None:
+            await self.clock_gate.close()
         if self.snapshot_writer is not None:
             # A clean stop leaves a snapshot of the cache as it is now (off the loop).
             await asyncio.to_thread(self.snapshot_writer.close)
@@ -448,6 +476,28 @@ class Broker:
         self.derivations.close()
         if self._executor is not None:
             self._executor.shutdown(wait=False)
+
+    async def _measure_clock(self, probe: ClockProbe) -> None:
+        """Measure the clock once before any listener opens, then every few seconds
+        (:mod:`tokensvc.broker.clockskew`): no token login is decided on an unchecked
+        clock. A failed first round leaves the clock UNCHECKED (token logins and writes
+        refused, retriable) until a background round succeeds."""
+        assert isinstance(self.clock, CorrectedClock)
+        self.clock_gate = ClockGate(self.clock, self.config.max_clock_skew_ms, probe.sample)
+        await self.clock_gate.measure()  # a failure is logged there; retried in the background
+        self.clock_gate.start()
+
+    def _clock_refusal(self, ctx: RequestContext, handler: Any, body: dict) -> dict | None:
+        """The answer to a token write while the clock is not trusted (audited, reason
+        ``clock_skew``), or None: serve it."""
+        if self.clock_gate is None or ctx.api_key not in token_handlers.TOKEN_WRITE_ACTIONS:
+            return None
+        refused = self.clock_gate.refusal()
+        if refused is None:
+            return None
+        assert self.services is not None
+        token_handlers.audit_refused_write(self.services, ctx, refused.error, refused.reason)
+        return handler.error_for(ctx.api_version, refused.error, body)
 
     def _take_snapshot(self, written: object) -> tuple[object, bytes] | None:
         """The snapshot file's bytes, unless the cache followed no change since the one
@@ -527,6 +577,26 @@ class Broker:
         m.gauge("tokensvc_stale_view_refusals",
                 "Requests refused because the view of ZooKeeper could not be confirmed current",
                 lambda: self.freshness.refusals)
+        gate = self.clock_gate
+        if gate is not None:
+            m.gauge("tokensvc_clock_offset_seconds",
+                    "The cluster's time (ZooKeeper's) minus this host's wall clock: positive "
+                    "when the host is behind (NaN until measured)", gate.offset_seconds)
+            m.gauge("tokensvc_clock_uncertainty_seconds",
+                    "How far the clock offset may be off (half a round trip, grown with age)",
+                    gate.uncertainty_seconds)
+            m.gauge("tokensvc_clock_estimate_age_seconds",
+                    "Seconds since the last successful clock sample", gate.estimate_age_seconds)
+            m.gauge("tokensvc_clock_max_skew_seconds", "max.clock.skew.ms in seconds (<0: no bound)",
+                    lambda: gate.bound_ms / 1000.0 if gate.bound_ms >= 0 else -1.0)
+            m.gauge("tokensvc_clock_skew_refusing",
+                    "1 while this broker refuses token logins and writes for its clock "
+                    "(beyond max.clock.skew.ms, or not measured)", gate.refusing)
+            m.gauge("tokensvc_clock_skew_refusals",
+                    "Token logins and token writes refused because of the clock",
+                    lambda: gate.refusals)
+            m.gauge("tokensvc_clock_sample_failures", "Clock samples that failed (ZooKeeper)",
+                    lambda: gate.failed_samples)
 
     # -- controller ---------------------------------------------------------
 
@@ -601,6 +671,8 @@ class Broker:
             if handler.write and not ctx.forwarded:
                 if not self.is_controller:
                     refused = handler.precheck(services, ctx, body) if handler.precheck else None
+                    if refused is None:
+                        refused = self._clock_refusal(ctx, handler, body)
                     if refused is not None:
                         return encode_response(ctx.header, refused), refused.get("ErrorCode", 0)
                     if self.forwarder is None:  # still starting: the client retries

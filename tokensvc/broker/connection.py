@@ -54,6 +54,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from tokensvc.broker.clockskew import ClockSkewed
 from tokensvc.broker.context import RequestContext
 from tokensvc.broker.decoding import decode_client_request
 from tokensvc.broker.precomputed import PrecomputedResponses
@@ -582,7 +583,7 @@ class Connection(asyncio.BufferedProtocol):
         """One raw SASL token after SaslHandshake v0: the challenge, or None to close."""
         try:
             return await self._svc.raw_sasl(self.session, payload)
-        except (ScramAuthenticationError, IllegalSaslState):
+        except (ScramAuthenticationError, IllegalSaslState, ClockSkewed):
             self.session.close()
             return None
 

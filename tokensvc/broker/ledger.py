@@ -23,6 +23,10 @@ and whether this is the key's first attempt.
    in ZooKeeper past that time. The record decides, so a write whose
    outcome was unknown is never applied twice.
 
+A write may be refused before any of this by the ``refuse`` function the broker hands
+in (a token write while this controller's clock is not trusted: issue #36); its answer is
+then the refusal, and nothing is looked up or written.
+
 A replay reports the newest notification versions ZooKeeper holds (after a ``sync``),
 which include the ones the first attempt committed, and waits for them locally too.
 
@@ -75,6 +79,7 @@ class WriteLedger:
         request_timeout_ms: int,
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Any] = asyncio.sleep,
+        refuse: Callable[[RequestContext, ApiHandler, dict], dict | None] | None = None,
     ) -> None:
         self._services = services
         self._handlers = handlers
@@ -84,6 +89,7 @@ class WriteLedger:
         self._timeout_s = request_timeout_ms / 1000.0
         self._monotonic = monotonic
         self._sleep = sleep
+        self._refuse = refuse
         self._inflight: dict[str, tuple[asyncio.Lock, int]] = {}
         self.replayed = 0
         self.retried_unknown = 0
@@ -95,6 +101,9 @@ class WriteLedger:
     async def apply(self, ctx: RequestContext, body: dict) -> tuple[bytes, int]:
         """Apply one write exactly once; returns the encoded response and its error."""
         handler = self._handlers[ctx.api_key]
+        refused = self._refuse(ctx, handler, body) if self._refuse is not None else None
+        if refused is not None:
+            return _answer(ctx, refused)
         if ctx.write is None:
             ctx.write = WriteTicket(new_request_key())
         key = ctx.write.key

@@ -554,6 +554,7 @@ class AuthService(Protocol):
     repeated_nonce_notices: Any
     sessions: Any
     freshness: Any  # FreshnessGate: fresh(), catch_up(timeout_s)
+    clock_gate: Any  # ClockGate | None: refusal() while the clock is not trusted
     derivations: Any  # DerivationPool: run(derivation) off the event loop
 
     def session_lifetime_ms(self, server: Any) -> int: ...

@@ -106,6 +106,17 @@ _KEYS = [
               "this authenticates no token or SCRAM user, and serves no token connection, "
               "until it has caught up; with ZooKeeper unreachable it fails them closed "
               "(REQUEST_TIMED_OUT). -1: answer from the cache, as Kafka does."),
+    ConfigKey("max.clock.skew.ms", Type.LONG, 30000, at_least(0, also=(-1,)), M,
+              "The broker measures its wall clock's offset from the cluster's time "
+              "(ZooKeeper's transaction time) and decides every expiry, issue time and "
+              "sweep by the corrected clock. Beyond this offset (the offset less its "
+              "uncertainty), or before its first measurement, it refuses token logins and "
+              "token writes (REQUEST_TIMED_OUT, retriable; audit reason `clock_skew`) and "
+              "its controller sweeps nothing: a host clock that far off is broken, and so "
+              "are its TLS checks and log times. 30 s is a thousand times what an "
+              "NTP-synchronised host drifts and what a measurement adds (half a ZooKeeper "
+              "round trip), tighter than Kerberos's 5 minutes, and small against token "
+              "lifetimes. -1: never refuse (the corrected clock is still used)."),
     ConfigKey("sasl.enabled.mechanisms", Type.LIST, SASL_MECHANISMS, OneOf(SASL_MECHANISMS), M,
               "Mechanisms offered on SASL listeners; must not be empty when a SASL listener "
               "exists."),
@@ -285,6 +296,7 @@ class BrokerConfig:
     zookeeper_connection_timeout_ms: int
     zookeeper_digest: str | None = field(repr=False)
     zookeeper_max_staleness_ms: int
+    max_clock_skew_ms: int
     sasl_enabled_mechanisms: tuple[str, ...]
     sasl_server_max_receive_size: int
     sasl_scram_accept_repeated_client_nonce: bool

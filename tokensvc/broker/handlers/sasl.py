@@ -38,6 +38,13 @@ answered REQUEST_TIMED_OUT (retriable; on a raw SASL connection, closed),
 audited as a failed authentication with reason ``stale_view``, and the
 connection ends. Both steps are gated: a user's credential is read at
 client-first, a token's again at client-final.
+
+Clock skew (issue #36): a token login that has proved its HMAC is refused while the
+broker's clock is not trusted (beyond ``max.clock.skew.ms``, or not yet measured:
+:class:`~tokensvc.broker.clockskew.ClockGate`) -- answered REQUEST_TIMED_OUT (retriable),
+audited as a failed authentication with reason ``clock_skew``, and the connection ends.
+The check comes after the proof so that it tells nothing to whoever does not hold the
+token; user logins do not depend on the clock and are not refused.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from tokensvc.audit.events import name_fingerprint
+from tokensvc.broker.clockskew import ClockSkewed
 from tokensvc.broker.freshness import StaleView
 from tokensvc.broker.handlers.base import ApiHandler
 from tokensvc.broker.session import IllegalSaslState
@@ -146,7 +154,8 @@ async def evaluate(services: Services, session: Session, auth_bytes: bytes) -> t
     """Run one SCRAM step. Returns (challenge, session lifetime ms).
 
     Raises ScramAuthenticationError (after the configured delay), ReauthenticationRefused,
-    IllegalSaslState or StaleView (the view of ZooKeeper could not be confirmed current).
+    IllegalSaslState, StaleView (the view of ZooKeeper could not be confirmed current) or
+    ClockSkewed (a token login while the broker's clock is not trusted).
     """
     server = session.sasl
     if not isinstance(server, ScramServer):
@@ -198,6 +207,12 @@ async def evaluate(services: Services, session: Session, auth_bytes: bytes) -> t
     if not server.complete:
         session.on_sasl_continue()
         return challenge, 0
+    if server.token_id is not None:
+        gate = services.auth.clock_gate
+        refused = gate.refusal() if gate is not None else None
+        if refused is not None:
+            _refuse_clock(services, session, server, refused)
+            raise refused
     lifetime = services.auth.session_lifetime_ms(server)
     now = services.clock.now_ms()
     reauth = session.authenticated_once
@@ -294,6 +309,30 @@ def _refuse_stale(services: Services, session: Session, server: ScramServer,
     session.close()
 
 
+def _refuse_clock(services: Services, session: Session, server: ScramServer,
+                  exc: ClockSkewed) -> None:
+    """A token login that proved its HMAC, on a broker whose clock is not trusted:
+    count, audit (reason ``clock_skew``), end the connection."""
+    services.metrics.login(session.mechanism, "failure", "token")
+    if server.implicit:
+        services.metrics.implicit_login(session.mechanism, "failure")
+    services.audit.emit(
+        "authentication",
+        outcome="failure",
+        mechanism=session.mechanism,
+        kind="token",
+        implicit=server.implicit,
+        username=server.username,
+        token_id=server.token_id,
+        principal=None,
+        client_host=session.client_host,
+        client_port=session.client_port,
+        listener=session.listener,
+        reason=exc.reason,
+    )
+    session.close()
+
+
 def _kind(server: ScramServer) -> str:
     return "token" if server.token_login else "user"
 
@@ -368,7 +407,7 @@ async def handle_authenticate(services: Services, ctx: RequestContext, body: dic
             "AuthBytes": b"",
             "SessionLifetimeMs": 0,
         }
-    except StaleView as exc:
+    except (StaleView, ClockSkewed) as exc:
         return {
             "ErrorCode": int(exc.error),
             "ErrorMessage": exc.message,

@@ -57,6 +57,17 @@ def _audit(services: Services, ctx: RequestContext, action: str, error: Errors, 
     )
 
 
+# The token writes, by ApiKey, and the audit action of each.
+TOKEN_WRITE_ACTIONS = {38: "create", 39: "renew", 40: "expire"}
+
+
+def audit_refused_write(services: Services, ctx: RequestContext, error: Errors,
+                        reason: str) -> None:
+    """Audit a token write the broker refused before its handler ran (``reason``: why,
+    e.g. ``clock_skew``)."""
+    _audit(services, ctx, TOKEN_WRITE_ACTIONS[ctx.api_key], error, reason=reason)
+
+
 # An owner past this share of delegation.token.max.per.owner is logged and audited once.
 NEAR_LIMIT_SHARE = 0.8
 
