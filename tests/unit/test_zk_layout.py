@@ -218,3 +218,21 @@ def test_cluster_id_json_is_kafkas():
     data = layout.encode_cluster_id("AAAAAAAAAAAAAAAAAAAAAA")
     assert data == b'{"version":"1","id":"AAAAAAAAAAAAAAAAAAAAAA"}'
     assert layout.decode_cluster_id(data) == "AAAAAAAAAAAAAAAAAAAAAA"
+
+
+def test_clock_probe_path_and_report():
+    assert layout.clock_path(3) == "/tokensvc/clock/3"
+    data = layout.encode_clock_report(3, 600_000.4, 2.5)
+    assert data == b'{"version":1,"brokerid":3,"offsetMs":600000,"uncertaintyMs":2}'
+    assert layout.decode_clock_report(data) == {"brokerid": 3, "offsetMs": 600000,
+                                                "uncertaintyMs": 2}
+    unmeasured = layout.encode_clock_report(3, None, None)
+    assert layout.decode_clock_report(unmeasured)["offsetMs"] is None
+
+
+@pytest.mark.parametrize("data", [b"", b"[]", b'{"version":1}',
+                                  b'{"version":1,"brokerid":1,"offsetMs":"5"}',
+                                  b'{"version":1,"brokerid":1,"offsetMs":true}'])
+def test_malformed_clock_report_is_a_layout_error(data):
+    with pytest.raises(LayoutError):
+        layout.decode_clock_report(data)

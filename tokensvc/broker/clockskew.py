@@ -46,6 +46,8 @@ from tokensvc.core.errors import Errors, KafkaError
 log = logging.getLogger("tokensvc.broker.clockskew")
 
 CLOCK_SKEW = "clock_skew"
+# The start of the one line logged when refusing begins (operators grep for it).
+SKEW_LOG_PREFIX = f"refusing token logins and token writes ({CLOCK_SKEW})"
 MEASURE_INTERVAL_S = 10.0
 RETRY_S = 1.0
 SAMPLES_PER_ROUND = 3
@@ -153,8 +155,7 @@ class ClockGate:
                          "token writes are served again", self.bound_ms,
                          describe_offset(offset))
             return
-        log.error("refusing token logins and token writes (%s): %s", CLOCK_SKEW,
-                  self._why(state, offset))
+        log.error("%s: %s", SKEW_LOG_PREFIX, self._why(state, offset))
 
     # -- measuring ----------------------------------------------------------------------
 
