@@ -114,7 +114,7 @@ def test_state_round_trips_and_refuses_another_owners_file(tmp_path) -> None:
     state = AgentState(owner="User:job", period_ms=20_000,
                        current=HeldToken(Held("a", 1, 2, 3, 4), b"\x01\x02"),
                        retiring=[HeldToken(Held("b", 1, 2, 3, None, 9), b"\x03")],
-                       create_started_ms=7)
+                       create_started_ms=7, clock_offset_ms=-600_000, clock_uncertainty_ms=12)
     file = StateFile(tmp_path / "state.json")
     file.save(state)
     assert stat.S_IMODE((tmp_path / "state.json").stat().st_mode) == 0o600

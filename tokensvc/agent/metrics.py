@@ -7,7 +7,9 @@
   published), ``tokensvc_agent_tokens_created_total``, ``tokensvc_agent_tokens_expired_total``;
 * ``tokensvc_agent_failures_total{cause}`` -- failed attempts by cause (``unreachable``,
   ``timeout``, ``refused``, ``token_gone``, ``lagging_broker``, ``file``);
-* ``tokensvc_agent_up`` -- 1 while the agent keeps a valid token, 0 once it gave up.
+* ``tokensvc_agent_up`` -- 1 while the agent keeps a valid token, 0 once it gave up;
+* ``tokensvc_agent_clock_offset_seconds`` -- the cluster's time minus this host's clock,
+  as the last CreateDelegationToken answer showed it (0 before the first).
 
 Its own registry, so nothing else in the process leaks into the page.
 """
@@ -22,7 +24,8 @@ FAILURE_CAUSES = ("unreachable", "timeout", "refused", "token_gone", "lagging_br
 
 
 class AgentMetrics:
-    def __init__(self, seconds_left: Callable[[], tuple[float, float]]) -> None:
+    def __init__(self, seconds_left: Callable[[], tuple[float, float]],
+                 clock_offset: Callable[[], float] = lambda: 0.0) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         Gauge("tokensvc_agent_token_expiry_seconds",
@@ -43,6 +46,9 @@ class AgentMetrics:
         self.up = Gauge("tokensvc_agent_up", "1 while the agent keeps a valid token.",
                         registry=r)
         self.up.set(1)
+        Gauge("tokensvc_agent_clock_offset_seconds",
+              "The cluster's time minus this host's clock (from token issue times; the agent "
+              "schedules by the cluster's time).", registry=r).set_function(clock_offset)
 
     def serve(self, port: int, address: str = "0.0.0.0") -> None:
         start_http_server(port, addr=address, registry=self.registry)

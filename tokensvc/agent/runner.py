@@ -19,6 +19,16 @@ through the other bootstrap servers, until the action's deadline -- the current 
 expiry. Refusals that no retry can fix (the agent's password was refused, it may not
 create tokens for that owner, tokens are disabled) end the agent at once.
 
+Time (issue #36): the agent schedules by the cluster's time, not only its host's clock.
+Every CreateDelegationToken answer carries its issue time, stamped by the controller's
+clock (itself corrected to ZooKeeper's time) while the request was in flight: the time
+before the request and after the answer bracket it, a sample for
+:class:`~tokensvc.core.clocksync.ClusterTimeEstimator` (this host's clock as the local
+timeline). :meth:`Agent.now_ms` is the host's clock plus the offset so measured, so a host
+ten minutes off renews and replaces on time. The offset is kept in the state file for a
+restart and logged when it changes by more than ``OFFSET_NOTICE_MS``. Until the first
+create (or a saved offset) the host's clock is used as it is.
+
 Exit statuses: 0 (stopped by SIGTERM/SIGINT, tokens expired unless ``keep_on_exit``; or
 ``--once`` done), 3 (refused: credentials or permissions), 4 (lost: no valid token could be
 kept -- the cluster stayed unreachable until the expiry, or no successor before the max
@@ -48,6 +58,7 @@ from tokensvc.agent.metrics import AgentMetrics
 from tokensvc.agent.schedule import Action, Kind, Policy
 from tokensvc.agent.state import AgentState, HeldToken, StateFile
 from tokensvc.client_config import ClientConfig
+from tokensvc.core.clocksync import ClusterTimeEstimator, TimeSample
 from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal
 
@@ -67,6 +78,8 @@ _BACKOFF_S = (0.2, 5.0)
 # A create whose answer was lost may still commit: tokens this agent requested for its
 # owner from just before the mark until this long after it count as its own.
 _ORPHAN_SLACK_MS = 2_000
+# A measured clock offset is logged when it moved by more than this since the last line.
+OFFSET_NOTICE_MS = 1_000
 T = TypeVar("T")
 
 
@@ -128,20 +141,60 @@ class Agent:
         self.renewers = tuple(renewers)
         self.state_file = StateFile(options.state_path)
         self.state = AgentState(owner=str(self.owner))
-        self.metrics = AgentMetrics(self._seconds_left)
+        self.cluster_time = ClusterTimeEstimator()
+        self._noticed_offset_ms = 0.0
+        self.metrics = AgentMetrics(self._seconds_left, self._offset_seconds)
         self.admin = AdminClient(options.bootstrap, options.config, timeout_s=options.timeout_s,
                                  client_id=options.client_id)
 
     # -- the loop ----------------------------------------------------------------------
 
     def now_ms(self) -> int:
-        return int(self._clock() * 1000)
+        """The cluster's time as this agent knows it (see the module docstring)."""
+        host = self._host_ms()
+        estimate = self.cluster_time.at(host)
+        return int(host if estimate is None else estimate.now_ms)
+
+    def _host_ms(self) -> float:
+        return self._clock() * 1000
+
+    def _offset_seconds(self) -> float:
+        host = self._host_ms()
+        offset = self.cluster_time.offset(host, host)
+        return 0.0 if offset is None else offset.offset_ms / 1000
+
+    def _learn_cluster_time(self, sample: TimeSample) -> None:
+        """Take a create's bracketed issue time; keep and (on a change) log the offset."""
+        self.cluster_time.add(sample)
+        host = self._host_ms()
+        offset = self.cluster_time.offset(host, host)
+        if offset is None:
+            return
+        self.state.clock_offset_ms = round(offset.offset_ms)
+        self.state.clock_uncertainty_ms = max(1, round(offset.uncertainty_ms))
+        if abs(offset.offset_ms - self._noticed_offset_ms) > OFFSET_NOTICE_MS:
+            self._noticed_offset_ms = offset.offset_ms
+            side = "behind" if offset.offset_ms > 0 else "ahead of"
+            log.warning("this host's clock is %.1f s %s the cluster's (token issue time); "
+                        "scheduling by the cluster's time", abs(offset.offset_ms) / 1000, side)
+
+    def _resume_cluster_time(self) -> None:
+        """The offset a previous run measured, as a sample as uncertain as it was."""
+        state = self.state
+        if state.clock_offset_ms is None:
+            return
+        host = self._host_ms()
+        spread = state.clock_uncertainty_ms or 1
+        self.cluster_time.add(TimeSample(host - spread, host + spread,
+                                         round(host + state.clock_offset_ms)))
+        self._noticed_offset_ms = float(state.clock_offset_ms)
 
     def run(self) -> int:
         try:
             if self.options.metrics_port is not None:
                 self.metrics.serve(self.options.metrics_port)
             self.state = self.state_file.load(str(self.owner))
+            self._resume_cluster_time()
             self._recover()
             while not self.stop.is_set():
                 action = self._next()
@@ -212,11 +265,16 @@ class Agent:
         self.state.create_started_ms = started
         self._save()
         failed_before = self._failures_seen()
-        desc = self._attempt(
-            "create a token",
-            lambda: self.admin.create_token(renewers=self.renewers, owner=self.owner,
-                                            max_lifetime_ms=self.options.max_lifetime_ms),
-            deadline)
+
+        def create() -> tuple[TokenDescription, float, float]:
+            sent = self._host_ms()
+            created = self.admin.create_token(renewers=self.renewers, owner=self.owner,
+                                              max_lifetime_ms=self.options.max_lifetime_ms)
+            return created, sent, self._host_ms()
+
+        desc, sent, received = self._attempt("create a token", create, deadline)
+        if received >= sent:  # else this host's clock was set back meanwhile: no sample
+            self._learn_cluster_time(TimeSample(sent, received, desc.issue_ms))
         self.metrics.created.inc()
         log.info("created token %s (owner %s, expires %s, max %s)", desc.token_id,
                  desc.owner, _iso(desc.expiry_ms), _iso(desc.max_ms))

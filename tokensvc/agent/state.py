@@ -14,7 +14,9 @@ matters, in an order that covers a kill -9 at any point:
 
 Fields: ``version`` (1), ``owner``, ``period_ms`` (the cluster's renewal period as the
 first token showed it), ``current``, ``unpublished`` (a token or null), ``retiring``
-(tokens), ``create_started_ms``. A token: ``token_id``, ``hmac`` (base64), ``issue_ms``,
+(tokens), ``create_started_ms``, ``clock_offset_ms`` and ``clock_uncertainty_ms`` (the
+cluster's time minus this host's clock as last measured, so a restarted agent schedules by
+the cluster's time before its next create; absent or null: not measured). A token: ``token_id``, ``hmac`` (base64), ``issue_ms``,
 ``expiry_ms``, ``max_ms``, ``renew_at_ms``, ``retire_at_ms``.
 """
 
@@ -73,6 +75,8 @@ class AgentState:
     unpublished: HeldToken | None = None
     retiring: list[HeldToken] = field(default_factory=list)
     create_started_ms: int | None = None
+    clock_offset_ms: int | None = None
+    clock_uncertainty_ms: int | None = None
 
     def tokens(self) -> list[HeldToken]:
         """Every token the job holds (current, unpublished, retiring)."""
@@ -88,6 +92,8 @@ class AgentState:
             "unpublished": None if self.unpublished is None else self.unpublished.to_json(),
             "retiring": [t.to_json() for t in self.retiring],
             "create_started_ms": self.create_started_ms,
+            "clock_offset_ms": self.clock_offset_ms,
+            "clock_uncertainty_ms": self.clock_uncertainty_ms,
         }
 
     @classmethod
@@ -107,6 +113,10 @@ class AgentState:
                 retiring=[HeldToken.from_json(t) for t in raw.get("retiring") or []],
                 create_started_ms=(None if raw.get("create_started_ms") is None
                                    else int(raw["create_started_ms"])),
+                clock_offset_ms=(None if raw.get("clock_offset_ms") is None
+                                 else int(raw["clock_offset_ms"])),
+                clock_uncertainty_ms=(None if raw.get("clock_uncertainty_ms") is None
+                                      else int(raw["clock_uncertainty_ms"])),
             )
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, StateError):
