@@ -89,10 +89,8 @@ class CorrectedClock:
         self.local_ms = local
 
     def now_ms(self) -> int:
-        estimate = self.estimator.at(self.local_ms())
-        if estimate is None:
-            return int(self.wall_ms())
-        return int(estimate.now_ms)
+        now = self.estimator.cluster_ms(self.local_ms())
+        return int(self.wall_ms()) if now is None else int(now)
 
     def offset(self) -> ClockOffset | None:
         """This host's wall clock against the cluster's now (None before any sample)."""

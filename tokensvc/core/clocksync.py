@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import NamedTuple
 
 # The local timeline may run this much fast or slow (NTP slews a clock by at most 500 ppm).
 DRIFT = 500e-6
@@ -71,8 +72,7 @@ class TimeSample:
         return (self.received_ms - self.sent_ms) / 2.0
 
 
-@dataclass(frozen=True)
-class ClusterTime:
+class ClusterTime(NamedTuple):
     """The cluster's time at one local instant: ``now_ms`` (epoch ms) ± ``uncertainty_ms``;
     ``age_ms`` is the local time since the sample it rests on."""
 
@@ -81,14 +81,23 @@ class ClusterTime:
     age_ms: float
 
 
-@dataclass(frozen=True)
-class ClockOffset:
+class ClockOffset(NamedTuple):
     """This host's wall clock against the cluster's: ``offset_ms`` is cluster time minus
     the wall clock (positive: the host is behind), ± ``uncertainty_ms``."""
 
     offset_ms: float
     uncertainty_ms: float
     age_ms: float
+
+
+class _Basis(NamedTuple):
+    """The basis sample, reduced to what an estimate needs (computed once per sample: the
+    clocks of every login read it)."""
+
+    sample: TimeSample
+    midpoint_ms: float
+    delta_ms: float  # cluster time minus local time
+    uncertainty_ms: float  # at the midpoint
 
 
 class ClockState(enum.Enum):
@@ -105,7 +114,7 @@ class ClusterTimeEstimator:
             raise ValueError("drift and resolution must not be negative")
         self._drift = drift
         self._half_resolution = resolution_ms / 2.0
-        self._basis: TimeSample | None = None
+        self._basis: _Basis | None = None
         self.samples = 0
         self.resets = 0
         self.last_sample_ms: float | None = None  # local time of the newest sample's answer
@@ -113,34 +122,36 @@ class ClusterTimeEstimator:
     @property
     def basis(self) -> TimeSample | None:
         """The sample the estimate rests on (None before the first)."""
-        return self._basis
+        basis = self._basis
+        return None if basis is None else basis.sample
 
-    def _estimate(self, sample: TimeSample, local_ms: float) -> ClusterTime:
-        age = local_ms - sample.midpoint_ms
-        return ClusterTime(
-            now_ms=sample.reference_ms + self._half_resolution + age,
-            uncertainty_ms=sample.half_round_trip_ms + self._half_resolution
-            + self._drift * abs(age),
-            age_ms=age,
-        )
+    def _reduce(self, sample: TimeSample) -> _Basis:
+        midpoint = sample.midpoint_ms
+        return _Basis(sample, midpoint, sample.reference_ms + self._half_resolution - midpoint,
+                      sample.half_round_trip_ms + self._half_resolution)
+
+    def _estimate(self, basis: _Basis, local_ms: float) -> ClusterTime:
+        age = local_ms - basis.midpoint_ms
+        return ClusterTime(local_ms + basis.delta_ms,
+                           basis.uncertainty_ms + self._drift * abs(age), age)
 
     def add(self, sample: TimeSample) -> bool:
         """Take one sample; True when it became the basis."""
         self.samples += 1
         if self.last_sample_ms is None or sample.received_ms > self.last_sample_ms:
             self.last_sample_ms = sample.received_ms
-        basis = self._basis
+        basis, candidate = self._basis, self._reduce(sample)
         if basis is None:
-            self._basis = sample
+            self._basis = candidate
             return True
-        fresh = self._estimate(sample, sample.midpoint_ms)
-        held = self._estimate(basis, sample.midpoint_ms)
+        fresh = self._estimate(candidate, candidate.midpoint_ms)
+        held = self._estimate(basis, candidate.midpoint_ms)
         if abs(fresh.now_ms - held.now_ms) > fresh.uncertainty_ms + held.uncertainty_ms:
             self.resets += 1
-            self._basis = sample
+            self._basis = candidate
             return True
         if fresh.uncertainty_ms <= held.uncertainty_ms:
-            self._basis = sample
+            self._basis = candidate
             return True
         return False
 
@@ -148,6 +159,12 @@ class ClusterTimeEstimator:
         """The cluster's time at ``local_ms`` on the local timeline (None: no sample yet)."""
         basis = self._basis
         return None if basis is None else self._estimate(basis, local_ms)
+
+    def cluster_ms(self, local_ms: float) -> float | None:
+        """Just the cluster's time at ``local_ms`` (None: no sample yet): the fast path of
+        :class:`~tokensvc.core.clock.CorrectedClock`."""
+        basis = self._basis
+        return None if basis is None else local_ms + basis.delta_ms
 
     def offset(self, local_ms: float, wall_ms: float) -> ClockOffset | None:
         """The wall clock's offset, given the local timeline and the wall clock read at
