@@ -1,33 +1,48 @@
 """Opening kazoo clients for tokensvc.
 
 Owns: parsing a Kafka-style ``zookeeper.connect`` (``h:p,h:p/chroot``), creating
-the chroot when missing, session/connection timeouts, and optional digest
-credentials with the ACLs that go with them. Callers get a started
-``KazooClient``; everything else about ZooKeeper lives in the stores.
+the chroot when missing, session/connection timeouts, how the session proves who it
+is (TLS with a client certificate, SASL DIGEST-MD5, the legacy digest: a
+:class:`tokensvc.core.zk_security.ZkSecurity`), and the ACL of every znode the client
+creates: :class:`AclClient` asks the declared table (:mod:`zk.znode_acls`) for the ACL
+of each path it creates, through ``create``, ``ensure_path`` and transactions alike,
+so no store names an ACL. Callers get a started ``KazooClient``; everything else about
+ZooKeeper lives in the stores.
+
+A start that cannot work fails within the connection timeout with one line naming
+the cause (:class:`ZooKeeperUnavailable`): nothing listening, a TLS handshake refused
+(which side's certificate), a SASL login refused, a server that demands
+authentication the settings do not give.
 
 It also says which session timeout ZooKeeper granted: a server caps the requested
 timeout to its ``minSessionTimeout``/``maxSessionTimeout``, and a broker that asked for
 18 s but got 10 s loses its session, and its controller role, sooner than its operator
 expects. ``open_client`` logs the negotiated timeout once the session is up and warns
-when it is lower than the configured one. It must not log session passwords or digest
-credentials.
+when it is lower than the configured one. It must not log session passwords, SASL or
+digest credentials, or key passwords.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import socket
+import ssl
+import threading
+from dataclasses import dataclass, field, replace
 
-from kazoo.client import KazooClient
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.client import KazooClient, KazooState, TransactionRequest
 from kazoo.protocol.serialization import Connect
 from kazoo.retry import KazooRetry
+
+from tokensvc.core.zk_security import JAAS_FILE, KEYSTORE, SSL_ENABLE, ZkSecurity
+from zk import znode_acls
 
 log = logging.getLogger("zk.client")
 
 
 class ZooKeeperUnavailable(RuntimeError):
-    """ZooKeeper could not be reached within the connection timeout."""
+    """ZooKeeper could not be used: not reachable within the connection timeout, or it
+    refused this client's TLS or SASL. The message is one line naming the cause."""
 
 
 @dataclass(frozen=True)
@@ -35,8 +50,13 @@ class ZkSettings:
     connect: str
     session_timeout_ms: int = 18_000
     connection_timeout_ms: int = 18_000
-    # "user:password" for digest authentication, or None.
-    digest: str | None = None
+    # "user:password" for digest authentication, or None (a shortcut for security.digest).
+    digest: str | None = field(default=None, repr=False)
+    security: ZkSecurity = field(default_factory=ZkSecurity)
+
+    def __post_init__(self) -> None:
+        if self.digest is not None and self.security.digest is None:
+            object.__setattr__(self, "security", replace(self.security, digest=self.digest))
 
     @property
     def hosts(self) -> str:
@@ -49,15 +69,131 @@ class ZkSettings:
         return "/" + self.connect.split("/", 1)[1].strip("/")
 
 
-def _make(settings: ZkSettings, hosts: str) -> KazooClient:
-    auth = [("digest", settings.digest)] if settings.digest else None
-    return KazooClient(
+class _AclTransaction(TransactionRequest):
+    """A transaction whose creates take the declared ACL of their path."""
+
+    def create(self, path, value=b"", acl=None, ephemeral=False, sequence=False):
+        if acl is None:
+            acl = self.client.acl_for(path)
+        return super().create(path, value, acl=acl, ephemeral=ephemeral, sequence=sequence)
+
+
+class AclClient(KazooClient):
+    """A kazoo client that gives every znode it creates the ACL the table declares for
+    its path (relative to the chroot). The one adapter over kazoo's create calls:
+    ``create`` and ``ensure_path`` go through ``create_async``; transactions through
+    :class:`_AclTransaction`."""
+
+    def __init__(self, *args, secure_acls: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.secure_acls = secure_acls
+
+    def acl_for(self, path: str) -> list:
+        return znode_acls.acl_for(path, self.secure_acls)
+
+    def create_async(self, path, value=b"", acl=None, ephemeral=False, sequence=False,
+                     makepath=False, include_data=False):
+        if acl is None:
+            acl = self.acl_for(path)
+        return super().create_async(path, value, acl=acl, ephemeral=ephemeral,
+                                    sequence=sequence, makepath=makepath,
+                                    include_data=include_data)
+
+    def transaction(self) -> _AclTransaction:
+        return _AclTransaction(self)
+
+
+def _make(settings: ZkSettings, hosts: str) -> AclClient:
+    security = settings.security
+    options: dict = {}
+    if security.digest:
+        options["auth_data"] = [("digest", security.digest)]
+    if security.sasl is not None:
+        options["sasl_options"] = {
+            "mechanism": security.sasl.mechanism,
+            "username": security.sasl.username,
+            "password": security.sasl.password,
+        }
+    if security.tls is not None:
+        tls = security.tls
+        options.update(use_ssl=True, ca=tls.truststore, verify_certs=True,
+                       check_hostname=tls.check_hostname)
+        if tls.keystore:
+            options.update(certfile=tls.keystore, keyfile=tls.keystore,
+                           keyfile_password=tls.key_password)
+    return AclClient(
         hosts=hosts,
         timeout=settings.session_timeout_ms / 1000.0,
         connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
         command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0),
-        auth_data=auth,
+        secure_acls=security.set_acl,
+        **options,
     )
+
+
+def _host_ports(hosts: str) -> list[tuple[str, int]]:
+    out = []
+    for item in hosts.split(","):
+        host, _, port = item.strip().rpartition(":")
+        out.append((host.strip("[]"), int(port)))
+    return out
+
+
+def _tls_context(settings: ZkSettings) -> ssl.SSLContext:
+    tls = settings.security.tls
+    assert tls is not None
+    context = ssl.create_default_context(cafile=tls.truststore)
+    context.check_hostname = tls.check_hostname
+    if tls.keystore:
+        context.load_cert_chain(tls.keystore, tls.keystore, password=tls.key_password)
+    return context
+
+
+def _tls_preflight(settings: ZkSettings, timeout: float) -> None:
+    """Fail fast, with the cause, when no ZooKeeper server completes a TLS handshake with
+    these settings (kazoo retries a refused handshake until the timeout, silently)."""
+    try:
+        context = _tls_context(settings)
+    except (OSError, ssl.SSLError) as exc:
+        raise ZooKeeperUnavailable(
+            f"cannot use the ZooKeeper TLS files ({SSL_ENABLE}, {KEYSTORE}, truststore): "
+            f"{getattr(exc, 'strerror', None) or exc}"
+        ) from None
+    causes = []
+    for host, port in _host_ports(settings.hosts):
+        try:
+            with socket.create_connection((host, port), timeout=min(timeout, 5.0)) as raw, \
+                    context.wrap_socket(raw, server_hostname=host) as tls:
+                # TLS 1.3 reports a refused client certificate only at the first read.
+                tls.settimeout(0.2)
+                try:
+                    tls.recv(1)
+                except TimeoutError:
+                    return
+                except ssl.SSLError as exc:
+                    causes.append(f"{host}:{port}: {_tls_words(exc)}")
+                    continue
+                return
+        except ssl.SSLError as exc:
+            causes.append(f"{host}:{port}: {_tls_words(exc)}")
+        except OSError as exc:
+            causes.append(f"{host}:{port}: {exc.strerror or exc}")
+    raise ZooKeeperUnavailable(
+        "ZooKeeper refused the TLS connection: " + "; ".join(causes)
+    )
+
+
+def _tls_words(exc: ssl.SSLError) -> str:
+    reason = getattr(exc, "reason", None) or str(exc)
+    words = {
+        "CERTIFICATE_VERIFY_FAILED": "its certificate is not signed by the trust store "
+                                     "(or does not name the host)",
+        "TLSV13_ALERT_CERTIFICATE_REQUIRED": "it requires a client certificate",
+        "SSLV3_ALERT_BAD_CERTIFICATE": "it refused the client certificate",
+        "TLSV1_ALERT_UNKNOWN_CA": "it does not trust the client certificate's CA",
+        "WRONG_VERSION_NUMBER": "it does not speak TLS on this port",
+    }
+    return words.get(reason, f"TLS error {reason}")
 
 
 class _NegotiatedTimeout:
@@ -108,29 +244,76 @@ def _log_session_timeout(client: KazooClient, settings: ZkSettings) -> None:
                  negotiated, configured)
 
 
+def _start(client: KazooClient, settings: ZkSettings, where: str, timeout: float) -> None:
+    """Start ``client``; raise :class:`ZooKeeperUnavailable` with the cause."""
+    refused = threading.Event()
+
+    def watch(state: str) -> None:
+        if state == KazooState.LOST:
+            refused.set()
+            return True  # one-shot: only the start's refusal matters here
+        return None
+
+    client.add_listener(watch)
+    event = client.start_async()
+    deadline_wait = timeout
+    step = 0.05
+    waited = 0.0
+    while waited < deadline_wait and not event.is_set() and not refused.is_set():
+        event.wait(step)
+        waited += step
+    client.remove_listener(watch)
+    if client.connected:
+        return
+    client.stop()
+    client.close()
+    sasl = settings.security.sasl
+    if refused.is_set() and sasl is not None:
+        raise ZooKeeperUnavailable(
+            f"ZooKeeper at {where} refused the SASL {sasl.mechanism} login of user "
+            f"{sasl.username!r} ({JAAS_FILE}): wrong user name or password"
+        )
+    if refused.is_set():
+        raise ZooKeeperUnavailable(f"ZooKeeper at {where} refused this client's credentials")
+    raise ZooKeeperUnavailable(
+        f"could not connect to ZooKeeper at {where} within {timeout:.0f}s"
+    )
+
+
+def _check_access(client: KazooClient, settings: ZkSettings, where: str) -> None:
+    """One read, so a server that demands authentication we do not give says so now."""
+    from kazoo.exceptions import AuthFailedError, NoAuthError, ZookeeperError
+
+    try:
+        client.exists("/")
+    except (AuthFailedError, NoAuthError, ZookeeperError) as exc:
+        client.stop()
+        client.close()
+        missing = "SASL" if settings.security.sasl is None else "other"
+        raise ZooKeeperUnavailable(
+            f"ZooKeeper at {where} refused the session's first request "
+            f"({type(exc).__name__}): it requires {missing} authentication; set "
+            f"{JAAS_FILE} (SASL) and {SSL_ENABLE}/{KEYSTORE} (mTLS)"
+        ) from None
+
+
 def open_client(settings: ZkSettings) -> KazooClient:
-    """A started client rooted at the chroot (created if missing)."""
+    """A started client rooted at the chroot (created if missing, with the table's ACL)."""
     timeout = settings.connection_timeout_ms / 1000.0
+    if settings.security.tls is not None:
+        _tls_preflight(settings, timeout)
     if settings.chroot:
         root = _make(settings, settings.hosts)
+        _start(root, settings, settings.hosts, timeout)
         try:
-            root.start(timeout=timeout)
+            _check_access(root, settings, settings.hosts)
             root.ensure_path(settings.chroot)
-        except KazooTimeoutError as exc:
-            raise ZooKeeperUnavailable(
-                f"could not connect to ZooKeeper at {settings.hosts} within {timeout:.0f}s"
-            ) from exc
         finally:
             root.stop()
             root.close()
     client = _make(settings, settings.hosts + settings.chroot)
     client._tokensvc_negotiated = _NegotiatedTimeout(client)
-    try:
-        client.start(timeout=timeout)
-    except KazooTimeoutError as exc:
-        client.close()
-        raise ZooKeeperUnavailable(
-            f"could not connect to ZooKeeper at {settings.connect} within {timeout:.0f}s"
-        ) from exc
+    _start(client, settings, settings.connect, timeout)
+    _check_access(client, settings, settings.connect)
     _log_session_timeout(client, settings)
     return client

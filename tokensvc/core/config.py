@@ -36,6 +36,12 @@ from tokensvc.core.configdef import (
 from tokensvc.core.kafka_keys import KAFKA_BROKER_KEYS, KAFKA_BROKER_PREFIXES
 from tokensvc.core.keys import MasterKeys
 from tokensvc.core.principal import KafkaPrincipal
+from tokensvc.core.zk_security import (
+    JAAS_FILE,
+    ZK_SECURITY_KEYS,
+    ZkSecurity,
+    zk_security_from_values,
+)
 from tokensvc.scram.formatter import ScramMechanism
 
 __all__ = [
@@ -98,14 +104,16 @@ _KEYS = [
     ConfigKey("zookeeper.connection.timeout.ms", Type.INT, None, at_least(1), M,
               "How long to wait for the first connection at start.",
               default_doc="`zookeeper.session.timeout.ms`"),
-    ConfigKey("zookeeper.digest", Type.PASSWORD, None,
-              Matches(r"[^:]+:.*", "user:password", secret=True), M,
-              "Digest credentials (`user:password`) added to the ZooKeeper session."),
+    *ZK_SECURITY_KEYS,
     ConfigKey("zookeeper.max.staleness.ms", Type.LONG, 3000, at_least(1, also=(-1,)), M,
               "A broker whose view of ZooKeeper was last confirmed current longer ago than "
               "this authenticates no token or SCRAM user, and serves no token connection, "
               "until it has caught up; with ZooKeeper unreachable it fails them closed "
               "(REQUEST_TIMED_OUT). -1: answer from the cache, as Kafka does."),
+    ConfigKey("zookeeper.acl.check.interval.ms", Type.LONG, 300_000, at_least(1000), L,
+              "How often the broker reads back the ACLs of the sensitive znodes and of every "
+              "root it writes under; an open one is logged and counted in "
+              "`tokensvc_zookeeper_insecure_paths` (the check also runs at start)."),
     ConfigKey("sasl.enabled.mechanisms", Type.LIST, SASL_MECHANISMS, OneOf(SASL_MECHANISMS), M,
               "Mechanisms offered on SASL listeners; must not be empty when a SASL listener "
               "exists."),
@@ -285,6 +293,8 @@ class BrokerConfig:
     zookeeper_connection_timeout_ms: int
     zookeeper_digest: str | None = field(repr=False)
     zookeeper_max_staleness_ms: int
+    zookeeper_security: ZkSecurity
+    zookeeper_acl_check_interval_ms: int
     sasl_enabled_mechanisms: tuple[str, ...]
     sasl_server_max_receive_size: int
     sasl_scram_accept_repeated_client_nonce: bool
@@ -360,6 +370,7 @@ _STRUCTURED = frozenset(
         "super_users",
         "early_start_listeners",
         "metrics_listener",
+        "zookeeper_security",
     }
 )
 
@@ -417,6 +428,7 @@ def _build(values: Mapping[str, object], resolved: Mapping[str, str]) -> BrokerC
     connection_timeout = values["zookeeper.connection.timeout.ms"]
     return BrokerConfig(
         **simple,
+        zookeeper_security=zk_security_from_values(values, resolved.get(JAAS_FILE)),
         listeners=listeners,
         listener_security_protocol_map=protocol_map,
         advertised_listeners=advertised,
