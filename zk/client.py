@@ -69,6 +69,29 @@ class ZkSettings:
         return "/" + self.connect.split("/", 1)[1].strip("/")
 
 
+def settings_from_file(connect: str | None, config_file: str | None, **timeouts: int) -> ZkSettings:
+    """A tool's settings: ``connect`` (else the file's ``zookeeper.connect``) and the
+    ZooKeeper security keys of ``config_file`` (a ``--zk-tls-config-file``; a broker's
+    ``server.properties`` will do). ``timeouts`` are ZkSettings fields; the file's own
+    timeouts fill those not given. Raises ConfigError naming the file and the key."""
+    from tokensvc.config_loader import load_zk_security
+    from tokensvc.core.configdef import ConfigError
+
+    if config_file is None:
+        if not connect:
+            raise ConfigError("zookeeper.connect", "no ZooKeeper connect string given")
+        return ZkSettings(connect, **timeouts)
+    values, security = load_zk_security(config_file)
+    connect = connect or values["zookeeper.connect"]
+    if not connect:
+        raise ConfigError("zookeeper.connect", "no ZooKeeper connect string given", config_file)
+    for key, name in (("session_timeout_ms", "zookeeper.session.timeout.ms"),
+                      ("connection_timeout_ms", "zookeeper.connection.timeout.ms")):
+        if key not in timeouts and values[name] is not None:
+            timeouts[key] = int(values[name])
+    return ZkSettings(str(connect), security=security, **timeouts)
+
+
 class _AclTransaction(TransactionRequest):
     """A transaction whose creates take the declared ACL of their path."""
 

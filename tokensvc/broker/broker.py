@@ -70,9 +70,9 @@ from tokensvc.protocol import encode_response, encode_response_segments
 from tokensvc.scram.formatter import ScramCredential, ScramMechanism, TokenSalt
 from tokensvc.snapshot import format as snapshot_format
 from tokensvc.snapshot.files import SnapshotFile, SnapshotWriter
+from zk.acl_check import ZnodeAclCheck
 from zk.acl_store import AclStore, AclSync
 from zk.brokers import BrokerRegistry
-from zk.acl_check import ZnodeAclCheck
 from zk.client import ZkSettings, open_client
 from zk.credential_store import CredentialStore, CredentialSync, UserCredentialCache
 from zk.election import ControllerElection
