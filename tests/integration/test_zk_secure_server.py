@@ -97,7 +97,8 @@ def _client(connect: str, certs: ZkCertificates | None, *, certificate: bool = T
     options: dict[str, object] = {"timeout": 2, "connection_retry": {"max_tries": 1, "delay": 0.1}}
     if tls:
         assert certs is not None
-        options.update(use_ssl=True, ca=str(certs.ca))
+        # The server certificate names the loopback address the client dials.
+        options.update(use_ssl=True, ca=str(certs.ca), check_hostname=True)
         if certificate:
             options.update(certfile=str(certs.client), keyfile=str(certs.client))
     if user is not None:
