@@ -27,10 +27,16 @@ from __future__ import annotations
 import logging
 import socket
 import ssl
-import threading
 from dataclasses import dataclass, field, replace
 
-from kazoo.client import KazooClient, KazooState, TransactionRequest
+from kazoo.client import KazooClient, TransactionRequest
+from kazoo.exceptions import (
+    AuthFailedError,
+    KazooException,
+    NoAuthError,
+    SessionClosedRequireSaslError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.serialization import Connect
 from kazoo.retry import KazooRetry
 
@@ -110,6 +116,7 @@ class AclClient(KazooClient):
     def __init__(self, *args, secure_acls: bool = False, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.secure_acls = secure_acls
+        _refusal_ends_the_session(self)
 
     def acl_for(self, path: str) -> list:
         return znode_acls.acl_for(path, self.secure_acls)
@@ -124,6 +131,46 @@ class AclClient(KazooClient):
 
     def transaction(self) -> _AclTransaction:
         return _AclTransaction(self)
+
+
+class _StartLogger(logging.LoggerAdapter):
+    """kazoo's logger for one client, quiet while the client starts: a refused start is
+    said once, by :class:`ZooKeeperUnavailable`, not by kazoo's retry warnings."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.getLogger("kazoo.client"), {})
+        self.quiet = True
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: object) -> None:
+        if self.quiet and level < logging.ERROR:
+            return
+        super().log(level, msg, *args, **kwargs)
+
+
+def _refusal_ends_the_session(client: KazooClient) -> None:
+    """A refused SASL login ends the session as kazoo's own AUTH_FAILED does.
+
+    kazoo 2.11 authenticates SASL after it reported CONNECTED, and when ZooKeeper
+    answers the login with an error (``SessionClosedRequireSaslError`` for a wrong
+    password), the exception escapes its connection thread: the thread dies with a
+    traceback on stderr and pending requests wait for ever. This wraps the connection
+    handler's SASL step (``_authenticate_with_sasl``, called only there) so any refusal
+    is raised as ``AuthFailedError``, which kazoo's loop turns into the AUTH_FAILED
+    state: pending requests fail with it, the state becomes LOST, and no retry follows.
+    The tests of a wrong password at start fail if a kazoo release changes this.
+    """
+    handler = client._connection
+    authenticate = handler._authenticate_with_sasl
+
+    def _authenticate_with_sasl(host: str, timeout: float) -> None:
+        try:
+            authenticate(host, timeout)
+        except AuthFailedError:
+            raise
+        except KazooException as exc:
+            raise AuthFailedError(f"SASL login refused: {type(exc).__name__}") from None
+
+    handler._authenticate_with_sasl = _authenticate_with_sasl
 
 
 def _make(settings: ZkSettings, hosts: str) -> AclClient:
@@ -146,6 +193,7 @@ def _make(settings: ZkSettings, hosts: str) -> AclClient:
                            keyfile_password=tls.key_password)
     return AclClient(
         hosts=hosts,
+        logger=_StartLogger(),
         timeout=settings.session_timeout_ms / 1000.0,
         connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
         command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0),
@@ -268,56 +316,34 @@ def _log_session_timeout(client: KazooClient, settings: ZkSettings) -> None:
 
 
 def _start(client: KazooClient, settings: ZkSettings, where: str, timeout: float) -> None:
-    """Start ``client``; raise :class:`ZooKeeperUnavailable` with the cause."""
-    refused = threading.Event()
-
-    def watch(state: str) -> None:
-        if state == KazooState.LOST:
-            refused.set()
-            return True  # one-shot: only the start's refusal matters here
-        return None
-
-    client.add_listener(watch)
-    event = client.start_async()
-    deadline_wait = timeout
-    step = 0.05
-    waited = 0.0
-    while waited < deadline_wait and not event.is_set() and not refused.is_set():
-        event.wait(step)
-        waited += step
-    client.remove_listener(watch)
-    if client.connected:
-        return
-    client.stop()
-    client.close()
-    sasl = settings.security.sasl
-    if refused.is_set() and sasl is not None:
-        raise ZooKeeperUnavailable(
-            f"ZooKeeper at {where} refused the SASL {sasl.mechanism} login of user "
-            f"{sasl.username!r} ({JAAS_FILE}): wrong user name or password"
-        )
-    if refused.is_set():
-        raise ZooKeeperUnavailable(f"ZooKeeper at {where} refused this client's credentials")
-    raise ZooKeeperUnavailable(
-        f"could not connect to ZooKeeper at {where} within {timeout:.0f}s"
-    )
-
-
-def _check_access(client: KazooClient, settings: ZkSettings, where: str) -> None:
-    """One read, so a server that demands authentication we do not give says so now."""
-    from kazoo.exceptions import AuthFailedError, NoAuthError, ZookeeperError
-
+    """Start ``client`` and make one read, so that a refused login, or a server that
+    demands authentication these settings do not give, is said now, in one line
+    (:class:`ZooKeeperUnavailable`), within ``timeout``."""
     try:
-        client.exists("/")
-    except (AuthFailedError, NoAuthError, ZookeeperError) as exc:
+        client.start(timeout=timeout)
+        client.exists_async("/").get(timeout=timeout)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one line
         client.stop()
         client.close()
-        missing = "SASL" if settings.security.sasl is None else "other"
-        raise ZooKeeperUnavailable(
-            f"ZooKeeper at {where} refused the session's first request "
-            f"({type(exc).__name__}): it requires {missing} authentication; set "
-            f"{JAAS_FILE} (SASL) and {SSL_ENABLE}/{KEYSTORE} (mTLS)"
-        ) from None
+        raise ZooKeeperUnavailable(_start_failure(exc, settings, where, timeout)) from None
+    client.logger.quiet = False
+
+
+def _start_failure(exc: BaseException, settings: ZkSettings, where: str, timeout: float) -> str:
+    sasl = settings.security.sasl
+    if isinstance(exc, AuthFailedError) and sasl is not None:
+        return (f"ZooKeeper at {where} refused the SASL {sasl.mechanism} login of user "
+                f"{sasl.username!r} ({JAAS_FILE}): wrong user name or password")
+    if isinstance(exc, SessionClosedRequireSaslError):
+        return (f"ZooKeeper at {where} requires SASL authentication: set {JAAS_FILE} "
+                "(and zookeeper.sasl.client=true)")
+    if isinstance(exc, (AuthFailedError, NoAuthError)):
+        return f"ZooKeeper at {where} refused this client's credentials ({type(exc).__name__})"
+    if isinstance(exc, KazooTimeoutError) or "time" in type(exc).__name__.lower():
+        hint = "" if settings.security.tls is not None else (
+            f" (a TLS-only client port needs {SSL_ENABLE}=true and the zookeeper.ssl.* stores)")
+        return f"could not connect to ZooKeeper at {where} within {timeout:.0f}s{hint}"
+    return f"could not use ZooKeeper at {where}: {type(exc).__name__}"
 
 
 def open_client(settings: ZkSettings) -> KazooClient:
@@ -329,7 +355,6 @@ def open_client(settings: ZkSettings) -> KazooClient:
         root = _make(settings, settings.hosts)
         _start(root, settings, settings.hosts, timeout)
         try:
-            _check_access(root, settings, settings.hosts)
             root.ensure_path(settings.chroot)
         finally:
             root.stop()
@@ -337,6 +362,5 @@ def open_client(settings: ZkSettings) -> KazooClient:
     client = _make(settings, settings.hosts + settings.chroot)
     client._tokensvc_negotiated = _NegotiatedTimeout(client)
     _start(client, settings, settings.connect, timeout)
-    _check_access(client, settings, settings.connect)
     _log_session_timeout(client, settings)
     return client
