@@ -12,8 +12,9 @@
  *   java TokenMatrix describe <bootstrap> <mechanism>
  *       only the "describe" check: every token the admin may see, with all its fields.
  *
- * Output: one line per check, "check <name> ok <json>"; on the first failure
- * "check <name> FAIL <json>" and exit status 1. Never prints an HMAC or a password.
+ * Output: one line per check, "check <name> ok <json>", and last "check program ok {}"; on
+ * the first failure "check <name> FAIL <json>" and exit status 1 ("program" names a failure
+ * outside any check). Never prints an HMAC or a password.
  */
 
 import java.util.ArrayList;
@@ -27,6 +28,7 @@ import java.util.TreeSet;
 import java.util.concurrent.Callable;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
+import java.util.function.Function;
 
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.CreateDelegationTokenOptions;
@@ -89,11 +91,17 @@ public final class TokenMatrix {
         this.requesterPassword = Base64.getUrlEncoder().withoutPadding().encodeToString(secret);
     }
 
-    public static void main(String[] args) throws Exception {
+    public static void main(String[] args) {
         if (args.length == 4 && args[0].equals("all")) {
-            new TokenMatrix(args[1], args[2], args[3]).all();
+            check("program", () -> {
+                new TokenMatrix(args[1], args[2], args[3]).all();
+                return obj();
+            });
         } else if (args.length == 3 && args[0].equals("describe")) {
-            new TokenMatrix(args[1], args[2], "-").describeAll();
+            check("program", () -> {
+                new TokenMatrix(args[1], args[2], "-").describeAll();
+                return obj();
+            });
         } else {
             System.err.println("usage: TokenMatrix all <bootstrap> <mechanism> <suffix>"
                     + " | describe <bootstrap> <mechanism>");
@@ -145,9 +153,10 @@ public final class TokenMatrix {
                 return obj("user", owner, "exception", refused.getClass().getName());
             });
 
-            try (Closing<Admin> requesterAdmin = new Closing<>(eventually("the requester logs in",
-                    () -> loggedIn(String.join(",", brokers), requester, requesterPassword, false)))) {
-                check("requester_login", () -> obj("user", requester, "mechanism", mechanism));
+            try (Closing<Admin> requesterAdmin = new Closing<>(step("requester_login",
+                    () -> eventually("the requester logs in",
+                            () -> loggedIn(String.join(",", brokers), requester, requesterPassword, false)),
+                    loggedIn -> obj("user", requester, "mechanism", mechanism)))) {
 
                 // KIP-373 needs CREATE_TOKENS on the owner's User resource.
                 check("create_for_owner_unauthorized", () -> {
@@ -186,28 +195,27 @@ public final class TokenMatrix {
                 });
 
                 // Delegation tokens.
-                DelegationToken mineToken = get(admin.it.createDelegationToken(
+                DelegationToken mineToken = step("create", () -> get(admin.it.createDelegationToken(
                         new CreateDelegationTokenOptions().renewers(List.of(requesterPrincipal)))
-                        .delegationToken());
-                check("create", () -> {
-                    TokenInformation info = mineToken.tokenInfo();
+                        .delegationToken()), created -> {
+                    TokenInformation info = created.tokenInfo();
                     same("owner", adminPrincipal, info.owner());
                     same("requester", adminPrincipal, info.tokenRequester());
                     same("renewers", List.of(requesterPrincipal), new ArrayList<>(info.renewers()));
-                    if (mineToken.hmac().length != 64) {
-                        throw new AssertionError("HMAC of " + mineToken.hmac().length + " bytes");
+                    if (created.hmac().length != 64) {
+                        throw new AssertionError("HMAC of " + created.hmac().length + " bytes");
                     }
-                    return describe(mineToken);
+                    return describe(created);
                 });
-                DelegationToken ownerToken = eventually("the CREATE_TOKENS grant applies",
-                        () -> get(requesterAdmin.it.createDelegationToken(new CreateDelegationTokenOptions()
-                                .owner(ownerPrincipal).renewers(List.of(adminPrincipal))).delegationToken()));
-                check("create_for_owner", () -> {
-                    TokenInformation info = ownerToken.tokenInfo();
+                DelegationToken ownerToken = step("create_for_owner", () -> eventually(
+                        "the CREATE_TOKENS grant applies", () -> get(requesterAdmin.it.createDelegationToken(
+                                new CreateDelegationTokenOptions().owner(ownerPrincipal)
+                                        .renewers(List.of(adminPrincipal))).delegationToken())), created -> {
+                    TokenInformation info = created.tokenInfo();
                     same("owner", ownerPrincipal, info.owner());
                     same("requester", requesterPrincipal, info.tokenRequester());
                     same("renewers", List.of(adminPrincipal), new ArrayList<>(info.renewers()));
-                    return describe(ownerToken);
+                    return describe(created);
                 });
                 check("describe", () -> obj("tokens", eventually("both tokens described", () -> {
                     List<DelegationToken> tokens = get(admin.it.describeDelegationToken().delegationTokens());
@@ -422,6 +430,16 @@ public final class TokenMatrix {
 
     private interface Body {
         Object run() throws Exception;
+    }
+
+    /** Run ``body`` as check ``name`` (its line shows ``detail`` of the value); its value. */
+    private static <T> T step(String name, Callable<T> body, Function<T, Object> detail) {
+        List<T> value = new ArrayList<>(1);
+        check(name, () -> {
+            value.add(body.call());
+            return detail.apply(value.get(0));
+        });
+        return value.get(0);
     }
 
     /** Run one check: print its line; on failure print why and exit 1. */
