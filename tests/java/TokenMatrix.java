@@ -71,6 +71,7 @@ public final class TokenMatrix {
     /** Longer than the default expiry period (1 day), shorter than the maximum (7 days). */
     private static final long RENEW_PERIOD_MS = 2 * 86_400_000L;
 
+    private final String bootstrap;
     private final List<String> brokers;
     private final String mechanism;
     private final String adminUser;
@@ -80,6 +81,7 @@ public final class TokenMatrix {
     private final String requesterPassword;
 
     private TokenMatrix(String bootstrap, String mechanism, String suffix) {
+        this.bootstrap = bootstrap;
         this.brokers = List.of(bootstrap.split(","));
         this.mechanism = mechanism;
         this.adminUser = requireEnv("MATRIX_ADMIN_USER");
@@ -120,7 +122,7 @@ public final class TokenMatrix {
         KafkaPrincipal requesterPrincipal = user(requester);
         KafkaPrincipal ownerPrincipal = user(owner);
 
-        try (Closing<Admin> admin = new Closing<>(admin(String.join(",", brokers), adminUser, adminPassword, false))) {
+        try (Closing admin = new Closing(admin(bootstrap, adminUser, adminPassword, false))) {
             check("admin_login", () -> {
                 Collection<Node> nodes = get(admin.it.describeCluster().nodes());
                 return obj("brokers", nodeIds(nodes));
@@ -153,9 +155,9 @@ public final class TokenMatrix {
                 return obj("user", owner, "exception", refused.getClass().getName());
             });
 
-            try (Closing<Admin> requesterAdmin = new Closing<>(step("requester_login",
+            try (Closing requesterAdmin = new Closing(step("requester_login",
                     () -> eventually("the requester logs in",
-                            () -> loggedIn(String.join(",", brokers), requester, requesterPassword, false)),
+                            () -> loggedIn(bootstrap, requester, requesterPassword, false)),
                     loggedIn -> obj("user", requester, "mechanism", mechanism)))) {
 
                 // KIP-373 needs CREATE_TOKENS on the owner's User resource.
@@ -229,7 +231,8 @@ public final class TokenMatrix {
                 check("describe_by_owner", () -> obj("owner", owner, "tokens", eventually(
                         "the owner's token described", () -> {
                             List<DelegationToken> tokens = get(admin.it.describeDelegationToken(
-                                    new DescribeDelegationTokenOptions().owners(List.of(ownerPrincipal))).delegationTokens());
+                                    new DescribeDelegationTokenOptions().owners(List.of(ownerPrincipal)))
+                                    .delegationTokens());
                             same("tokens of " + owner, List.of(ownerToken.tokenInfo().tokenId()),
                                     tokenIds(tokens));
                             same("HMAC", b64(ownerToken.hmac()), b64(tokens.get(0).hmac()));
@@ -254,12 +257,12 @@ public final class TokenMatrix {
 
                 // A worker logs in with the token, on every broker.
                 String tokenId = mineToken.tokenInfo().tokenId();
-                List<Closing<Admin>> workers = new ArrayList<>();
+                List<Closing> workers = new ArrayList<>();
                 try {
                     check("token_login", () -> {
                         Map<String, Object> byBroker = new LinkedHashMap<>();
                         for (String broker : brokers) {
-                            Closing<Admin> worker = new Closing<>(eventually("token login on " + broker,
+                            Closing worker = new Closing(eventually("token login on " + broker,
                                     () -> loggedIn(broker, tokenId, b64(mineToken.hmac()), true)));
                             workers.add(worker);
                             byBroker.put(broker, nodeIds(get(worker.it.describeCluster().nodes())));
@@ -273,7 +276,7 @@ public final class TokenMatrix {
                         return obj("exception", refused.getClass().getName(), "message", refused.getMessage());
                     });
                 } finally {
-                    for (Closing<Admin> worker : workers) {
+                    for (Closing worker : workers) {
                         worker.close();
                     }
                 }
@@ -330,16 +333,17 @@ public final class TokenMatrix {
 
     /** The "describe" check alone: every token the admin may see. */
     private void describeAll() throws Exception {
-        try (Closing<Admin> admin = new Closing<>(admin(String.join(",", brokers), adminUser, adminPassword, false))) {
-            check("describe", () -> obj("tokens", describeAll(get(admin.it.describeDelegationToken().delegationTokens()))));
+        try (Closing admin = new Closing(admin(bootstrap, adminUser, adminPassword, false))) {
+            check("describe", () -> obj("tokens",
+                    describeAll(get(admin.it.describeDelegationToken().delegationTokens()))));
         }
     }
 
     // -- clients ----------------------------------------------------------------------------
 
-    private Admin admin(String bootstrap, String username, String password, boolean token) {
+    private Admin admin(String servers, String username, String password, boolean token) {
         Properties props = new Properties();
-        props.put("bootstrap.servers", bootstrap);
+        props.put("bootstrap.servers", servers);
         props.put("security.protocol", "SASL_PLAINTEXT");
         props.put("sasl.mechanism", mechanism);
         props.put("sasl.jaas.config", SCRAM_LOGIN + " required username=\"" + username
@@ -348,8 +352,9 @@ public final class TokenMatrix {
     }
 
     /** An Admin of this login that has read the cluster (so it has logged in). */
-    private Admin loggedIn(String bootstrap, String username, String password, boolean token) throws Exception {
-        Admin admin = admin(bootstrap, username, password, token);
+    private Admin loggedIn(String servers, String username, String password, boolean token)
+            throws Exception {
+        Admin admin = admin(servers, username, password, token);
         try {
             Collection<Node> nodes = get(admin.describeCluster().nodes());
             if (nodes.size() != brokers.size()) {
@@ -362,7 +367,7 @@ public final class TokenMatrix {
         }
     }
 
-    /** Why a token login on ``broker`` fails, or an AssertionError when it succeeds. */
+    /** Why a token login on {@code broker} fails, or an AssertionError when it succeeds. */
     private Throwable loginError(String broker, String tokenId, String hmac) throws Exception {
         Admin admin = admin(broker, tokenId, hmac, true);
         try {
@@ -432,7 +437,7 @@ public final class TokenMatrix {
         Object run() throws Exception;
     }
 
-    /** Run ``body`` as check ``name`` (its line shows ``detail`` of the value); its value. */
+    /** Run {@code body} as check {@code name} (its line shows {@code detail} of the value); its value. */
     private static <T> T step(String name, Callable<T> body, Function<T, Object> detail) {
         List<T> value = new ArrayList<>(1);
         check(name, () -> {
@@ -467,7 +472,8 @@ public final class TokenMatrix {
         return future.get(BOUND_MS, TimeUnit.MILLISECONDS);
     }
 
-    /** The exception ``call`` fails with (unwrapped from ExecutionException); AssertionError if it succeeds. */
+    /** The exception {@code call} fails with (unwrapped from ExecutionException); AssertionError
+     * if it succeeds. */
     private static Throwable refused(Callable<?> call) throws Exception {
         try {
             call.call();
@@ -489,7 +495,7 @@ public final class TokenMatrix {
         }
     }
 
-    /** ``attempt``'s value once it stops failing, within BOUND_MS; else its last failure. */
+    /** {@code attempt}'s value once it stops failing, within BOUND_MS; else its last failure. */
     private static <T> T eventually(String what, Callable<T> attempt) throws Exception {
         long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(BOUND_MS);
         while (true) {
@@ -531,10 +537,10 @@ public final class TokenMatrix {
     }
 
     /** An AutoCloseable Admin whose close is bounded. */
-    private static final class Closing<T extends Admin> implements AutoCloseable {
-        final T it;
+    private static final class Closing implements AutoCloseable {
+        final Admin it;
 
-        Closing(T it) {
+        Closing(Admin it) {
             this.it = it;
         }
 
