@@ -43,7 +43,20 @@ def broker(config_path: str, log_level: str) -> None:
             loop.add_signal_handler(sig, stop.set)
         await run_broker(config, stop)
 
+    from zk.client import ZooKeeperUnavailable
+
+    security = config.zookeeper_security
+    zk_log = logging.getLogger("tokensvc.zookeeper")
+    zk_log.info("ZooKeeper: %s", security.describe())
+    if not security.set_acl:
+        zk_log.warning(
+            "znodes are created world-writable (zookeeper.set.acl is off): anyone who reaches "
+            "ZooKeeper can replace credentials, tokens and ACLs; give the broker a ZooKeeper "
+            "identity (zookeeper.sasl.jaas.file, zookeeper.ssl.*) -- see docs/zookeeper.md"
+        )
     try:
         eventloop.run(main())
+    except ZooKeeperUnavailable as exc:
+        raise click.ClickException(f"broker {config.broker_id} could not start: {exc}") from None
     except OSError as exc:
         raise click.ClickException(f"broker {config.broker_id} could not start: {exc}") from None

@@ -64,7 +64,13 @@ def usage_text(info: dict[str, Any], directory: Path) -> str:
     if tls:
         lines.append(f"  bootstrap servers (SASL_SSL):       {tls['bootstrap_servers']}")
         lines.append(f"  CA certificate:                     {tls['ca']}")
-    lines.append(f"  ZooKeeper:                          {info['zookeeper']['connect']}")
+    zk = info["zookeeper"]
+    if zk.get("tls") and zk.get("sasl"):
+        lines.append(f"  ZooKeeper (TLS only, client certificate + SASL): {zk['connect']}")
+    else:
+        lines.append(f"  ZooKeeper:                          {zk['connect']}")
+    if zk.get("client_config"):
+        lines.append(f"  ZooKeeper client settings (for tools): {zk['client_config']}")
     lines.append(
         f"  admin ({admin['principal']}) client properties: {admin['properties']} "
         f"(password also in {directory / 'cluster.json'})"
@@ -94,6 +100,15 @@ def usage_text(info: dict[str, Any], directory: Path) -> str:
         '    "sasl.password": info["admin"]["password"],',
         "  })",
         "  print([node.id for node in admin.describe_cluster().result().nodes])",
+    ]
+    if zk.get("client_config"):
+        lines += [
+            "",
+            "Open its ZooKeeper from a tool (the brokers' certificate and SASL login):",
+            f"  {_command('tokensvc')} tokens export --zookeeper {zk['connect']} \\",
+            f"      --zk-tls-config-file {zk['client_config']}",
+        ]
+    lines += [
         "",
         f"Stop it with: {_command('tokensvc')} cluster down --dir {directory}",
     ]
@@ -136,6 +151,12 @@ def _wait_for_signal(announce: str) -> None:
               show_default=True, callback=_heap, metavar="SIZE",
               help="Heap of the managed ZooKeeper (2048m, 4g); about 1 GB per million tokens "
                    "is live, see docs/operations.md. Ignored with --zookeeper.")
+@click.option("--zookeeper-nodes", default=1, show_default=True, type=click.IntRange(1, 7),
+              help="Nodes of the managed ZooKeeper: 1, or an ensemble of 3, 5 or 7.")
+@click.option("--insecure-zookeeper", is_flag=True,
+              help="Start the managed ZooKeeper open, as earlier releases did: a plain "
+                   "client port, no client certificates, no SASL, world-writable znodes. "
+                   "Not for anything anyone else can reach.")
 def up(
     directory: str,
     brokers: int,
@@ -144,6 +165,8 @@ def up(
     tls: bool,
     foreground: bool,
     zookeeper_heap_mb: int,
+    zookeeper_nodes: int,
+    insecure_zookeeper: bool,
 ) -> None:
     """Start ZooKeeper and BROKERS brokers; return once every broker answers."""
     parsed = _parse_overrides(overrides)
@@ -152,6 +175,7 @@ def up(
         local = LocalCluster.up(
             path, brokers=brokers, zookeeper=zookeeper, overrides=parsed, tls=tls,
             die_with_parent=foreground, zookeeper_heap_mb=zookeeper_heap_mb,
+            zookeeper_nodes=zookeeper_nodes, insecure_zookeeper=insecure_zookeeper,
         )
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from None

@@ -1,6 +1,8 @@
 """Plumbing shared by the admin commands (kafka-acls, kafka-delegation-tokens): checking
---bootstrap-server, loading --command-config, and turning failures into one-line click
-errors.
+--bootstrap-server, loading --command-config, the ZooKeeper options every command that
+opens ZooKeeper takes (``--zk-tls-config-file``, Kafka's name: the file of
+``zookeeper.ssl.*``, ``zookeeper.sasl.*`` and ``zookeeper.set.acl`` keys the brokers
+use), and turning failures into one-line click errors.
 
 Owns only that plumbing; it must not know about any one command's options or output.
 """
@@ -15,8 +17,26 @@ import click
 from tokensvc.admin import AdminError
 from tokensvc.admin.connection import split_address
 from tokensvc.client_config import ClientConfig, ClientConfigError, load_client_config
+from tokensvc.core.configdef import ConfigError
+from zk.client import ZkSettings, settings_from_file
 
 T = TypeVar("T")
+
+zk_config_option = click.option(
+    "--zk-tls-config-file", "zk_config", default=None, type=click.Path(dir_okay=False),
+    help="Properties file with the ZooKeeper security keys the brokers use "
+         "(zookeeper.ssl.*, zookeeper.sasl.jaas.file, zookeeper.set.acl); a broker's "
+         "server.properties will do. A local cluster writes one: cluster.json's "
+         "zookeeper.client_config.",
+)
+
+
+def zk_settings(connect: str | None, zk_config: str | None, **timeouts: int) -> ZkSettings:
+    """The ZooKeeper settings of a command's options; a bad file is one line."""
+    try:
+        return settings_from_file(connect, zk_config, **timeouts)
+    except ConfigError as exc:
+        raise click.ClickException(f"--zk-tls-config-file: {exc}") from None
 
 
 def validate_bootstrap(ctx: click.Context, param: click.Parameter, value: str) -> str:

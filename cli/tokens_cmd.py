@@ -11,6 +11,8 @@ import sys
 
 import click
 
+from cli.common import zk_config_option, zk_settings
+
 
 @click.group("tokens")
 def tokens() -> None:
@@ -22,13 +24,15 @@ def tokens() -> None:
 @click.option("--out", "out", type=click.Path(dir_okay=False, writable=True), default="-",
               show_default=True, help="File to write, or - for standard output.")
 @click.option("--zookeeper-timeout-ms", default=10_000, show_default=True, type=click.IntRange(min=1))
-def export(connect: str, out: str, zookeeper_timeout_ms: int) -> None:
+@zk_config_option
+def export(connect: str, out: str, zookeeper_timeout_ms: int, zk_config: str | None) -> None:
     """Write every token's details (never its HMAC) as JSON lines."""
-    from zk.client import ZkSettings, ZooKeeperUnavailable, open_client
+    from zk.client import ZooKeeperUnavailable, open_client
     from zk.token_store import StoreError, TokenStore
 
     try:
-        client = open_client(ZkSettings(connect, connection_timeout_ms=zookeeper_timeout_ms))
+        client = open_client(zk_settings(connect, zk_config,
+                                         connection_timeout_ms=zookeeper_timeout_ms))
     except ZooKeeperUnavailable as exc:
         raise click.ClickException(str(exc)) from None
     try:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import click
 
+from cli.common import zk_config_option, zk_settings
 from tokensvc.scram.formatter import MAX_ITERATIONS, MIN_ITERATIONS, ScramMechanism
-from zk.client import ZkSettings, ZooKeeperUnavailable
+from zk.client import ZooKeeperUnavailable
 from zk.credential_store import bootstrap_user
 from zk.token_store import StoreError
 
@@ -49,6 +50,7 @@ def _read_password(path: str) -> str:
               help="PBKDF2 iterations of the stored credential.")
 @click.option("--zookeeper-timeout-ms", "timeout_ms", default=18_000, show_default=True,
               type=click.IntRange(100), help="How long to try to reach ZooKeeper.")
+@zk_config_option
 def bootstrap(
     connect: str,
     user: str,
@@ -57,6 +59,7 @@ def bootstrap(
     mechanisms: tuple[str, ...],
     iterations: int,
     timeout_ms: int,
+    zk_config: str | None,
 ) -> None:
     """Write USER's SCRAM credentials straight into ZooKeeper (no broker needed)."""
     if (password is None) == (password_file is None):
@@ -66,7 +69,8 @@ def bootstrap(
     secret = password if password is not None else _read_password(password_file or "")
     chosen = [ScramMechanism.from_name(m) for m in dict.fromkeys(mechanisms or _MECHANISMS)]
     try:
-        bootstrap_user(ZkSettings(connect, connection_timeout_ms=timeout_ms), user, secret, chosen, iterations)
+        bootstrap_user(zk_settings(connect, zk_config, connection_timeout_ms=timeout_ms), user,
+                       secret, chosen, iterations)
     except ZooKeeperUnavailable as exc:
         raise click.ClickException(str(exc)) from None
     except StoreError as exc:

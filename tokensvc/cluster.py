@@ -2,7 +2,16 @@
 
 Owns the ``DIR`` layout of ``tokensvc cluster up/down`` and the processes behind it:
 
-- ``DIR/zookeeper/``: the managed ZooKeeper (unless an external ``zookeeper`` is given),
+- ``DIR/zookeeper/``: the managed ZooKeeper (unless an external ``zookeeper`` is given):
+  secure by default -- a TLS-only client port that requires client certificates, SASL
+  enforced, TLS between ensemble nodes -- with its certificates in ``DIR/zookeeper-tls/``
+  (:func:`tokensvc.devcerts.generate_zookeeper`); ``insecure_zookeeper`` keeps the plain
+  port of earlier releases,
+- ``DIR/zookeeper-client.properties`` and ``DIR/zookeeper-client.jaas`` (mode 0600): the
+  ZooKeeper keys the brokers use (TLS files, the JAAS file of the SASL login,
+  ``zookeeper.set.acl``), which every tool takes as ``--zk-tls-config-file``
+  (:meth:`LocalCluster.zk_settings` reads them); ``cluster.json`` names the file and holds
+  no ZooKeeper credential,
 - ``DIR/broker-<id>/server.properties`` (mode 0600: it holds the master key and the
   inter-broker password), ``DIR/broker-<id>/broker.log`` (the broker's stdout and stderr)
   and ``DIR/broker-<id>/snapshot/`` (its token cache snapshot, ``token.cache.snapshot.dir``),
@@ -42,18 +51,22 @@ from pathlib import Path
 from typing import Any, Self
 
 from tokensvc import devcerts
+from tokensvc.atomicfile import write_atomic
 from tokensvc.core.config import BROKER_CONFIG, SECRET_KEY
 from tokensvc.core.configdef import ConfigError
 from tokensvc.core.errors import KafkaError
+from tokensvc.core.zk_security import NETTY_SOCKET, ZK_KEY_NAMES, jaas_client_section
 from tokensvc.properties import properties_text, read_properties
 from tokensvc.protocol import RequestHeader, decode_response, encode_request, frame
 from zk.brokers import BrokerRegistry
-from zk.client import ZkSettings, ZooKeeperUnavailable, open_client
+from zk.client import ZkSettings, ZooKeeperUnavailable, open_client, settings_from_file
 from zk.credential_store import bootstrap_user
 from zk.server import (
     DEFAULT_HEAP_MB,
     DEFAULT_MAX_SESSION_TIMEOUT_MS,
     ManagedZooKeeper,
+    ZkServerSecurity,
+    ZooKeeperEnsemble,
     ZooKeeperStartError,
     free_port,
 )
@@ -67,6 +80,11 @@ READY_TIMEOUT_S = 60.0
 STOP_GRACE_S = 10.0
 CLUSTER_FILE = "cluster.json"
 ADMIN_PROPERTIES = "admin.properties"
+ZK_CLIENT_PROPERTIES = "zookeeper-client.properties"
+ZK_CLIENT_JAAS = "zookeeper-client.jaas"
+ZK_TLS_DIR = "zookeeper-tls"
+# The brokers' (and tools') SASL user on the managed ZooKeeper.
+ZK_SASL_USER = "tokensvc"
 
 # Keys the cluster sets per broker; --set may not change them (the cluster would lose
 # track of its brokers).
@@ -91,11 +109,8 @@ class ClusterError(RuntimeError):
 
 
 def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` with mode 0600 from the first byte on."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(text)
-    os.chmod(path, 0o600)
+    """Write ``text`` to ``path`` with mode 0600 from the first byte on, atomically."""
+    write_atomic(path, text.encode("utf-8"), mode=0o600)
 
 
 def check_overrides(overrides: Mapping[str, str]) -> None:
@@ -339,14 +354,19 @@ class LocalCluster:
         timeout: float = READY_TIMEOUT_S,
         zookeeper_heap_mb: int = DEFAULT_HEAP_MB,
         placements: Mapping[int, Placement] | None = None,
+        insecure_zookeeper: bool = False,
+        zookeeper_nodes: int = 1,
         broker_env: Mapping[int, Mapping[str, str]] | None = None,
     ) -> LocalCluster:
         """Start ZooKeeper (unless ``zookeeper`` is a connect string) and ``brokers`` brokers
         in ``directory``; return once all answer. ``die_with_parent`` ties every process to
         the calling thread's life (foreground mode, tests); otherwise they outlive it.
         ``zookeeper_heap_mb`` is the managed ZooKeeper's heap; its session limits always
-        grant the brokers' ``zookeeper.session.timeout.ms``. ``broker_env`` adds variables
-        to the environment of some brokers' processes (by broker id)."""
+        grant the brokers' ``zookeeper.session.timeout.ms``. The managed ZooKeeper
+        (``zookeeper_nodes`` nodes: 1, or an ensemble of 3 or more) is secure unless
+        ``insecure_zookeeper``: TLS only, client certificates, SASL enforced, ACLs.
+        ``broker_env`` adds variables to the environment of some brokers' processes (by
+        broker id)."""
         if brokers < 1:
             raise ClusterError("a cluster needs at least one broker")
         overrides = dict(overrides or {})
@@ -365,23 +385,26 @@ class LocalCluster:
                 f"a cluster is already running in {directory}; "
                 f"stop it first with `tokensvc cluster down --dir {directory}`"
             )
-        zk_server: ManagedZooKeeper | None = None
+        zk_server: ManagedZooKeeper | ZooKeeperEnsemble | None = None
         cluster: LocalCluster | None = None
+        zk_props = {k: v for k, v in overrides.items() if k in ZK_KEY_NAMES}
         if zookeeper is None:
-            zk_server = ManagedZooKeeper(
-                directory / "zookeeper",
-                heap_mb=zookeeper_heap_mb,
-                max_session_timeout_ms=_max_session_timeout_ms(overrides),
-                die_with_parent=die_with_parent,
-            )
+            security = None
+            if not insecure_zookeeper:
+                security, managed_props = _secure_zookeeper_files(directory)
+                zk_props = {**managed_props, **zk_props}
+            zk_server = _managed_zookeeper(directory, zookeeper_nodes, zookeeper_heap_mb,
+                                           _max_session_timeout_ms(overrides),
+                                           die_with_parent, security)
             try:
                 zk_server.start()
             except ZooKeeperStartError as exc:
                 raise ClusterError(f"managed ZooKeeper did not start: {exc}") from exc
             zookeeper = zk_server.connect
         try:
+            client_config = _write_zk_client_config(directory, zookeeper, zk_props)
             info = _prepare(directory, brokers, zookeeper, zk_server, overrides, tls,
-                            dict(placements or {}))
+                            dict(placements or {}), zk_props, client_config)
             cluster = cls(directory, info, zookeeper=zk_server, die_with_parent=die_with_parent)
             for broker_id, env in (broker_env or {}).items():
                 cluster._brokers[broker_id].env = dict(env)
@@ -401,9 +424,13 @@ class LocalCluster:
 
     def zk_settings(self, **overrides: Any) -> ZkSettings:
         """What a tool needs to open this cluster's ZooKeeper as the brokers do (connect
-        string and, when the cluster has them, its ZooKeeper TLS and SASL settings).
-        ``overrides`` are ZkSettings fields (timeouts)."""
-        return ZkSettings(self.info["zookeeper"]["connect"], **overrides)
+        string and, when the cluster has them, its ZooKeeper TLS and SASL settings from
+        ``zookeeper-client.properties``). ``overrides`` are ZkSettings fields (timeouts)."""
+        zk = self.info["zookeeper"]
+        try:
+            return settings_from_file(zk["connect"], zk.get("client_config"), **overrides)
+        except ConfigError as exc:
+            raise ClusterError(f"cannot read this cluster's ZooKeeper settings: {exc}") from None
 
     def broker_ids(self) -> list[int]:
         return sorted(self._brokers)
@@ -425,17 +452,23 @@ class LocalCluster:
         return pid
 
     def zookeeper_pid(self) -> int | None:
-        """The managed ZooKeeper's pid while it runs; None if it is stopped or external."""
+        """The managed ZooKeeper's pid (an ensemble's first node) while it runs; None if it
+        is stopped or external."""
+        pids = self.zookeeper_pids()
+        return pids[0] if pids else None
+
+    def zookeeper_pids(self) -> list[int]:
+        """The pids of the managed ZooKeeper's nodes that run."""
         if self._zookeeper is not None:
-            process = self._zookeeper.process
-            return process.pid if process is not None and process.poll() is None else None
-        pid = self.info["zookeeper"]["pid"]
-        if pid is None or not _alive(pid, str(self.directory / "zookeeper")):
-            return None
-        return pid
+            nodes = getattr(self._zookeeper, "nodes", [self._zookeeper])
+            return [n.process.pid for n in nodes
+                    if n.process is not None and n.process.poll() is None]
+        zk = self.info["zookeeper"]
+        pids = zk.get("pids") or ([zk["pid"]] if zk["pid"] is not None else [])
+        return [p for p in pids if _alive(p, str(self.directory / "zookeeper"))]
 
     def running_pids(self) -> list[int]:
-        pids = [self.broker_pid(b) for b in self.broker_ids()] + [self.zookeeper_pid()]
+        pids = [self.broker_pid(b) for b in self.broker_ids()] + self.zookeeper_pids()
         return [p for p in pids if p is not None]
 
     # -- broker lifecycle -------------------------------------------------------------------
@@ -486,12 +519,15 @@ class LocalCluster:
         """Stop every broker, then the managed ZooKeeper. Idempotent."""
         for broker_id in self.broker_ids():
             self.stop_broker(broker_id, grace)
+        zk = self.info["zookeeper"]
         if self._zookeeper is not None:
             self._zookeeper.stop()
         else:
-            stop_process(self.info["zookeeper"]["pid"], str(self.directory / "zookeeper"), grace)
-        if self.info["zookeeper"]["pid"] is not None:
-            self.info["zookeeper"]["pid"] = None
+            for pid in zk.get("pids") or [zk["pid"]]:
+                stop_process(pid, str(self.directory / "zookeeper"), grace)
+        zk["pid"] = None
+        if "pids" in zk:
+            zk["pids"] = []
         self._save()
 
     def __enter__(self) -> Self:
@@ -563,6 +599,72 @@ class LocalCluster:
         _write_private(self.directory / CLUSTER_FILE, json.dumps(self.info, indent=2) + "\n")
 
 
+def _secure_zookeeper_files(directory: Path) -> tuple[ZkServerSecurity, dict[str, str]]:
+    """Certificates, the SASL user and the client JAAS file of a secure managed ZooKeeper;
+    returns the server's security and the ZooKeeper keys brokers and tools use."""
+    certs = devcerts.generate_zookeeper(directory / ZK_TLS_DIR)
+    password = secrets.token_urlsafe(24)
+    jaas = directory / ZK_CLIENT_JAAS
+    _write_private(jaas, jaas_client_section(ZK_SASL_USER, password))
+    security = ZkServerSecurity(
+        key_store=certs.server,
+        trust_store=certs.ca,
+        sasl_users={ZK_SASL_USER: password},
+        quorum_tls=True,
+        probe_key_store=certs.client,
+    )
+    props = {
+        "zookeeper.ssl.client.enable": "true",
+        "zookeeper.clientCnxnSocket": NETTY_SOCKET,
+        "zookeeper.ssl.keystore.type": "PEM",
+        "zookeeper.ssl.keystore.location": str(certs.client),
+        "zookeeper.ssl.truststore.type": "PEM",
+        "zookeeper.ssl.truststore.location": str(certs.ca),
+        "zookeeper.sasl.jaas.file": str(jaas),
+        "zookeeper.set.acl": "true",
+    }
+    return security, props
+
+
+def _managed_zookeeper(
+    directory: Path, nodes: int, heap_mb: int, max_session_timeout_ms: int,
+    die_with_parent: bool, security: ZkServerSecurity | None,
+) -> ManagedZooKeeper | ZooKeeperEnsemble:
+    if nodes == 1:
+        return ManagedZooKeeper(directory / "zookeeper", heap_mb=heap_mb,
+                                max_session_timeout_ms=max_session_timeout_ms,
+                                die_with_parent=die_with_parent, security=security)
+    if nodes < 3 or nodes % 2 == 0:
+        raise ClusterError(f"a ZooKeeper ensemble needs an odd number of nodes >= 3, not {nodes}")
+    return ZooKeeperEnsemble(directory / "zookeeper", nodes, die_with_parent=die_with_parent,
+                             security=security)
+
+
+def _write_zk_client_config(directory: Path, connect: str, zk_props: Mapping[str, str]) -> Path | None:
+    """``zookeeper-client.properties``: the connect string and the brokers' ZooKeeper
+    security keys, for tools (``--zk-tls-config-file``); None when there are none."""
+    path = directory / ZK_CLIENT_PROPERTIES
+    if not zk_props:
+        path.unlink(missing_ok=True)
+        return None
+    _write_private(path, properties_text({"zookeeper.connect": connect, **zk_props}))
+    return path
+
+
+def _protect_root(settings: ZkSettings) -> None:
+    """The managed ZooKeeper is ours: its root gets the declared ACL too (the brokers'
+    identity ALL, the world READ), so no session but the brokers' creates a znode there."""
+    try:
+        client = open_client(settings)
+    except ZooKeeperUnavailable as exc:
+        raise ClusterError(f"could not reach the managed ZooKeeper: {exc}") from None
+    try:
+        client.set_acls("/", client.acl_for("/"))
+    finally:
+        client.stop()
+        client.close()
+
+
 def _max_session_timeout_ms(overrides: Mapping[str, str]) -> int:
     """The managed ZooKeeper's maxSessionTimeout: at least what the brokers will ask for."""
     asked = overrides.get("zookeeper.session.timeout.ms", "")
@@ -588,14 +690,22 @@ def _prepare(
     overrides: dict[str, str],
     tls: bool,
     placements: Mapping[int, Placement] | None = None,
+    zk_props: Mapping[str, str] | None = None,
+    client_config: Path | None = None,
 ) -> dict[str, Any]:
     """Users in ZooKeeper, TLS material, every broker's server.properties, admin.properties;
     returns the cluster.json dict (pids not yet known)."""
     admin_password = secrets.token_urlsafe(24)
     broker_password = secrets.token_urlsafe(24)
+    try:
+        settings = settings_from_file(zookeeper, str(client_config) if client_config else None)
+    except ConfigError as exc:
+        raise ClusterError(f"--set: {exc}") from None
+    if zk_server is not None and settings.security.set_acl:
+        _protect_root(settings)
     for user, password in ((ADMIN_USER, admin_password), (INTER_BROKER_USER, broker_password)):
         try:
-            bootstrap_user(ZkSettings(zookeeper), user, password, iterations=SCRAM_ITERATIONS)
+            bootstrap_user(settings, user, password, iterations=SCRAM_ITERATIONS)
         except (ZooKeeperUnavailable, StoreError) as exc:
             raise ClusterError(f"could not write the {user} user to ZooKeeper: {exc}") from exc
 
@@ -640,6 +750,7 @@ def _prepare(
             # A restart loads the token cache from this snapshot, caught up from ZooKeeper.
             "token.cache.snapshot.dir": str(broker_dir / "snapshot"),
         }
+        props.update(zk_props or {})
         if master_key is not None:
             props["delegation.token.secret.key"] = master_key
         if certs is not None:
@@ -677,11 +788,7 @@ def _prepare(
         }
     return {
         "bootstrap_servers": ",".join(e["listeners"]["SASL_PLAINTEXT"] for e in entries),
-        "zookeeper": {
-            "connect": zookeeper,
-            "pid": zk_server.pid if zk_server else None,
-            "heap_mb": zk_server.heap_mb if zk_server else None,
-        },
+        "zookeeper": _zookeeper_info(zookeeper, zk_server, client_config, zk_props or {}),
         "brokers": entries,
         "audit_dir": str(audit_dir),
         "admin": {
@@ -693,6 +800,26 @@ def _prepare(
         "tls": tls_info,
         "inter_broker": {"username": INTER_BROKER_USER},
     }
+
+
+def _zookeeper_info(connect: str, server: ManagedZooKeeper | ZooKeeperEnsemble | None,
+                    client_config: Path | None, zk_props: Mapping[str, str]) -> dict[str, Any]:
+    """cluster.json's ``zookeeper``: where it is and where a tool finds what it needs to
+    connect (never a credential)."""
+    nodes = getattr(server, "nodes", [server] if server is not None else [])
+    info: dict[str, Any] = {
+        "connect": connect,
+        "pid": nodes[0].pid if nodes else None,
+        "heap_mb": nodes[0].heap_mb if nodes else None,
+    }
+    if len(nodes) > 1:
+        info["pids"] = [node.pid for node in nodes]
+    if client_config is not None:
+        info["client_config"] = str(client_config)
+        info["tls"] = zk_props.get("zookeeper.ssl.client.enable") == "true"
+        info["sasl"] = "zookeeper.sasl.jaas.file" in zk_props
+        info["set_acl"] = zk_props.get("zookeeper.set.acl") == "true"
+    return info
 
 
 def _admin_client_properties(

@@ -5,7 +5,9 @@ it reads the properties file (through :mod:`tokensvc.properties`), resolves
 relative paths against the file's own directory, reads the master key from
 ``delegation.token.secret.key.file`` (refusing a file that group or others may
 access) or from the environment variable named by ``delegation.token.secret.key.env``,
-and checks that the SSL files exist. It returns the checked configuration with the
+reads the ZooKeeper JAAS file (``zookeeper.sasl.jaas.file``, private like the key file),
+and checks that the SSL files exist. :func:`load_zk_security` reads the same ZooKeeper
+keys for a tool's ``--zk-tls-config-file``. It returns the checked configuration with the
 notices the broker logs once at start: the keys it ignores (names only) and that
 tokens are disabled.
 
@@ -30,6 +32,12 @@ from tokensvc.core.config import (
     master_key_source,
 )
 from tokensvc.core.configdef import PathKind
+from tokensvc.core.zk_security import (
+    JAAS_FILE,
+    ZK_CLIENT_CONFIG,
+    ZkSecurity,
+    zk_security_from_values,
+)
 from tokensvc.properties import read_properties
 
 TOKENS_DISABLED = (
@@ -78,6 +86,8 @@ def _load(props: dict[str, str], source: str, env: Mapping[str, str]) -> LoadedB
         location = props.get(name, "").strip()
         if key.path is PathKind.FILE and location and not _readable_file(location):
             raise ConfigError(name, f"{location} is not a readable file")
+    if props.get(JAAS_FILE, "").strip():
+        resolved[JAAS_FILE] = read_private_text(props[JAAS_FILE].strip(), JAAS_FILE)
     config = BrokerConfig.from_properties(props, resolved=resolved)
     notices = []
     if ignored:
@@ -96,7 +106,12 @@ def _readable_file(location: str) -> bool:
 def read_key_file(location: str) -> str:
     """The master key held in ``location``: a private (no group/other access), non-empty
     UTF-8 file, surrounding blanks removed."""
-    key = SECRET_KEY_FILE
+    return read_private_text(location, SECRET_KEY_FILE).strip()
+
+
+def read_private_text(location: str, key: str) -> str:
+    """The text of ``location``, a private (no group/other access), non-empty UTF-8 file
+    named by ``key``; errors name the key and the file, never the content."""
     try:
         mode = stat.S_IMODE(os.stat(location).st_mode)
         if mode & 0o077:
@@ -110,7 +125,30 @@ def read_key_file(location: str) -> str:
         raise ConfigError(key, f"cannot read {location}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise ConfigError(key, f"{location} is not UTF-8 text") from None
-    current = text.strip()
-    if not current:
+    if not text.strip():
         raise ConfigError(key, f"{location} is empty")
-    return current
+    return text
+
+
+def load_zk_security(path: str | os.PathLike[str]) -> tuple[dict[str, object], ZkSecurity]:
+    """A tool's ``--zk-tls-config-file``: the ZooKeeper keys of a properties file (a
+    broker's ``server.properties`` will do; other keys are ignored), checked as the broker
+    checks them. Returns the typed values (``zookeeper.connect`` and the timeouts, None
+    when absent) and the security they give."""
+    source = os.fspath(path)
+    try:
+        props = read_properties(path)
+        base_dir = os.path.dirname(os.path.abspath(source))
+        props = {k: v for k, v in props.items() if k in ZK_CLIENT_CONFIG.names()}
+        props = ZK_CLIENT_CONFIG.resolve_paths(props, base_dir)
+        for name, key in ZK_CLIENT_CONFIG.keys.items():
+            location = props.get(name, "").strip()
+            if key.path is PathKind.FILE and location and not _readable_file(location):
+                raise ConfigError(name, f"{location} is not a readable file")
+        values = ZK_CLIENT_CONFIG.parse(props)
+        jaas = None
+        if values[JAAS_FILE] is not None:
+            jaas = read_private_text(str(values[JAAS_FILE]), JAAS_FILE)
+        return values, zk_security_from_values(values, jaas)
+    except ConfigError as exc:
+        raise exc if exc.source else exc.in_file(source) from None

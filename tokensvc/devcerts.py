@@ -12,6 +12,18 @@ key stores expect:
   ``ssl.keystore.type=PEM`` takes it (mode 0600),
 - ``client.pem``: the same for a client, when asked for.
 
+:func:`generate_zookeeper` writes the managed ZooKeeper's material in a directory of its
+own, under a CA of its own (a Kafka client certificate signed by the brokers' CA must not
+open ZooKeeper's TLS port):
+
+- ``ca.pem`` / ``ca-key.pem``: ZooKeeper's CA (its trust store, and that of its clients),
+- ``server.pem``: the ZooKeeper servers' key and chain, for the client port and for TLS
+  between ensemble nodes (so it is valid for both server and client authentication), with
+  SAN ``127.0.0.1``, ``localhost`` and any other address the nodes listen on,
+- ``client.pem``: the one identity every broker and tool presents to ZooKeeper
+  (``CN=tokensvc-broker``): ZooKeeper's x509 ACLs name the certificate's subject, so
+  brokers with different subjects could not write each other's znodes.
+
 It must not be used for anything but development and tests: the keys are written
 unencrypted and the CA is trusted by nothing else. It never logs key material.
 """
@@ -32,6 +44,9 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 DEFAULT_HOSTS = ("127.0.0.1", "localhost")
 DEFAULT_VALIDITY_DAYS = 365
+# The subject common name of the brokers' (and tools') ZooKeeper client certificate.
+ZOOKEEPER_CLIENT_NAME = "tokensvc-broker"
+ZOOKEEPER_SERVER_NAME = "tokensvc-zookeeper"
 
 
 @dataclass(frozen=True)
@@ -43,6 +58,17 @@ class DevCertificates:
     ca_key: Path
     broker: Path
     client: Path | None
+
+
+@dataclass(frozen=True)
+class ZkCertificates:
+    """Paths of the PEM files written by :func:`generate_zookeeper`."""
+
+    directory: Path
+    ca: Path
+    ca_key: Path
+    server: Path
+    client: Path
 
 
 def _new_key() -> ec.EllipticCurvePrivateKey:
@@ -84,9 +110,11 @@ def _builder(
     )
 
 
-def _make_ca(not_before: datetime.datetime, days: int) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+def _make_ca(
+    not_before: datetime.datetime, days: int, common_name: str = "tokensvc development CA"
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = _new_key()
-    name = _name("tokensvc development CA")
+    name = _name(common_name)
     cert = (
         _builder(name, name, key.public_key(), not_before, days)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
@@ -107,7 +135,7 @@ def _make_leaf(
     ca_key: ec.EllipticCurvePrivateKey,
     ca_cert: x509.Certificate,
     common_name: str,
-    usage: x509.ObjectIdentifier,
+    usages: Sequence[x509.ObjectIdentifier],
     hosts: Sequence[str],
     not_before: datetime.datetime,
     days: int,
@@ -124,7 +152,7 @@ def _make_leaf(
             ),
             critical=True,
         )
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(list(usages)), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
         )
@@ -156,6 +184,18 @@ def _write(path: Path, data: bytes, mode: int) -> None:
     os.chmod(path, mode)
 
 
+def _start(days: int, not_before: datetime.datetime | None) -> datetime.datetime:
+    if days <= 0:
+        raise ValueError("certificate validity must be at least one day")
+    # Back-date by an hour so a slightly skewed clock does not reject a fresh certificate.
+    return not_before or datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
+
+
+def _chain_pem(key: ec.EllipticCurvePrivateKey, cert: x509.Certificate, ca: x509.Certificate) -> bytes:
+    """A PEM key store: the private key, then the certificate chain ending with the CA."""
+    return _key_pem(key) + _cert_pem(cert) + _cert_pem(ca)
+
+
 def generate(
     directory: str | os.PathLike,
     *,
@@ -166,15 +206,12 @@ def generate(
 ) -> DevCertificates:
     """Write a fresh CA, a broker certificate for ``hosts`` and, if ``client_name`` is
     given, a client certificate with that common name, all under ``directory``."""
-    if days <= 0:
-        raise ValueError("certificate validity must be at least one day")
+    start = _start(days, not_before)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    # Back-date by an hour so a slightly skewed clock does not reject a fresh certificate.
-    start = not_before or datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
     ca_key, ca_cert = _make_ca(start, days)
     broker_key, broker_cert = _make_leaf(
-        ca_key, ca_cert, "tokensvc broker", ExtendedKeyUsageOID.SERVER_AUTH, hosts, start, days
+        ca_key, ca_cert, "tokensvc broker", [ExtendedKeyUsageOID.SERVER_AUTH], hosts, start, days
     )
     paths = DevCertificates(
         directory=out,
@@ -185,10 +222,47 @@ def generate(
     )
     _write(paths.ca, _cert_pem(ca_cert), 0o644)
     _write(paths.ca_key, _key_pem(ca_key), 0o600)
-    _write(paths.broker, _key_pem(broker_key) + _cert_pem(broker_cert) + _cert_pem(ca_cert), 0o600)
+    _write(paths.broker, _chain_pem(broker_key, broker_cert, ca_cert), 0o600)
     if client_name and paths.client is not None:
         client_key, client_cert = _make_leaf(
-            ca_key, ca_cert, client_name, ExtendedKeyUsageOID.CLIENT_AUTH, (), start, days
+            ca_key, ca_cert, client_name, [ExtendedKeyUsageOID.CLIENT_AUTH], (), start, days
         )
-        _write(paths.client, _key_pem(client_key) + _cert_pem(client_cert) + _cert_pem(ca_cert), 0o600)
+        _write(paths.client, _chain_pem(client_key, client_cert, ca_cert), 0o600)
+    return paths
+
+
+def generate_zookeeper(
+    directory: str | os.PathLike,
+    hosts: Sequence[str] = (),
+    *,
+    days: int = DEFAULT_VALIDITY_DAYS,
+    not_before: datetime.datetime | None = None,
+) -> ZkCertificates:
+    """Write a fresh ZooKeeper CA, a server certificate for the loopback names plus
+    ``hosts`` (the addresses ensemble nodes listen on elsewhere), and the brokers'
+    client certificate, all under ``directory``."""
+    start = _start(days, not_before)
+    names = list(dict.fromkeys([*DEFAULT_HOSTS, *hosts]))
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    ca_key, ca_cert = _make_ca(start, days, "tokensvc development ZooKeeper CA")
+    # Ensemble nodes present this certificate to each other in both roles.
+    server_key, server_cert = _make_leaf(
+        ca_key, ca_cert, ZOOKEEPER_SERVER_NAME,
+        [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH], names, start, days,
+    )
+    client_key, client_cert = _make_leaf(
+        ca_key, ca_cert, ZOOKEEPER_CLIENT_NAME, [ExtendedKeyUsageOID.CLIENT_AUTH], (), start, days
+    )
+    paths = ZkCertificates(
+        directory=out,
+        ca=out / "ca.pem",
+        ca_key=out / "ca-key.pem",
+        server=out / "server.pem",
+        client=out / "client.pem",
+    )
+    _write(paths.ca, _cert_pem(ca_cert), 0o644)
+    _write(paths.ca_key, _key_pem(ca_key), 0o600)
+    _write(paths.server, _chain_pem(server_key, server_cert, ca_cert), 0o600)
+    _write(paths.client, _chain_pem(client_key, client_cert, ca_cert), 0o600)
     return paths

@@ -1,33 +1,54 @@
 """Opening kazoo clients for tokensvc.
 
 Owns: parsing a Kafka-style ``zookeeper.connect`` (``h:p,h:p/chroot``), creating
-the chroot when missing, session/connection timeouts, and optional digest
-credentials with the ACLs that go with them. Callers get a started
-``KazooClient``; everything else about ZooKeeper lives in the stores.
+the chroot when missing, session/connection timeouts, how the session proves who it
+is (TLS with a client certificate, SASL DIGEST-MD5, the legacy digest: a
+:class:`tokensvc.core.zk_security.ZkSecurity`), and the ACL of every znode the client
+creates: :class:`AclClient` asks the declared table (:mod:`zk.znode_acls`) for the ACL
+of each path it creates, through ``create``, ``ensure_path`` and transactions alike,
+so no store names an ACL. Callers get a started ``KazooClient``; everything else about
+ZooKeeper lives in the stores.
+
+A start that cannot work fails within the connection timeout with one line naming
+the cause (:class:`ZooKeeperUnavailable`): nothing listening, a TLS handshake refused
+(which side's certificate), a SASL login refused, a server that demands
+authentication the settings do not give.
 
 It also says which session timeout ZooKeeper granted: a server caps the requested
 timeout to its ``minSessionTimeout``/``maxSessionTimeout``, and a broker that asked for
 18 s but got 10 s loses its session, and its controller role, sooner than its operator
 expects. ``open_client`` logs the negotiated timeout once the session is up and warns
-when it is lower than the configured one. It must not log session passwords or digest
-credentials.
+when it is lower than the configured one. It must not log session passwords, SASL or
+digest credentials, or key passwords.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import socket
+import ssl
+from dataclasses import dataclass, field, replace
 
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, TransactionRequest
+from kazoo.exceptions import (
+    AuthFailedError,
+    KazooException,
+    NoAuthError,
+    SessionClosedRequireSaslError,
+)
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.serialization import Connect
 from kazoo.retry import KazooRetry
+
+from tokensvc.core.zk_security import JAAS_FILE, KEYSTORE, SSL_ENABLE, ZkSecurity
+from zk import znode_acls
 
 log = logging.getLogger("zk.client")
 
 
 class ZooKeeperUnavailable(RuntimeError):
-    """ZooKeeper could not be reached within the connection timeout."""
+    """ZooKeeper could not be used: not reachable within the connection timeout, or it
+    refused this client's TLS or SASL. The message is one line naming the cause."""
 
 
 @dataclass(frozen=True)
@@ -35,8 +56,13 @@ class ZkSettings:
     connect: str
     session_timeout_ms: int = 18_000
     connection_timeout_ms: int = 18_000
-    # "user:password" for digest authentication, or None.
-    digest: str | None = None
+    # "user:password" for digest authentication, or None (a shortcut for security.digest).
+    digest: str | None = field(default=None, repr=False)
+    security: ZkSecurity = field(default_factory=ZkSecurity)
+
+    def __post_init__(self) -> None:
+        if self.digest is not None and self.security.digest is None:
+            object.__setattr__(self, "security", replace(self.security, digest=self.digest))
 
     @property
     def hosts(self) -> str:
@@ -49,15 +75,196 @@ class ZkSettings:
         return "/" + self.connect.split("/", 1)[1].strip("/")
 
 
-def _make(settings: ZkSettings, hosts: str) -> KazooClient:
-    auth = [("digest", settings.digest)] if settings.digest else None
-    return KazooClient(
+def settings_from_file(connect: str | None, config_file: str | None, **timeouts: int) -> ZkSettings:
+    """A tool's settings: ``connect`` (else the file's ``zookeeper.connect``) and the
+    ZooKeeper security keys of ``config_file`` (a ``--zk-tls-config-file``; a broker's
+    ``server.properties`` will do). ``timeouts`` are ZkSettings fields; the file's own
+    timeouts fill those not given. Raises ConfigError naming the file and the key."""
+    from tokensvc.config_loader import load_zk_security
+    from tokensvc.core.configdef import ConfigError
+
+    if config_file is None:
+        if not connect:
+            raise ConfigError("zookeeper.connect", "no ZooKeeper connect string given")
+        return ZkSettings(connect, **timeouts)
+    values, security = load_zk_security(config_file)
+    connect = connect or values["zookeeper.connect"]
+    if not connect:
+        raise ConfigError("zookeeper.connect", "no ZooKeeper connect string given", config_file)
+    for key, name in (("session_timeout_ms", "zookeeper.session.timeout.ms"),
+                      ("connection_timeout_ms", "zookeeper.connection.timeout.ms")):
+        if key not in timeouts and values[name] is not None:
+            timeouts[key] = int(values[name])
+    return ZkSettings(str(connect), security=security, **timeouts)
+
+
+class _AclTransaction(TransactionRequest):
+    """A transaction whose creates take the declared ACL of their path."""
+
+    def create(self, path, value=b"", acl=None, ephemeral=False, sequence=False):
+        if acl is None:
+            acl = self.client.acl_for(path)
+        return super().create(path, value, acl=acl, ephemeral=ephemeral, sequence=sequence)
+
+
+class AclClient(KazooClient):
+    """A kazoo client that gives every znode it creates the ACL the table declares for
+    its path (relative to the chroot). The one adapter over kazoo's create calls:
+    ``create`` and ``ensure_path`` go through ``create_async``; transactions through
+    :class:`_AclTransaction`."""
+
+    def __init__(self, *args, secure_acls: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.secure_acls = secure_acls
+        _refusal_ends_the_session(self)
+
+    def acl_for(self, path: str) -> list:
+        return znode_acls.acl_for(path, self.secure_acls)
+
+    def create_async(self, path, value=b"", acl=None, ephemeral=False, sequence=False,
+                     makepath=False, include_data=False):
+        if acl is None:
+            acl = self.acl_for(path)
+        return super().create_async(path, value, acl=acl, ephemeral=ephemeral,
+                                    sequence=sequence, makepath=makepath,
+                                    include_data=include_data)
+
+    def transaction(self) -> _AclTransaction:
+        return _AclTransaction(self)
+
+
+class _StartLogger(logging.LoggerAdapter):
+    """kazoo's logger for one client, quiet while the client starts: a refused start is
+    said once, by :class:`ZooKeeperUnavailable`, not by kazoo's retry warnings."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.getLogger("kazoo.client"), {})
+        self.quiet = True
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: object) -> None:
+        if self.quiet and level < logging.ERROR:
+            return
+        super().log(level, msg, *args, **kwargs)
+
+
+def _refusal_ends_the_session(client: KazooClient) -> None:
+    """A refused SASL login ends the session as kazoo's own AUTH_FAILED does.
+
+    kazoo 2.11 authenticates SASL after it reported CONNECTED, and when ZooKeeper
+    answers the login with an error (``SessionClosedRequireSaslError`` for a wrong
+    password), the exception escapes its connection thread: the thread dies with a
+    traceback on stderr and pending requests wait for ever. This wraps the connection
+    handler's SASL step (``_authenticate_with_sasl``, called only there) so any refusal
+    is raised as ``AuthFailedError``, which kazoo's loop turns into the AUTH_FAILED
+    state: pending requests fail with it, the state becomes LOST, and no retry follows.
+    The tests of a wrong password at start fail if a kazoo release changes this.
+    """
+    handler = client._connection
+    authenticate = handler._authenticate_with_sasl
+
+    def _authenticate_with_sasl(host: str, timeout: float) -> None:
+        try:
+            authenticate(host, timeout)
+        except AuthFailedError:
+            raise
+        except KazooException as exc:
+            raise AuthFailedError(f"SASL login refused: {type(exc).__name__}") from None
+
+    handler._authenticate_with_sasl = _authenticate_with_sasl
+
+
+def _make(settings: ZkSettings, hosts: str) -> AclClient:
+    security = settings.security
+    options: dict = {}
+    if security.digest:
+        options["auth_data"] = [("digest", security.digest)]
+    if security.sasl is not None:
+        options["sasl_options"] = {
+            "mechanism": security.sasl.mechanism,
+            "username": security.sasl.username,
+            "password": security.sasl.password,
+        }
+    if security.tls is not None:
+        tls = security.tls
+        options.update(use_ssl=True, ca=tls.truststore, verify_certs=True,
+                       check_hostname=tls.check_hostname)
+        if tls.keystore:
+            options.update(certfile=tls.keystore, keyfile=tls.keystore,
+                           keyfile_password=tls.key_password)
+    return AclClient(
         hosts=hosts,
+        logger=_StartLogger(),
         timeout=settings.session_timeout_ms / 1000.0,
         connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
         command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0),
-        auth_data=auth,
+        secure_acls=security.set_acl,
+        **options,
     )
+
+
+def _host_ports(hosts: str) -> list[tuple[str, int]]:
+    out = []
+    for item in hosts.split(","):
+        host, _, port = item.strip().rpartition(":")
+        out.append((host.strip("[]"), int(port)))
+    return out
+
+
+def _tls_context(settings: ZkSettings) -> ssl.SSLContext:
+    tls = settings.security.tls
+    assert tls is not None
+    context = ssl.create_default_context(cafile=tls.truststore)
+    context.check_hostname = tls.check_hostname
+    if tls.keystore:
+        context.load_cert_chain(tls.keystore, tls.keystore, password=tls.key_password)
+    return context
+
+
+def _tls_preflight(settings: ZkSettings, timeout: float) -> None:
+    """Fail fast, with the cause, when no ZooKeeper server completes a TLS handshake with
+    these settings (kazoo retries a refused handshake until the timeout, silently)."""
+    try:
+        context = _tls_context(settings)
+    except (OSError, ssl.SSLError) as exc:
+        raise ZooKeeperUnavailable(
+            f"cannot use the ZooKeeper TLS files ({SSL_ENABLE}, {KEYSTORE}, truststore): "
+            f"{getattr(exc, 'strerror', None) or exc}"
+        ) from None
+    causes = []
+    for host, port in _host_ports(settings.hosts):
+        try:
+            with socket.create_connection((host, port), timeout=min(timeout, 5.0)) as raw, \
+                    context.wrap_socket(raw, server_hostname=host) as tls:
+                # TLS 1.3 reports a refused client certificate only at the first read.
+                tls.settimeout(0.2)
+                try:
+                    tls.recv(1)
+                except TimeoutError:
+                    return
+                except ssl.SSLError as exc:
+                    causes.append(f"{host}:{port}: {_tls_words(exc)}")
+                    continue
+                return
+        except ssl.SSLError as exc:
+            causes.append(f"{host}:{port}: {_tls_words(exc)}")
+        except OSError as exc:
+            causes.append(f"{host}:{port}: {exc.strerror or exc}")
+    raise ZooKeeperUnavailable(
+        "ZooKeeper refused the TLS connection: " + "; ".join(causes)
+    )
+
+
+def _tls_words(exc: ssl.SSLError) -> str:
+    reason = getattr(exc, "reason", None) or str(exc)
+    words = {
+        "CERTIFICATE_VERIFY_FAILED": "its certificate is not signed by the trust store "
+                                     "(or does not name the host)",
+        "TLSV13_ALERT_CERTIFICATE_REQUIRED": "it requires a client certificate",
+        "SSLV3_ALERT_BAD_CERTIFICATE": "it refused the client certificate",
+        "TLSV1_ALERT_UNKNOWN_CA": "it does not trust the client certificate's CA",
+        "WRONG_VERSION_NUMBER": "it does not speak TLS on this port",
+    }
+    return words.get(reason, f"TLS error {reason}")
 
 
 class _NegotiatedTimeout:
@@ -108,29 +315,52 @@ def _log_session_timeout(client: KazooClient, settings: ZkSettings) -> None:
                  negotiated, configured)
 
 
+def _start(client: KazooClient, settings: ZkSettings, where: str, timeout: float) -> None:
+    """Start ``client`` and make one read, so that a refused login, or a server that
+    demands authentication these settings do not give, is said now, in one line
+    (:class:`ZooKeeperUnavailable`), within ``timeout``."""
+    try:
+        client.start(timeout=timeout)
+        client.exists_async("/").get(timeout=timeout)
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one line
+        client.stop()
+        client.close()
+        raise ZooKeeperUnavailable(_start_failure(exc, settings, where, timeout)) from None
+    client.logger.quiet = False
+
+
+def _start_failure(exc: BaseException, settings: ZkSettings, where: str, timeout: float) -> str:
+    sasl = settings.security.sasl
+    if isinstance(exc, AuthFailedError) and sasl is not None:
+        return (f"ZooKeeper at {where} refused the SASL {sasl.mechanism} login of user "
+                f"{sasl.username!r} ({JAAS_FILE}): wrong user name or password")
+    if isinstance(exc, SessionClosedRequireSaslError):
+        return (f"ZooKeeper at {where} requires SASL authentication: set {JAAS_FILE} "
+                "(and zookeeper.sasl.client=true)")
+    if isinstance(exc, (AuthFailedError, NoAuthError)):
+        return f"ZooKeeper at {where} refused this client's credentials ({type(exc).__name__})"
+    if isinstance(exc, KazooTimeoutError) or "time" in type(exc).__name__.lower():
+        hint = "" if settings.security.tls is not None else (
+            f" (a TLS-only client port needs {SSL_ENABLE}=true and the zookeeper.ssl.* stores)")
+        return f"could not connect to ZooKeeper at {where} within {timeout:.0f}s{hint}"
+    return f"could not use ZooKeeper at {where}: {type(exc).__name__}"
+
+
 def open_client(settings: ZkSettings) -> KazooClient:
-    """A started client rooted at the chroot (created if missing)."""
+    """A started client rooted at the chroot (created if missing, with the table's ACL)."""
     timeout = settings.connection_timeout_ms / 1000.0
+    if settings.security.tls is not None:
+        _tls_preflight(settings, timeout)
     if settings.chroot:
         root = _make(settings, settings.hosts)
+        _start(root, settings, settings.hosts, timeout)
         try:
-            root.start(timeout=timeout)
             root.ensure_path(settings.chroot)
-        except KazooTimeoutError as exc:
-            raise ZooKeeperUnavailable(
-                f"could not connect to ZooKeeper at {settings.hosts} within {timeout:.0f}s"
-            ) from exc
         finally:
             root.stop()
             root.close()
     client = _make(settings, settings.hosts + settings.chroot)
     client._tokensvc_negotiated = _NegotiatedTimeout(client)
-    try:
-        client.start(timeout=timeout)
-    except KazooTimeoutError as exc:
-        client.close()
-        raise ZooKeeperUnavailable(
-            f"could not connect to ZooKeeper at {settings.connect} within {timeout:.0f}s"
-        ) from exc
+    _start(client, settings, settings.connect, timeout)
     _log_session_timeout(client, settings)
     return client

@@ -10,8 +10,18 @@ It never downloads anything and never listens beyond 127.0.0.1, except on the
 addresses an ensemble is given (the partition harness's network namespaces,
 ``bench.netns``), where a command prefix starts each node. Start-up fails
 with :class:`ZooKeeperStartError` and a message a person can act on (Java
-missing, port in use, the server died, it did not answer in time) instead of
-hanging.
+missing, port in use, a key or trust store missing, unreadable or expired, the
+server died, it did not answer in time) instead of hanging.
+
+Security: given a :class:`ZkServerSecurity`, a node serves only a TLS client port
+(``secureClientPort``, Netty) that requires a client certificate signed by the
+trust store's CA, registers the x509 and SASL authentication providers, and
+refuses every request of a session that has not logged in with SASL
+(``enforce.auth``); an ensemble's nodes also speak TLS to each other. The SASL
+users live in a JAAS file (mode 0600) in the node's directory, never in
+``zoo.cfg``, a log or an error. No super user is configured: not
+``superDigest``, not an x509 super user. Without it the node is plain, as it
+always was.
 
 Sizing: the heap is a setting (``heap_mb``; :data:`DEFAULT_HEAP_MB` holds a
 million delegation tokens, see docs/operations.md), the data directory stays
@@ -24,17 +34,24 @@ at 20 ticks, 10 s with our 500 ms tick, below the brokers' 18 s).
 from __future__ import annotations
 
 import ctypes
+import datetime
 import glob
 import importlib.util
 import os
+import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Self
+
+from cryptography import x509
 
 # Jars of pyspark/jars/ that QuorumPeerMain needs (prefixes of file names).
 _JAR_PREFIXES = (
@@ -52,6 +69,9 @@ _JAR_PREFIXES = (
     "netty-codec-4",
     "netty-resolver-4",
     "netty-transport-native-unix-common-",
+    # The Netty connection factory of a TLS client port asks for epoll (it falls back
+    # to NIO without the native library, which the classes jar alone does not load).
+    "netty-transport-classes-epoll-",
     "metrics-core-",
     "commons-io-",
     "snappy-java-",
@@ -108,6 +128,148 @@ def parse_heap_mb(text: str) -> int:
 
 class ZooKeeperStartError(RuntimeError):
     """ZooKeeper could not be started; the message says why and what to do."""
+
+
+# A SASL user name becomes the JAAS option ``user_<name>``: a bare word of the JAAS syntax.
+_SASL_USER = re.compile(r"[A-Za-z0-9_.-]+")
+
+
+@dataclass(frozen=True)
+class ZkServerSecurity:
+    """What a secured managed ZooKeeper node needs: PEM key and trust stores and the SASL
+    (DIGEST-MD5) users it accepts.
+
+    ``key_store`` holds the node's private key followed by its certificate chain (as
+    :func:`tokensvc.devcerts.generate_zookeeper` writes ``server.pem``); it serves the
+    client port and, with ``quorum_tls``, the links between ensemble nodes, so its
+    certificate must allow server and client authentication and name every address the
+    nodes use. ``trust_store`` is the CA that signs the clients' (and the nodes')
+    certificates. ``probe_key_store`` is the client certificate the readiness probe shows
+    (default: ``key_store``); the probe only sends ``srvr`` and never logs in.
+    """
+
+    key_store: Path
+    trust_store: Path
+    sasl_users: Mapping[str, str] = field(repr=False, hash=False)
+    quorum_tls: bool = True
+    probe_key_store: Path | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "key_store", Path(self.key_store))
+        object.__setattr__(self, "trust_store", Path(self.trust_store))
+        if self.probe_key_store is not None:
+            object.__setattr__(self, "probe_key_store", Path(self.probe_key_store))
+        if not self.sasl_users:
+            raise ValueError("a secured ZooKeeper needs at least one SASL user")
+        for name, password in self.sasl_users.items():
+            if not _SASL_USER.fullmatch(name):
+                raise ValueError(
+                    f"SASL user name {name!r} must be letters, digits, '_', '.' or '-'"
+                )
+            if not password or not password.isprintable():
+                raise ValueError(f"the password of SASL user {name!r} must be printable and not empty")
+        object.__setattr__(self, "sasl_users", MappingProxyType(dict(self.sasl_users)))
+
+    def check_stores(self, now: datetime.datetime | None = None) -> None:
+        """Raise :class:`ZooKeeperStartError` naming a key or trust store that is missing,
+        unreadable or expired: ZooKeeper itself would start without a usable store and
+        never serve, so the start would only fail at its timeout."""
+        when = now or datetime.datetime.now(datetime.UTC)
+        key_stores = [("key store", self.key_store)]
+        if self.probe_key_store is not None:
+            key_stores.append(("probe key store", self.probe_key_store))
+        for what, path in [*key_stores, ("trust store", self.trust_store)]:
+            if not path.is_file():
+                raise ZooKeeperStartError(f"cannot start ZooKeeper: its {what} {path} does not exist")
+        for what, path in key_stores:
+            try:
+                ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(path)
+            except (ssl.SSLError, OSError) as exc:
+                raise ZooKeeperStartError(
+                    f"cannot start ZooKeeper: its {what} {path} is not a PEM private key "
+                    f"followed by its certificate chain ({exc.__class__.__name__})"
+                ) from None
+            _check_validity(what, path, when)
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(self.trust_store)
+        except (ssl.SSLError, OSError) as exc:
+            raise ZooKeeperStartError(
+                f"cannot start ZooKeeper: its trust store {self.trust_store} holds no PEM "
+                f"certificate ({exc.__class__.__name__})"
+            ) from None
+
+    def probe_context(self) -> ssl.SSLContext:
+        """A TLS client context that trusts the node and shows the probe's certificate."""
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.load_verify_locations(self.trust_store)
+        context.load_cert_chain(self.probe_key_store or self.key_store)
+        return context
+
+    def jaas(self) -> str:
+        """The JAAS ``Server`` section that holds the SASL users (secret: write it 0600)."""
+        options = "".join(
+            f'    user_{name}="{_jaas_quote(password)}"\n' for name, password in self.sasl_users.items()
+        )
+        return (
+            "Server {\n"
+            "    org.apache.zookeeper.server.auth.DigestLoginModule required\n"
+            f"{options.rstrip()};\n"
+            "};\n"
+        )
+
+    def client_port_config(self, host: str, port: int) -> list[str]:
+        """The ``zoo.cfg`` lines of a TLS-only client port that needs a certificate and SASL."""
+        return [
+            f"secureClientPort={port}",
+            f"secureClientPortAddress={host}",
+            "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+            f"ssl.keyStore.location={self.key_store}",
+            "ssl.keyStore.type=PEM",
+            f"ssl.trustStore.location={self.trust_store}",
+            "ssl.trustStore.type=PEM",
+            "ssl.clientAuth=need",
+            # The handshake maps the client certificate to an x509 identity; without the
+            # provider registered the server closes every TLS connection.
+            "authProvider.x509=org.apache.zookeeper.server.auth.X509AuthenticationProvider",
+            "authProvider.sasl=org.apache.zookeeper.server.auth.SASLAuthenticationProvider",
+            # A session that has not logged in with SASL gets an error and is closed at
+            # its first request (the x509 identity alone is not enough).
+            "enforce.auth.enabled=true",
+            "enforce.auth.schemes=sasl",
+        ]
+
+    def quorum_config(self) -> list[str]:
+        """The ``zoo.cfg`` lines of TLS between ensemble nodes (empty without ``quorum_tls``)."""
+        if not self.quorum_tls:
+            return []
+        return [
+            "sslQuorum=true",
+            "portUnification=false",
+            f"ssl.quorum.keyStore.location={self.key_store}",
+            "ssl.quorum.keyStore.type=PEM",
+            f"ssl.quorum.trustStore.location={self.trust_store}",
+            "ssl.quorum.trustStore.type=PEM",
+            "ssl.quorum.clientAuth=need",
+            # Each node checks its peer's certificate names the address it connected to
+            # (or came from): the server certificate lists every node address.
+            "ssl.quorum.hostnameVerification=true",
+        ]
+
+
+def _check_validity(what: str, path: Path, now: datetime.datetime) -> None:
+    """The first certificate of a PEM key store is valid at ``now``."""
+    leaf = x509.load_pem_x509_certificates(path.read_bytes())[0]
+    if not leaf.not_valid_before_utc <= now <= leaf.not_valid_after_utc:
+        raise ZooKeeperStartError(
+            f"cannot start ZooKeeper: the certificate of its {what} {path} is valid only "
+            f"from {leaf.not_valid_before_utc:%Y-%m-%d %H:%M} to "
+            f"{leaf.not_valid_after_utc:%Y-%m-%d %H:%M} UTC"
+        )
+
+
+def _jaas_quote(text: str) -> str:
+    """``text`` inside a JAAS double-quoted value (backslash and quote escaped)."""
+    return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def find_java() -> str:
@@ -172,16 +334,35 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
         return False
 
 
-def four_letter_word(host: str, port: int, word: str, timeout: float = 1.0) -> str:
-    with socket.create_connection((host, port), timeout=timeout) as s:
-        s.sendall(word.encode("ascii"))
-        chunks = []
-        while True:
-            data = s.recv(4096)
-            if not data:
-                break
-            chunks.append(data)
+def four_letter_word(
+    host: str, port: int, word: str, timeout: float = 1.0, *, tls: ssl.SSLContext | None = None
+) -> str:
+    """Send a four-letter word (``srvr``, ``cons``...) and return the reply; over TLS
+    (``tls``, with a client certificate) on a secured node's port."""
+    with socket.create_connection((host, port), timeout=timeout) as raw:
+        s = tls.wrap_socket(raw, server_hostname=host) if tls is not None else raw
+        try:
+            s.sendall(word.encode("ascii"))
+            chunks = []
+            while True:
+                data = s.recv(4096)
+                if not data:
+                    break
+                chunks.append(data)
+        finally:
+            if s is not raw:
+                s.close()
     return b"".join(chunks).decode("utf-8", "replace")
+
+
+def _write_secret(path: Path, text: str) -> None:
+    """Create (or replace) ``path`` readable by its owner only, from the start."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, text.encode("utf-8"))
+    finally:
+        os.close(fd)
+    os.chmod(path, 0o600)
 
 
 def _die_with_parent() -> None:  # runs in the child between fork and exec
@@ -209,6 +390,8 @@ class ZooKeeperNode:
     die_with_parent: bool = True
     # ZooKeeper's own audit log of every write (session, auth id, operation, path).
     audit: bool = False
+    # TLS-only client port, client certificates, SASL enforced; None: plain, open.
+    security: ZkServerSecurity | None = None
     process: subprocess.Popen | None = None
 
     @property
@@ -227,6 +410,10 @@ class ZooKeeperNode:
     def audit_log_path(self) -> Path:
         return self.data_dir / "zookeeper-audit.log"
 
+    @property
+    def jaas_path(self) -> Path:
+        return self.data_dir / "jaas.conf"
+
     def _write_config(self) -> Path:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         (self.data_dir / "data").mkdir(exist_ok=True)
@@ -235,8 +422,11 @@ class ZooKeeperNode:
             "initLimit=20",
             "syncLimit=10",
             f"dataDir={self.data_dir / 'data'}",
-            f"clientPort={self.client_port}",
-            f"clientPortAddress={self.host}",
+            *(
+                [f"clientPort={self.client_port}", f"clientPortAddress={self.host}"]
+                if self.security is None
+                else self.security.client_port_config(self.host, self.client_port)
+            ),
             "admin.enableServer=false",
             "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons",
             "maxClientCnxns=0",
@@ -251,6 +441,8 @@ class ZooKeeperNode:
         if self.audit:
             lines.append("audit.enable=true")
         if self.peers:
+            if self.security is not None:
+                lines.extend(self.security.quorum_config())
             for sid, quorum, election in self.peers:
                 host = self.peer_hosts.get(sid, self.host)
                 lines.append(f"server.{sid}={host}:{quorum}:{election}")
@@ -260,6 +452,8 @@ class ZooKeeperNode:
         (self.data_dir / "log4j2.properties").write_text(
             _LOG4J2.format(log=self.log_path, audit=self.audit_log_path)
         )
+        if self.security is not None:
+            _write_secret(self.jaas_path, self.security.jaas())
         return cfg
 
     def spawn(self) -> None:
@@ -289,7 +483,12 @@ class ZooKeeperNode:
             raise ZooKeeperStartError(
                 f"cannot start ZooKeeper: port {self.host}:{self.client_port} is already in use"
             )
+        if self.security is not None:
+            self.security.check_stores()
         cfg = self._write_config()
+        jaas = (
+            [f"-Djava.security.auth.login.config={self.jaas_path}"] if self.security is not None else []
+        )
         return [
             *self.prefix,
             java,
@@ -299,22 +498,35 @@ class ZooKeeperNode:
             f"-Xlog:gc:file={self.data_dir / 'gc.log'}:time,uptime:filecount=5,filesize=10m",
             "-Dzookeeper.admin.enableServer=false",
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
+            *jaas,
             "-cp",
             zookeeper_classpath(),
             "org.apache.zookeeper.server.quorum.QuorumPeerMain",
             str(cfg),
         ]
 
+    def four_letter_word(self, word: str, timeout: float = 1.0) -> str:
+        """Ask this node a four-letter word, over TLS with the probe's certificate when
+        the node is secured."""
+        tls = self.security.probe_context() if self.security is not None else None
+        return four_letter_word(self.host, self.client_port, word, timeout, tls=tls)
+
+    @property
+    def _probe_timeout(self) -> float:
+        # A TLS handshake with a JVM that has just started can take longer than half a
+        # second; a probe cut off in the middle only makes the node log a failed handshake.
+        return 0.5 if self.security is None else 2.0
+
     def serving(self) -> bool:
         try:
-            reply = four_letter_word(self.host, self.client_port, "srvr", timeout=0.5)
-        except OSError:
+            reply = self.four_letter_word("srvr", timeout=self._probe_timeout)
+        except OSError:  # ssl.SSLError is one too
             return False
         return "Mode:" in reply
 
     def mode(self) -> str | None:
         try:
-            reply = four_letter_word(self.host, self.client_port, "srvr", timeout=0.5)
+            reply = self.four_letter_word("srvr", timeout=self._probe_timeout)
         except OSError:
             return None
         for line in reply.splitlines():
@@ -390,6 +602,7 @@ class ManagedZooKeeper(ZooKeeperNode):
         max_session_timeout_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS,
         die_with_parent: bool = True,
         audit: bool = False,
+        security: ZkServerSecurity | None = None,
     ) -> None:
         super().__init__(
             data_dir=Path(data_dir),
@@ -399,6 +612,7 @@ class ManagedZooKeeper(ZooKeeperNode):
             max_session_timeout_ms=max_session_timeout_ms,
             die_with_parent=die_with_parent,
             audit=audit,
+            security=security,
         )
 
     def __enter__(self) -> Self:
@@ -424,6 +638,7 @@ class ZooKeeperEnsemble:
         die_with_parent: bool = True,
         hosts: list[str] | None = None,
         prefixes: list[list[str]] | None = None,
+        security: ZkServerSecurity | None = None,
     ) -> None:
         if size < 1:
             raise ValueError("an ensemble needs at least one node")
@@ -449,6 +664,7 @@ class ZooKeeperEnsemble:
                 prefix=list(prefixes[sid - 1]) if prefixes else [],
                 tick_ms=tick_ms,
                 die_with_parent=die_with_parent,
+                security=security,
             )
             for sid, _, _ in peers
         ]

@@ -14,6 +14,7 @@ from zk.server import (
     ZooKeeperStartError,
     find_java,
     four_letter_word,
+    free_port,
     parse_heap_mb,
 )
 
@@ -43,6 +44,30 @@ def test_standalone_serves_on_loopback_and_stops(tmp_path):
         server.stop()
     assert server.pid is None
     assert not server.serving()
+
+
+def test_a_node_without_security_keeps_its_open_plain_configuration(tmp_path):
+    port = free_port()
+    node = ManagedZooKeeper(tmp_path / "zk", port=port)
+    command = node.command()
+    data = tmp_path / "zk" / "data"
+    assert (tmp_path / "zk" / "zoo.cfg").read_text().splitlines() == [
+        "tickTime=500",
+        "initLimit=20",
+        "syncLimit=10",
+        f"dataDir={data}",
+        f"clientPort={port}",
+        "clientPortAddress=127.0.0.1",
+        "admin.enableServer=false",
+        "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons",
+        "maxClientCnxns=0",
+        "minSessionTimeout=1000",
+        "maxSessionTimeout=60000",
+        "autopurge.snapRetainCount=3",
+        "autopurge.purgeInterval=1",
+    ]
+    assert not [arg for arg in command if "login.config" in arg]
+    assert not node.jaas_path.exists()
 
 
 def test_a_port_in_use_is_a_clear_error(tmp_path):

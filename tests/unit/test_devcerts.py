@@ -1,5 +1,6 @@
 """Dev TLS material: the files load into ssl contexts and a real loopback handshake
-succeeds with the dev CA (one-way and two-way) and fails without it."""
+succeeds with the dev CA (one-way and two-way) and fails without it; ZooKeeper's
+material has a CA of its own that refuses the brokers' client certificates."""
 
 from __future__ import annotations
 
@@ -11,8 +12,15 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tokensvc.devcerts import DevCertificates, generate
+from tokensvc.devcerts import (
+    ZOOKEEPER_CLIENT_NAME,
+    DevCertificates,
+    ZkCertificates,
+    generate,
+    generate_zookeeper,
+)
 
 
 @pytest.fixture(scope="module")
@@ -150,3 +158,107 @@ def test_client_certificate_is_only_written_when_asked(tmp_path: Path) -> None:
     paths = generate(tmp_path)
     assert paths.client is None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["broker.pem", "ca-key.pem", "ca.pem"]
+
+
+# ZooKeeper's material: its own CA, a server certificate for every node address (used in
+# both roles between ensemble nodes) and the one client identity of brokers and tools.
+
+
+@pytest.fixture(scope="module")
+def zk_certs(tmp_path_factory: pytest.TempPathFactory) -> ZkCertificates:
+    return generate_zookeeper(tmp_path_factory.mktemp("zk-tls"), hosts=["10.77.0.2", "zk2.test"])
+
+
+def _zk_server_context(certs: ZkCertificates) -> ssl.SSLContext:
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(certs.server)
+    ctx.verify_mode = ssl.CERT_REQUIRED
+    ctx.load_verify_locations(certs.ca)
+    return ctx
+
+
+def _leaf(path: Path) -> x509.Certificate:
+    return x509.load_pem_x509_certificates(path.read_bytes())[0]
+
+
+def test_zookeeper_files_hold_key_then_chain_under_their_own_ca(zk_certs: ZkCertificates) -> None:
+    ca = x509.load_pem_x509_certificate(zk_certs.ca.read_bytes())
+    for path in (zk_certs.server, zk_certs.client):
+        assert path.read_text().startswith("-----BEGIN PRIVATE KEY-----")
+        chain = x509.load_pem_x509_certificates(path.read_bytes())
+        assert [c.issuer for c in chain] == [ca.subject, ca.subject]
+        assert chain[1] == ca
+    assert sorted(p.name for p in zk_certs.directory.iterdir()) == [
+        "ca-key.pem", "ca.pem", "client.pem", "server.pem"]
+
+
+def test_zookeeper_keys_are_owner_only_and_the_ca_is_readable(zk_certs: ZkCertificates) -> None:
+    for path in (zk_certs.server, zk_certs.client, zk_certs.ca_key):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(zk_certs.ca.stat().st_mode) == 0o644
+
+
+def test_zookeeper_server_names_loopback_and_the_extra_hosts_once(tmp_path: Path) -> None:
+    certs = generate_zookeeper(tmp_path, hosts=["127.0.0.1", "10.77.0.2", "zk2.test"])
+    san = _leaf(certs.server).extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["127.0.0.1", "10.77.0.2"]
+    assert san.get_values_for_type(x509.DNSName) == ["localhost", "zk2.test"]
+
+
+def test_zookeeper_server_certificate_serves_both_roles_and_the_client_one(
+    zk_certs: ZkCertificates,
+) -> None:
+    def usages(path: Path) -> set[x509.ObjectIdentifier]:
+        return set(_leaf(path).extensions.get_extension_for_class(x509.ExtendedKeyUsage).value)
+
+    assert usages(zk_certs.server) == {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH}
+    assert usages(zk_certs.client) == {ExtendedKeyUsageOID.CLIENT_AUTH}
+
+
+def test_every_broker_shares_the_one_zookeeper_client_identity(tmp_path: Path) -> None:
+    first = generate_zookeeper(tmp_path / "a")
+    second = generate_zookeeper(tmp_path / "b")
+    subjects = {_leaf(c.client).subject.rfc4514_string() for c in (first, second)}
+    assert subjects == {"CN=tokensvc-broker,O=tokensvc development"}
+    assert _leaf(first.client).subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == (
+        ZOOKEEPER_CLIENT_NAME)
+
+
+@pytest.mark.parametrize("hostname", ["127.0.0.1", "localhost", "10.77.0.2"])
+def test_zookeeper_accepts_the_broker_client_certificate(
+    zk_certs: ZkCertificates, hostname: str
+) -> None:
+    server = _TlsServer(_zk_server_context(zk_certs))
+    # The server's certificate names `hostname`; the connection itself is on loopback.
+    assert _exchange(_client_context(zk_certs.ca, zk_certs.client), server.port, hostname) == b"ping"
+    server.join()
+    assert server.error is None
+    assert server.peer_subject is not None
+    assert (("commonName", ZOOKEEPER_CLIENT_NAME),) in server.peer_subject
+
+
+def test_ensemble_nodes_authenticate_each_other_with_the_server_certificate(
+    zk_certs: ZkCertificates,
+) -> None:
+    server = _TlsServer(_zk_server_context(zk_certs))
+    assert _exchange(_client_context(zk_certs.ca, zk_certs.server), server.port, "127.0.0.1") == b"ping"
+    server.join()
+    assert server.error is None
+
+
+def test_zookeeper_refuses_a_client_certificate_of_the_brokers_ca(
+    zk_certs: ZkCertificates, certs: DevCertificates
+) -> None:
+    # A Kafka client's certificate (signed by the brokers' CA) opens no ZooKeeper port.
+    assert certs.client is not None
+    server = _TlsServer(_zk_server_context(zk_certs))
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        _exchange(_client_context(zk_certs.ca, certs.client), server.port, "127.0.0.1")
+    server.join()
+    assert isinstance(server.error, ssl.SSLError)
+
+
+def test_zookeeper_validity_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="at least one day"):
+        generate_zookeeper(tmp_path, days=0)
+    assert not tmp_path.joinpath("ca.pem").exists()

@@ -82,6 +82,7 @@ from tokensvc.protocol import encode_response, encode_response_segments
 from tokensvc.scram.formatter import ScramCredential, ScramMechanism, TokenSalt
 from tokensvc.snapshot import format as snapshot_format
 from tokensvc.snapshot.files import SnapshotFile, SnapshotWriter
+from zk.acl_check import ZnodeAclCheck
 from zk.acl_store import AclStore, AclSync
 from zk.brokers import BrokerRegistry
 from zk.client import ZkSettings, open_client
@@ -311,7 +312,7 @@ class Broker:
             self.config.zookeeper_connect,
             session_timeout_ms=self.config.zookeeper_session_timeout_ms,
             connection_timeout_ms=self.config.zookeeper_connection_timeout_ms,
-            digest=self.config.zookeeper_digest,
+            security=self.config.zookeeper_security,
         )
         self._zk = await asyncio.to_thread(open_client, settings)
         zk = self._zk
@@ -421,6 +422,9 @@ class Broker:
             trusted=self.clock_gate.trusted if self.clock_gate is not None else None,
         )
         self.sweeper.start()
+        self.acl_check = ZnodeAclCheck(
+            zk, interval_s=self.config.zookeeper_acl_check_interval_ms / 1000.0)
+        await asyncio.to_thread(self.acl_check.start)
         self._register_gauges()
         if self.config.metrics_listener:
             host, port = self.config.metrics_listener
@@ -465,7 +469,8 @@ class Broker:
         if self.snapshot_writer is not None:
             # A clean stop leaves a snapshot of the cache as it is now (off the loop).
             await asyncio.to_thread(self.snapshot_writer.close)
-        for part in ("sweeper", "election", "registry", "acl_sync", "credential_sync", "token_sync"):
+        for part in ("acl_check", "sweeper", "election", "registry", "acl_sync", "credential_sync",
+                     "token_sync"):
             obj = getattr(self, part, None)
             if obj is not None:
                 await asyncio.to_thread(obj.close)
@@ -533,6 +538,10 @@ class Broker:
         m = self.metrics
         m.top_owners(lambda: self.cache.top_owners(TOP_OWNERS))
         m.gauge("tokensvc_token_cache_size", "Tokens in this broker's cache", lambda: len(self.cache))
+        m.gauge("tokensvc_zookeeper_insecure_paths",
+                "ZooKeeper paths whose ACL lets anyone read a sensitive znode or change one "
+                "(checked every zookeeper.acl.check.interval.ms)",
+                lambda: len(self.acl_check.last or ()))
         m.gauge("tokensvc_derived_credentials", "Token SCRAM credentials derived so far",
                 self.cache.derived_count)
         m.gauge("tokensvc_cache_resyncs", "Token cache resynchronisations (start included)",

@@ -36,6 +36,12 @@ from tokensvc.core.configdef import (
 from tokensvc.core.kafka_keys import KAFKA_BROKER_KEYS, KAFKA_BROKER_PREFIXES
 from tokensvc.core.keys import MasterKeys
 from tokensvc.core.principal import KafkaPrincipal
+from tokensvc.core.zk_security import (
+    JAAS_FILE,
+    ZK_SECURITY_KEYS,
+    ZkSecurity,
+    zk_security_from_values,
+)
 from tokensvc.scram.formatter import ScramMechanism
 
 __all__ = [
@@ -98,9 +104,7 @@ _KEYS = [
     ConfigKey("zookeeper.connection.timeout.ms", Type.INT, None, at_least(1), M,
               "How long to wait for the first connection at start.",
               default_doc="`zookeeper.session.timeout.ms`"),
-    ConfigKey("zookeeper.digest", Type.PASSWORD, None,
-              Matches(r"[^:]+:.*", "user:password", secret=True), M,
-              "Digest credentials (`user:password`) added to the ZooKeeper session."),
+    *ZK_SECURITY_KEYS,
     ConfigKey("zookeeper.max.staleness.ms", Type.LONG, 3000, at_least(1, also=(-1,)), M,
               "A broker whose view of ZooKeeper was last confirmed current longer ago than "
               "this authenticates no token or SCRAM user, and serves no token connection, "
@@ -117,6 +121,10 @@ _KEYS = [
               "NTP-synchronised host drifts and what a measurement adds (half a ZooKeeper "
               "round trip), tighter than Kerberos's 5 minutes, and small against token "
               "lifetimes. -1: never refuse (the corrected clock is still used)."),
+    ConfigKey("zookeeper.acl.check.interval.ms", Type.LONG, 300_000, at_least(1000), L,
+              "How often the broker reads back the ACLs of the sensitive znodes and of every "
+              "root it writes under; an open one is logged and counted in "
+              "`tokensvc_zookeeper_insecure_paths` (the check also runs at start)."),
     ConfigKey("sasl.enabled.mechanisms", Type.LIST, SASL_MECHANISMS, OneOf(SASL_MECHANISMS), M,
               "Mechanisms offered on SASL listeners; must not be empty when a SASL listener "
               "exists."),
@@ -297,6 +305,8 @@ class BrokerConfig:
     zookeeper_digest: str | None = field(repr=False)
     zookeeper_max_staleness_ms: int
     max_clock_skew_ms: int
+    zookeeper_security: ZkSecurity
+    zookeeper_acl_check_interval_ms: int
     sasl_enabled_mechanisms: tuple[str, ...]
     sasl_server_max_receive_size: int
     sasl_scram_accept_repeated_client_nonce: bool
@@ -372,6 +382,7 @@ _STRUCTURED = frozenset(
         "super_users",
         "early_start_listeners",
         "metrics_listener",
+        "zookeeper_security",
     }
 )
 
@@ -429,6 +440,7 @@ def _build(values: Mapping[str, object], resolved: Mapping[str, str]) -> BrokerC
     connection_timeout = values["zookeeper.connection.timeout.ms"]
     return BrokerConfig(
         **simple,
+        zookeeper_security=zk_security_from_values(values, resolved.get(JAAS_FILE)),
         listeners=listeners,
         listener_security_protocol_map=protocol_map,
         advertised_listeners=advertised,
