@@ -66,10 +66,12 @@ class ClockSkewed(KafkaError):
 
 
 def describe_offset(offset: ClockOffset) -> str:
-    """``"600.0 s behind (±2 ms)"``: the wall clock against the cluster's time."""
+    """``"600.0 s behind the cluster's time (±2 ms)"``: the wall clock against the
+    cluster's time (milliseconds under a second)."""
     side = "behind" if offset.offset_ms > 0 else "ahead of"
-    return (f"{abs(offset.offset_ms) / 1000:.1f} s {side} the cluster's time "
-            f"(±{offset.uncertainty_ms:.0f} ms)")
+    size = abs(offset.offset_ms)
+    amount = f"{size / 1000:.1f} s" if size >= 1000 else f"{size:.0f} ms"
+    return f"{amount} {side} the cluster's time (±{offset.uncertainty_ms:.0f} ms)"
 
 
 class ClockGate:
