@@ -111,7 +111,7 @@ def _ctx(key: str, first: bool = True) -> RequestContext:
 
 
 class Harness:
-    def __init__(self, timeout_ms: int = 10_000) -> None:
+    def __init__(self, timeout_ms: int = 10_000, refuse=None) -> None:
         self.clock = FakeClock(0)
         self.store = FakeStore()
         self.followers = FakeFollowers()
@@ -152,6 +152,7 @@ class Harness:
             request_timeout_ms=timeout_ms,
             monotonic=lambda: self.clock.now_ms() / 1000.0,
             sleep=sleep,
+            refuse=refuse,
         )
 
     def apply(self, ctx: RequestContext, expiry: int) -> dict:
@@ -230,3 +231,13 @@ def test_a_write_waits_for_this_brokers_cache_before_answering():
     done_before, answer = asyncio.run(run())
     assert not done_before
     assert answer["ExpiryTimestampMs"] == 500
+
+
+def test_a_refused_write_is_answered_at_once_and_nothing_is_written():
+    # The controller's clock is not trusted (issue #36): the broker's refusal is the answer.
+    refused = {"ErrorCode": int(Errors.REQUEST_TIMED_OUT), "ExpiryTimestampMs": -1,
+               "ThrottleTimeMs": 0}
+    h = Harness(refuse=lambda ctx, handler, body: refused)
+    answer = h.apply(_ctx("k1"), 500)
+    assert answer["ErrorCode"] == int(Errors.REQUEST_TIMED_OUT)
+    assert (h.store.applied, h.handled, h.store.records) == (0, 0, {})
