@@ -425,8 +425,11 @@ class AuditLog:
             return 0
         self._write_dropped_marker()
         lines, waiting = self._lines, self._waiting
+        # Unwritable and required: what waits for the disk stays bounded here; past it,
+        # the queue fills and emit drops (and counts) the newest.
+        room = self._queue_size if self._required and not self._writable else 1 << 62
         taken = 0
-        while pending and taken < _BATCH:
+        while pending and taken < _BATCH and len(lines) < room:
             item = pending.popleft()
             taken += 1
             if type(item) is _Barrier:

@@ -217,8 +217,8 @@ _KEYS = [
               "or ACL change are answered only after their audit event is written and "
               "fsynced (one fsync covers every event queued before it); while the audit "
               "cannot be written (disk full, directory gone, read-only) they are refused "
-              "with REQUEST_TIMED_OUT (retriable) before anything changes, and the expiry "
-              "sweep waits. false: an event that cannot be written is dropped and counted "
+              "with REQUEST_TIMED_OUT (retriable) before anything changes. false: an event "
+              "that cannot be written is dropped and counted "
               "in `tokensvc_audit_dropped_total`. Needs `audit.log.dir`. See "
               "[audit.md](audit.md#audit-you-can-require)."),
     ConfigKey("audit.required.reserve.bytes", Type.LONG, 1_048_576, at_least(4096), L,
