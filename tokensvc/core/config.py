@@ -219,7 +219,7 @@ _KEYS = [
               "cannot be written (disk full, directory gone, read-only) they are refused "
               "with REQUEST_TIMED_OUT (retriable) before anything changes. false: an event "
               "that cannot be written is dropped and counted "
-              "in `tokensvc_audit_dropped_total`. Needs `audit.log.dir`. See "
+              "in `tokensvc_audit_dropped`. Needs `audit.log.dir`. See "
               "[audit.md](audit.md#audit-you-can-require)."),
     ConfigKey("audit.required.reserve.bytes", Type.LONG, 1_048_576, at_least(4096), L,
               "With `audit.required=true`: disk space the writer holds in a reserve file "
