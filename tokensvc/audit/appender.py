@@ -43,7 +43,8 @@ class FileOps(Protocol):
 class _OsOps:
     write = staticmethod(os.write)
     ftruncate = staticmethod(os.ftruncate)
-    fsync = staticmethod(os.fsync)
+    # fdatasync: the data and what reading it back needs (the size), not the mtime.
+    fsync = staticmethod(os.fdatasync)
     close = staticmethod(os.close)
     remove = staticmethod(os.unlink)
 
