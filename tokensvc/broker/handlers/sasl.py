@@ -38,6 +38,12 @@ answered REQUEST_TIMED_OUT (retriable; on a raw SASL connection, closed),
 audited as a failed authentication with reason ``stale_view``, and the
 connection ends. Both steps are gated: a user's credential is read at
 client-first, a token's again at client-final.
+
+``audit.required`` (see :mod:`tokensvc.audit.writer`): every step is refused the
+same way (REQUEST_TIMED_OUT, reason ``audit_unavailable``) while the audit log
+cannot be written, and a login's answer -- success or failure -- waits until its
+event is fsynced; a success whose event is not on disk by ``request.timeout.ms``
+is answered REQUEST_TIMED_OUT and its connection ends.
 """
 
 from __future__ import annotations
@@ -191,7 +197,8 @@ async def evaluate(services: Services, session: Session, auth_bytes: bytes) -> t
             listener=session.listener,
             reason=reason,
         )
-        await _audited(services)
+        if services.audit.required:
+            await _audited(services)
         if reason == FailureReason.REPEATED_CLIENT_NONCE:
             note_repeated_nonce(services.auth.repeated_nonce_notices, session.client_host,
                                 services.clock.now_ms())
@@ -255,11 +262,12 @@ async def evaluate(services: Services, session: Session, auth_bytes: bytes) -> t
             }
         ),
     )
-    try:
-        await _audited(services, required=True)
-    except AuditUnavailable:
-        session.close()
-        raise
+    if services.audit.required:
+        try:
+            await _audited(services, required=True)
+        except AuditUnavailable:
+            session.close()
+            raise
     services.auth.sessions.bind(session)
     if server.token_id is not None:
         # Read the cache after binding: a removal racing with this login is then
