@@ -32,12 +32,27 @@ from tests.support.local_cluster import broker_metric
 from tests.support.wait import poll_until
 from tokensvc.admin import AdminClient, AdminError
 from tokensvc.admin.connection import BrokerConnection, ConnectionLost
+from tokensvc.authz.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    ResourcePattern,
+    ResourcePatternFilter,
+    ResourceType,
+)
 from tokensvc.client_config import ClientConfig, client_config_from_properties, load_client_config
 from tokensvc.cluster import LocalCluster
+from tokensvc.core.errors import Errors
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
 
 LOADER, LOADER_PW = "loader", "loader-pw"
+REFUSED_USER = "refused-user"
+REFUSED_ACL = AclBinding(ResourcePattern(ResourceType.TOPIC, "audit-refused"),
+                         AccessControlEntry("User:loader", "*", AclOperation.READ,
+                                            AclPermissionType.ALLOW))
 KP_LOADER, KP_LOADER_PW = "kploader", "kploader-pw"
 
 
@@ -214,6 +229,8 @@ def test_required_audit_refuses_while_the_disk_is_full_and_resumes_by_itself(
                                                 "audit.required.reserve.bytes": "131072"})
     with cluster:
         assert _all_metric(cluster, "tokensvc_audit_writable") == [1.0, 1.0]
+        logged_in = _admin(cluster, timeout_s=2)  # its connection logs in before the fill
+        logged_in.describe_cluster()
         with Load(cluster) as load:
             assert poll_until(lambda: min(load.counts()) >= 5, timeout=60), load.counts()
             filler = _fill(small_disk)
@@ -224,6 +241,14 @@ def test_required_audit_refuses_while_the_disk_is_full_and_resumes_by_itself(
             assert poll_until(lambda: load.login_errors["REQUEST_TIMED_OUT"] >= 5
                               and load.create_errors["REQUEST_TIMED_OUT"] >= 2, timeout=60), (
                 load.login_errors, load.create_errors)
+            # A credential and an ACL change are refused the same way, before anything changes.
+            with pytest.raises(AdminError) as refused:
+                logged_in.upsert_user_scram_credential(REFUSED_USER, "SCRAM-SHA-512", "pw-x")
+            assert refused.value.error == Errors.REQUEST_TIMED_OUT
+            with pytest.raises(AdminError) as refused:
+                logged_in.create_acls([REFUSED_ACL])
+            assert refused.value.error == Errors.REQUEST_TIMED_OUT
+            logged_in.close()
             before_free = load.counts()
             filler.unlink()
             # Room again: no restart, the brokers take requests once they hold their reserve.
@@ -237,8 +262,14 @@ def test_required_audit_refuses_while_the_disk_is_full_and_resumes_by_itself(
         assert min(_all_metric(cluster, "tokensvc_audit_refused")) > 0
         with _admin(cluster) as admin:
             existing = {t.token_id for t in admin.describe_tokens()}
+            assert REFUSED_USER not in admin.describe_user_scram_credentials()
+            assert admin.describe_acls(AclBindingFilter(ResourcePatternFilter(
+                ResourceType.TOPIC, REFUSED_ACL.pattern.name))) == []
         logs_down = _log_count(cluster, "audit log cannot be written")
         logs_up = _log_count(cluster, "audit log writable again")
+    print(f"\nanswered: {len(load.logins)} logins, {len(load.kp_ok)} kafka-python clients, "
+          f"{len(load.created)} creates; refused: {dict(load.login_errors)} logins, "
+          f"{dict(load.create_errors)} creates, kafka-python failed {len(load.kp_failed)}")
     events = _events(small_disk)
     ids = [e["event_id"] for e in events]
     assert len(ids) == len(set(ids)), "an event was written twice"
