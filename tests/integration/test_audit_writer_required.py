@@ -66,6 +66,9 @@ class SmallDisk:
         self.free -= length
         self.reserve_size = length
 
+    def free_bytes(self, path: str) -> int:
+        return self.free
+
     def remove(self, path: str) -> None:
         self._check()
         os.unlink(path)
@@ -136,7 +139,7 @@ def test_durable_returns_at_once_when_not_required(tmp_path: Path) -> None:
 
 def test_a_full_disk_refuses_new_requests_writes_the_admitted_once_and_resumes(
         tmp_path: Path) -> None:
-    disk = SmallDisk(RESERVE + 2_000)
+    disk = SmallDisk(2 * RESERVE + 2_000)
     log = required_log(tmp_path, disk)
     answered: list[str] = []
 

@@ -52,6 +52,9 @@ class MemoryFile:
     def remove(self, path: str) -> None:
         raise AssertionError("not used by the appender")
 
+    def free_bytes(self, path: str) -> int:
+        raise AssertionError("not used by the appender")
+
 
 LINE = b'{"type":"token","action":"create"}\n'
 

@@ -39,6 +39,8 @@ class FileOps(Protocol):
 
     def remove(self, path: str) -> None: ...
 
+    def free_bytes(self, path: str) -> int: ...
+
 
 class _OsOps:
     write = staticmethod(os.write)
@@ -51,6 +53,11 @@ class _OsOps:
     @staticmethod
     def allocate(fd: int, length: int) -> None:
         os.posix_fallocate(fd, 0, length)
+
+    @staticmethod
+    def free_bytes(path: str) -> int:
+        st = os.statvfs(path)
+        return st.f_bavail * st.f_frsize
 
     @staticmethod
     def linked(fd: int) -> bool:

@@ -39,7 +39,9 @@ mode the lines of a failed write are dropped and counted like a full queue's.
   ``writable`` flag the gauge shows), the reserve is released and the write retried
   at once: requests already admitted -- whose change may be committed -- still get
   their events on disk, and no new one starts. It turns writable again by itself
-  when everything pending is written and the reserve could be held again.
+  when everything pending is written and the reserve could be held again with as
+  much space again free (so a reserve another broker on the same disk gives up does
+  not make this one flap).
 
 Secret material never gets this far: ``emit`` writes a value that looks like
 base64 of 64+ bytes (often chosen by a client: a user name) as
@@ -530,6 +532,14 @@ class AuditLog:
         path = self._reserve_path()
         try:
             self._directory.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)  # type: ignore[union-attr]
+            # Hysteresis: room for the reserve and as much again, so a reserve another
+            # writer on the same disk just gave up does not make this one flap.
+            if self._ops.free_bytes(str(self._directory)) < 2 * self._reserve_bytes:
+                # The cause a refusal names stays the write's error, if one failed.
+                self._last_error = self._last_error or (
+                    f"less than twice audit.required.reserve.bytes ({self._reserve_bytes}) "
+                    "free")
+                return False
             fd = os.open(path, os.O_WRONLY | os.O_CREAT, RESERVE_MODE)
             try:
                 self._ops.allocate(fd, self._reserve_bytes)
