@@ -1,4 +1,4 @@
-"""`tokensvc cluster up/down`: a local cluster on loopback (see docs/cluster.md).
+"""`tokensvc cluster up/down/roll`: a local cluster on loopback (see docs/cluster.md).
 
 A thin shell over :class:`tokensvc.cluster.LocalCluster`: parses options, starts or stops
 the cluster, and prints how to use it. Passwords are never printed: the usage text points
@@ -19,6 +19,8 @@ import click
 
 from tokensvc.cluster import ClusterError, LocalCluster
 from tokensvc.cluster import down as cluster_down
+from tokensvc.roll import DEFAULT_TIMEOUT_S as DEFAULT_ROLL_TIMEOUT_S
+from tokensvc.roll import RollError, roll_cluster
 from zk.server import DEFAULT_HEAP_MB, parse_heap_mb
 
 
@@ -205,3 +207,27 @@ def down(directory: str, grace: float) -> None:
         click.echo(f"no cluster in {directory} (no cluster.json): nothing to stop")
         return
     click.echo(f"cluster in {directory} is stopped")
+
+
+@cluster.command("roll")
+@click.option("--dir", "directory", required=True, type=click.Path(file_okay=False),
+              help="Directory given to `cluster up`.")
+@click.option("--timeout", "timeout_s", default=DEFAULT_ROLL_TIMEOUT_S, show_default=True,
+              type=click.FloatRange(1), help="Seconds each broker gets to come back and "
+              "catch up before the roll stops.")
+def roll(directory: str, timeout_s: float) -> None:
+    """Restart each broker of the cluster in DIR in turn, the controller last.
+
+    Each broker is stopped cleanly, started again, and waited for until it is in the
+    cluster metadata and its token cache serves a token created after it was stopped;
+    only then does the next one go (see docs/operations.md, "Rolling restart")."""
+    try:
+        result = roll_cluster(LocalCluster.open(directory), timeout_s=timeout_s,
+                              on_step=click.echo)
+    except (ClusterError, RollError) as exc:
+        raise click.ClickException(str(exc)) from None
+    for b in result.brokers:
+        role = " (was controller)" if b.was_controller else ""
+        click.echo(f"broker {b.broker_id}{role}: answering after {b.serving_s:.1f}s, "
+                   f"caught up after {b.caught_up_s:.1f}s")
+    click.echo(f"rolled {len(result.brokers)} brokers in {result.seconds:.1f}s")

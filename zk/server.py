@@ -166,8 +166,11 @@ class ZkServerSecurity:
                 raise ValueError(
                     f"SASL user name {name!r} must be letters, digits, '_', '.' or '-'"
                 )
-            if not password or not password.isprintable():
-                raise ValueError(f"the password of SASL user {name!r} must be printable and not empty")
+            # ASCII: the JVM reads the JAAS file in the platform's charset.
+            if not password or not (password.isascii() and password.isprintable()):
+                raise ValueError(
+                    f"the password of SASL user {name!r} must be printable ASCII and not empty"
+                )
         object.__setattr__(self, "sasl_users", MappingProxyType(dict(self.sasl_users)))
 
     def check_stores(self, now: datetime.datetime | None = None) -> None:
@@ -512,21 +515,22 @@ class ZooKeeperNode:
         return four_letter_word(self.host, self.client_port, word, timeout, tls=tls)
 
     @property
-    def _probe_timeout(self) -> float:
-        # A TLS handshake with a JVM that has just started can take longer than half a
-        # second; a probe cut off in the middle only makes the node log a failed handshake.
-        return 0.5 if self.security is None else 2.0
+    def probe_timeout(self) -> float:
+        """How long one ``srvr`` probe may take. A TLS handshake with a JVM that has just
+        started takes seconds on a busy machine; a probe cut off in the middle wastes
+        the node's work and makes it log a failed handshake."""
+        return 0.5 if self.security is None else 5.0
 
-    def serving(self) -> bool:
+    def serving(self, timeout: float | None = None) -> bool:
         try:
-            reply = self.four_letter_word("srvr", timeout=self._probe_timeout)
+            reply = self.four_letter_word("srvr", timeout=timeout or self.probe_timeout)
         except OSError:  # ssl.SSLError is one too
             return False
         return "Mode:" in reply
 
     def mode(self) -> str | None:
         try:
-            reply = self.four_letter_word("srvr", timeout=self._probe_timeout)
+            reply = self.four_letter_word("srvr", timeout=self.probe_timeout)
         except OSError:
             return None
         for line in reply.splitlines():
@@ -542,7 +546,7 @@ class ZooKeeperNode:
                     f"ZooKeeper on port {self.client_port} exited with status "
                     f"{self.process.returncode}; see {self.data_dir / 'zookeeper.out'}"
                 )
-            if self.serving():
+            if self.serving(min(self.probe_timeout, max(0.1, deadline - time.monotonic()))):
                 return
             time.sleep(0.1)
         raise ZooKeeperStartError(

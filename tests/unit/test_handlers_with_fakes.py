@@ -82,7 +82,7 @@ def _services(clock: FakeClock, *, cluster_action: bool = False, limit: int = 0)
                                inter_broker_sasl_username="broker",
                                delegation_token_max_per_owner=limit),
         clock=clock,
-        audit=SimpleNamespace(emit=lambda kind, **f: events.append({"type": kind, **f}),
+        audit=SimpleNamespace(required=False, refusal=lambda: None, emit=lambda kind, **f: events.append({"type": kind, **f}),
                               events=events),
         metrics=SimpleNamespace(token_request=lambda action, error: None),
         authz=SimpleNamespace(authorize=lambda ctx, op, rtype, name: cluster_action,

@@ -126,7 +126,7 @@ class Harness:
             exists=Exists,
         )
         services = SimpleNamespace(
-            audit=SimpleNamespace(emit=lambda kind, **f: self.audit.append({"type": kind, **f})),
+            audit=SimpleNamespace(required=False, refusal=lambda: None, emit=lambda kind, **f: self.audit.append({"type": kind, **f})),
         )
 
         async def handle(services, ctx, body):

@@ -55,6 +55,7 @@ from tokensvc.broker.freshness import FreshnessGate, StaleView
 from tokensvc.broker.groupcommit import GroupCommit
 from tokensvc.broker.handlers import HANDLERS, sasl
 from tokensvc.broker.handlers import tokens as token_handlers
+from tokensvc.broker.handlers.base import ApiHandler
 from tokensvc.broker.handlers.sasl import HostNoticeLimiter
 from tokensvc.broker.ledger import WriteLedger, new_request_key
 from tokensvc.broker.metrics import BrokerMetrics
@@ -239,6 +240,8 @@ class Broker:
                 max_file_bytes=config.audit_file_max_bytes,
                 rotate_interval_ms=config.audit_file_rotate_ms,
                 clock=self.clock,  # events stamped with the cluster's time
+                required=config.audit_required,
+                reserve_bytes=config.audit_required_reserve_bytes,
             )
             if config.audit_log_dir
             else AuditLog.disabled()
@@ -558,6 +561,14 @@ class Broker:
                 lambda: self.audit.queue_depth)
         m.gauge("tokensvc_audit_dropped", "Audit events dropped because the queue was full",
                 lambda: self.audit.dropped)
+        m.gauge("tokensvc_audit_writable",
+                "1 while the audit log can be written (audit.required: logins and writes "
+                "are refused while 0)", lambda: 1.0 if self.audit.writable else 0.0)
+        m.gauge("tokensvc_audit_required", "1 if audit.required=true",
+                lambda: 1.0 if self.audit.required else 0.0)
+        m.gauge("tokensvc_audit_refused",
+                "Logins and writes refused because the required audit could not be written",
+                lambda: self.audit.refused)
         m.gauge("tokensvc_audit_queue_capacity", "audit.queue.size: events the queue holds",
                 lambda: self.config.audit_queue_size)
         m.gauge("tokensvc_acl_count", "ACL entries loaded in the authorizer",
@@ -686,7 +697,9 @@ class Broker:
                         return encode_response(ctx.header, refused), refused.get("ErrorCode", 0)
                     if self.forwarder is None:  # still starting: the client retries
                         raise KafkaError(Errors.NOT_CONTROLLER, "the broker is still starting")
-                    return await self.forwarder.forward(ctx, handler)
+                    if not self.audit.required:
+                        return await self.forwarder.forward(ctx, handler)
+                    return await self._forward_audited(ctx, handler, body)
                 assert self.ledger is not None
                 own = client_request_key(ctx)
                 ctx.write = WriteTicket(own or new_request_key(), first_attempt=own is None)
@@ -700,6 +713,19 @@ class Broker:
         segments = encode_response_segments(ctx.header, response)
         encoded = segments[0] if len(segments) == 1 else segments
         return encoded, int(response.get("ErrorCode", 0) or 0)
+
+    async def _forward_audited(self, ctx: RequestContext, handler: ApiHandler,
+                               body: dict) -> tuple[bytes | list[bytes], int]:
+        """audit.required on a forwarding broker: refuse while its audit log cannot be
+        written (nothing forwarded). The write's own event (``token``, ``acl``,
+        ``credential``) is the controller's, fsynced before the controller answers; this
+        broker's ``forward`` event is queued, not waited for (a second fsync in series
+        halved B2)."""
+        refused = self.audit.refusal()
+        if refused is not None:
+            raise refused
+        assert self.forwarder is not None
+        return await self.forwarder.forward(ctx, handler)
 
     async def _catch_up_for(self, ctx: RequestContext, session: Session) -> None:
         """Hold an authenticated connection's request -- a token's or a user's -- until

@@ -43,6 +43,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from tokensvc.audit.writer import AuditUnavailable
 from tokensvc.broker.context import WriteTicket
 from tokensvc.broker.services import AlreadyApplied, OutcomeUnknown
 from tokensvc.core.errors import Errors, KafkaError
@@ -99,11 +100,33 @@ class WriteLedger:
         return bool(handler and handler.write)
 
     async def apply(self, ctx: RequestContext, body: dict) -> tuple[bytes, int]:
-        """Apply one write exactly once; returns the encoded response and its error."""
+        """Apply one write exactly once; returns the encoded response and its error.
+
+        With ``audit.required`` the write is refused (REQUEST_TIMED_OUT, nothing applied)
+        while the audit log cannot be written, and answered only once its events are
+        written and fsynced (:meth:`tokensvc.audit.writer.AuditLog.durable`)."""
         handler = self._handlers[ctx.api_key]
         refused = self._refuse(ctx, handler, body) if self._refuse is not None else None
         if refused is not None:
             return _answer(ctx, refused)
+        audit = self._services.audit
+        if not audit.required:
+            return await self._apply_once(ctx, handler, body)
+        refused = audit.refusal()
+        if refused is not None:
+            return _answer(ctx, handler.error_for(ctx.api_version, refused.error, body))
+        answer = await self._apply_once(ctx, handler, body)
+        try:
+            await audit.durable(self._timeout_s)
+        except AuditUnavailable as exc:
+            log.error("%s applied but its audit event is not on disk: answered %s (%s)",
+                      handler.name, exc.error.name, exc.message)
+            return _answer(ctx, handler.error_for(ctx.api_version, exc.error, body))
+        return answer
+
+    async def _apply_once(
+        self, ctx: RequestContext, handler: ApiHandler, body: dict
+    ) -> tuple[bytes, int]:
         if ctx.write is None:
             ctx.write = WriteTicket(new_request_key())
         key = ctx.write.key

@@ -231,6 +231,20 @@ _KEYS = [
               "Size at which an audit file is rotated."),
     ConfigKey("audit.file.rotate.ms", Type.LONG, 3_600_000, at_least(1), L,
               "Age at which an audit file is rotated."),
+    ConfigKey("audit.required", Type.BOOLEAN, False, None, M,
+              "true: a login, a token create, renew, expire or revocation, and a credential "
+              "or ACL change are answered only after their audit event is written and "
+              "fsynced (one fsync covers every event queued before it); while the audit "
+              "cannot be written (disk full, directory gone, read-only) they are refused "
+              "with REQUEST_TIMED_OUT (retriable) before anything changes. false: an event "
+              "that cannot be written is dropped and counted "
+              "in `tokensvc_audit_dropped`. Needs `audit.log.dir`. See "
+              "[audit.md](audit.md#audit-you-can-require)."),
+    ConfigKey("audit.required.reserve.bytes", Type.LONG, 1_048_576, at_least(4096), L,
+              "With `audit.required=true`: disk space the writer holds in a reserve file "
+              "(`.audit-reserve-<broker.id>` in `audit.log.dir`) and gives up when the disk "
+              "fills, so the events of requests already admitted are still written. While "
+              "it cannot be held again, logins and writes are refused."),
     ConfigKey("socket.request.max.bytes", Type.INT, 1_048_576, at_least(1), H,
               "Largest request frame accepted after login; a larger size prefix closes the "
               "connection. The largest request this service serves (a CreateAcls or "
@@ -333,6 +347,8 @@ class BrokerConfig:
     audit_queue_size: int
     audit_file_max_bytes: int
     audit_file_rotate_ms: int
+    audit_required: bool
+    audit_required_reserve_bytes: int
     socket_request_max_bytes: int
     queued_max_request_bytes: int
     connections_max_idle_ms: int
@@ -436,6 +452,8 @@ def _build(values: Mapping[str, object], resolved: Mapping[str, str]) -> BrokerC
             "ssl.keystore.location", f"is required by the {ssl_listeners[0].name} listener"
         )
 
+    if values["audit.required"] and not values["audit.log.dir"]:
+        raise ConfigError("audit.required", "is true but audit.log.dir is not set")
     session_timeout = values["zookeeper.session.timeout.ms"]
     connection_timeout = values["zookeeper.connection.timeout.ms"]
     return BrokerConfig(

@@ -45,6 +45,12 @@ broker's clock is not trusted (beyond ``max.clock.skew.ms``, or not yet measured
 audited as a failed authentication with reason ``clock_skew``, and the connection ends.
 The check comes after the proof so that it tells nothing to whoever does not hold the
 token; user logins do not depend on the clock and are not refused.
+
+``audit.required`` (see :mod:`tokensvc.audit.writer`): every step is refused the
+same way (REQUEST_TIMED_OUT, reason ``audit_unavailable``) while the audit log
+cannot be written, and a login's answer -- success or failure -- waits until its
+event is fsynced; a success whose event is not on disk by ``request.timeout.ms``
+is answered REQUEST_TIMED_OUT and its connection ends.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 from tokensvc.audit.events import name_fingerprint
+from tokensvc.audit.writer import AuditUnavailable
 from tokensvc.broker.clockskew import ClockSkewed
 from tokensvc.broker.freshness import StaleView
 from tokensvc.broker.handlers.base import ApiHandler
@@ -161,6 +168,10 @@ async def evaluate(services: Services, session: Session, auth_bytes: bytes) -> t
     if not isinstance(server, ScramServer):
         session.close()
         raise IllegalSaslState("SaslAuthenticate before SaslHandshake")
+    refused = services.audit.refusal()
+    if refused is not None:  # audit.required and the audit cannot be written
+        _refuse_stale(services, session, server, auth_bytes, refused)
+        raise refused
     gate = services.auth.freshness
     if not gate.fresh():
         try:
@@ -195,6 +206,8 @@ async def evaluate(services: Services, session: Session, auth_bytes: bytes) -> t
             listener=session.listener,
             reason=reason,
         )
+        if services.audit.required:
+            await _audited(services)
         if reason == FailureReason.REPEATED_CLIENT_NONCE:
             note_repeated_nonce(services.auth.repeated_nonce_notices, session.client_host,
                                 services.clock.now_ms())
@@ -212,6 +225,7 @@ async def evaluate(services: Services, session: Session, auth_bytes: bytes) -> t
         refused = gate.refusal() if gate is not None else None
         if refused is not None:
             _refuse_clock(services, session, server, refused)
+            await _audited(services)  # audit.required: as for any failed login
             raise refused
     lifetime = services.auth.session_lifetime_ms(server)
     now = services.clock.now_ms()
@@ -264,6 +278,12 @@ async def evaluate(services: Services, session: Session, auth_bytes: bytes) -> t
             }
         ),
     )
+    if services.audit.required:
+        try:
+            await _audited(services, required=True)
+        except AuditUnavailable:
+            session.close()
+            raise
     services.auth.sessions.bind(session)
     if server.token_id is not None:
         # Read the cache after binding: a removal racing with this login is then
@@ -272,8 +292,21 @@ async def evaluate(services: Services, session: Session, auth_bytes: bytes) -> t
     return challenge, lifetime
 
 
+async def _audited(services: Services, *, required: bool = False) -> None:
+    """audit.required: wait until the login's event is fsynced (grouped with others).
+    ``required``: raise AuditUnavailable if it is not by the request timeout (a success
+    is then not answered as one); otherwise the answer, a failure, goes out anyway."""
+    if not services.audit.required:
+        return
+    try:
+        await services.audit.durable(services.config.request_timeout_ms / 1000.0)
+    except AuditUnavailable:
+        if required:
+            raise
+
+
 def _refuse_stale(services: Services, session: Session, server: ScramServer,
-                  auth_bytes: bytes, exc: StaleView) -> None:
+                  auth_bytes: bytes, exc: StaleView | AuditUnavailable) -> None:
     """A login step the broker cannot answer from a view confirmed current: audit, end.
 
     At client-final the exchange knows the name and its kind. At client-first nothing was
@@ -407,7 +440,7 @@ async def handle_authenticate(services: Services, ctx: RequestContext, body: dic
             "AuthBytes": b"",
             "SessionLifetimeMs": 0,
         }
-    except (StaleView, ClockSkewed) as exc:
+    except (StaleView, ClockSkewed, AuditUnavailable) as exc:
         return {
             "ErrorCode": int(exc.error),
             "ErrorMessage": exc.message,
