@@ -69,6 +69,7 @@ TOKENSVC_ROOTS = (
     layout.CLUSTER,
     CONFIG,
     *ACL_ROOTS,
+    layout.TOKENSVC,  # /tokensvc/clock/<id>: the brokers' clock probes (zk.clock)
 )
 
 BROKERS_ALL = ACL(Permissions.ALL, Id("auth", ""))
