@@ -41,6 +41,9 @@ sequence it deletes into the root znode's data (``{"purged_through": N}``): a fo
 whose last applied version is below that mark may have missed a change and resyncs.
 Kafka ignores the data of these parents, so the layout stays compatible.
 
+The notifications of a listing are read with the one pipelined reader
+(:func:`zk.reads.pipelined`); its store errors count as ZooKeeper failures.
+
 Listings of one root are spaced at least ``MIN_LISTING_INTERVAL_S`` apart: under a
 stream of writes the changes of one interval share a listing; an isolated change is
 applied at once.
