@@ -59,7 +59,7 @@ from tokensvc.authz.acl import (
     binding_problem,
 )
 from tokensvc.core.errors import Errors
-from zk.errors import NotControllerError, StoreError, ZnodeMissing
+from zk.errors import NotControllerError, StoreError, ZnodeMissing, translate
 from zk.notifications import NotificationRoot, Version
 from zk.reads import ZnodeReads
 from zk.requests import RecordOp, RequestKeyExistsError
@@ -426,7 +426,7 @@ class AclStore:
         cause = next(r for r in failures if not isinstance(r, RolledBackError))
         if isinstance(cause, (BadVersionError, NodeExistsError, NoNodeError)):
             raise _Retry()
-        raise StoreError(f"update ACLs: ZooKeeper error {cause.__class__.__name__}")
+        raise translate("update ACLs", cause)
 
     # --- reads -------------------------------------------------------------------------
 

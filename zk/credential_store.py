@@ -55,7 +55,7 @@ from tokensvc.scram.formatter import (
 )
 from zk import layout as token_layout
 from zk.client import ZkSettings, open_client
-from zk.errors import UNAVAILABLE, NotControllerError, StoreError, StoreUnavailable, ZnodeMissing
+from zk.errors import UNAVAILABLE, NotControllerError, StoreError, ZnodeMissing, translate
 from zk.reads import ZnodeReads
 from zk.requests import RecordOp, RequestKeyExistsError
 
@@ -75,7 +75,6 @@ CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 _WRITE_ATTEMPTS = 10
 
 Credentials = dict[ScramMechanism, ScramCredential]
-
 
 
 def user_path(user: str) -> str:
@@ -190,7 +189,7 @@ class CredentialStore:
 
     def load_all(self) -> dict[str, Credentials]:
         """Every user with a SCRAM credential. The reads are pipelined: one ``get_children``,
-        then all ``get`` requests sent before the first answer is awaited."""
+        then the ``get`` requests sent a window at a time (:func:`zk.reads.pipelined`)."""
         try:
             children = self._children(USERS_PATH)
         except ZnodeMissing:
@@ -431,8 +430,9 @@ def _transaction_failure(
     data_ops = results[offset:offset + writes]
     if any(isinstance(r, (BadVersionError, NodeExistsError, NoNodeError)) for r in data_ops):
         return "race"
-    if any(isinstance(e, UNAVAILABLE) for e in errors):
-        raise StoreUnavailable("ZooKeeper unavailable during a credential write")
+    unavailable = next((e for e in errors if isinstance(e, UNAVAILABLE)), None)
+    if unavailable is not None:
+        raise translate("credential write", unavailable)
     raise StoreError(f"credential transaction failed: {[type(e).__name__ for e in errors]}")
 
 

@@ -58,7 +58,14 @@ from kazoo.protocol.states import ZnodeStat
 from tokensvc.core.errors import Errors
 from tokensvc.core.token import TokenInformation
 from zk import layout
-from zk.errors import NotControllerError, StoreError, StoreUnavailable, ZnodeMissing, zk_call
+from zk.errors import (
+    NotControllerError,
+    StoreError,
+    StoreUnavailable,
+    ZnodeMissing,
+    translate,
+    zk_call,
+)
 from zk.reads import ZnodeReads
 from zk.requests import REQUESTS, RecordOp, RequestKeyExistsError
 
@@ -200,7 +207,7 @@ def _write_failure(
         return None  # gone, or rewritten since it was read: left alone
     if isinstance(error, NoNodeError):
         return TokenNotFoundError(f"{what}: no such token")
-    return StoreError(f"{what}: ZooKeeper error {error.__class__.__name__}")
+    return translate(what, error)
 
 
 def delete_own_ephemeral(client: KazooClient, path: str, timeout_s: float = 2.0) -> bool:
@@ -466,7 +473,7 @@ class TokenStore:
             raise TokenNotFoundError(f"{what}: no such token")
         if isinstance(cause, BadVersionError):
             raise _VersionMismatch(f"{what}: the token changed since it was read")
-        raise StoreError(f"{what}: ZooKeeper error {cause.__class__.__name__}")
+        raise translate(what, cause)
 
     # --- reads -------------------------------------------------------------------------
 
