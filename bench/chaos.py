@@ -63,8 +63,9 @@ from bench.fault_cluster import (
 )
 from tokensvc.cluster import answers_api_versions
 from zk.client import negotiated_session_timeout_ms
+from zk.errors import StoreError
 from zk.server import ZooKeeperNode
-from zk.token_store import StoreError, TokenStore
+from zk.token_store import TokenStore
 
 FAULTS = ("controller", "zk-leader", "zk-follower", "broker", "pause5", "pause15",
           "revocation5", "revocation15")

@@ -55,7 +55,8 @@ from bench.fault_cluster import (
     token_password,
 )
 from tokensvc.core.errors import Errors
-from zk.token_store import StoreError, TokenStore
+from zk.errors import StoreError
+from zk.token_store import TokenStore
 
 log = logging.getLogger("bench.soak")
 

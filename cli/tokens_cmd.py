@@ -28,7 +28,8 @@ def tokens() -> None:
 def export(connect: str, out: str, zookeeper_timeout_ms: int, zk_config: str | None) -> None:
     """Write every token's details (never its HMAC) as JSON lines."""
     from zk.client import ZooKeeperUnavailable, open_client
-    from zk.token_store import StoreError, TokenStore
+    from zk.errors import StoreError
+    from zk.token_store import TokenStore
 
     try:
         client = open_client(zk_settings(connect, zk_config,

@@ -14,7 +14,7 @@ from cli.common import zk_config_option, zk_settings
 from tokensvc.scram.formatter import MAX_ITERATIONS, MIN_ITERATIONS, ScramMechanism
 from zk.client import ZooKeeperUnavailable
 from zk.credential_store import bootstrap_user
-from zk.token_store import StoreError
+from zk.errors import StoreError
 
 _MECHANISMS = [m.mechanism_name for m in ScramMechanism]
 

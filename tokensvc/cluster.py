@@ -61,6 +61,7 @@ from tokensvc.protocol import RequestHeader, decode_response, encode_request, fr
 from zk.brokers import BrokerRegistry
 from zk.client import ZkSettings, ZooKeeperUnavailable, open_client, settings_from_file
 from zk.credential_store import bootstrap_user
+from zk.errors import StoreError
 from zk.server import (
     DEFAULT_HEAP_MB,
     DEFAULT_MAX_SESSION_TIMEOUT_MS,
@@ -70,7 +71,6 @@ from zk.server import (
     ZooKeeperStartError,
     free_port,
 )
-from zk.token_store import StoreError
 
 HOST = "127.0.0.1"
 ADMIN_USER = "admin"

@@ -1,4 +1,4 @@
-"""ACLs in ZooKeeper, in Kafka's layout, and the watch-driven sync into the authorizer.
+"""ACLs in ZooKeeper, in Kafka's layout: the ACL store.
 
 Owns the ACL znodes and their bytes, as Kafka (ZooKeeper mode) writes them:
 
@@ -16,9 +16,12 @@ Owns the ACL znodes and their bytes, as Kafka (ZooKeeper mode) writes them:
 
 :class:`AclStore` writes each resource as a compare-and-set on the znode version
 (retried when another writer got there first) in ONE transaction with its change
-notification, optionally guarded by the controller's ``(path, version)``.
-:class:`AclSync` keeps an :class:`~tokensvc.authz.authorizer.AclAuthorizer` equal to
-ZooKeeper (see its docstring for what happens when the connection is lost).
+notification, optionally guarded by the controller's ``(path, version)``. Every call is
+capped; its failures are the store errors of :mod:`zk.errors` (``StoreUnavailable``:
+REQUEST_TIMED_OUT, retriable; ``NotControllerError``; ``StoreError``), and every ACL is
+read with the one pipelined reader (:mod:`zk.reads`). The sync that keeps the
+authorizer equal to these znodes is :mod:`zk.acl_sync` (ACLs are filed as tokens and
+credentials are: ``<kind>_store`` and ``<kind>_sync``).
 
 Must not: decide authorization, or be imported by pure code. Nothing here logs ACL
 contents beyond resource names.
@@ -27,7 +30,6 @@ contents beyond resource names.
 from __future__ import annotations
 
 import json
-import logging
 import random
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -36,15 +38,10 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
-    ConnectionLoss,
-    KazooException,
     NodeExistsError,
     NoNodeError,
-    OperationTimeoutError,
     RolledBackError,
-    SessionExpiredError,
 )
-from kazoo.handlers.threading import KazooTimeoutError
 
 from tokensvc.authz.acl import (
     PATTERN_TYPES,
@@ -61,13 +58,11 @@ from tokensvc.authz.acl import (
     ResourceType,
     binding_problem,
 )
-from tokensvc.authz.authorizer import AclAuthorizer
-from tokensvc.core.clock import Clock, SystemClock
-from tokensvc.core.errors import Errors, KafkaError
-from zk.notifications import COUNT_MIN_AGE_MS, ChangeNotifications, NotificationRoot, Version
+from tokensvc.core.errors import Errors
+from zk.errors import NotControllerError, StoreError, ZnodeMissing, translate
+from zk.notifications import NotificationRoot, Version
+from zk.reads import ZnodeReads
 from zk.requests import RecordOp, RequestKeyExistsError
-
-log = logging.getLogger(__name__)
 
 LITERAL_ACLS = "/kafka-acl"
 EXTENDED_ACLS = "/kafka-acl-extended"
@@ -77,12 +72,9 @@ CHANGE_PREFIX = "acl_changes_"
 ACL_VERSION = 1
 CHANGE_VERSION = 1
 MAX_UPDATE_RETRIES = 10
-_PIPELINE_WINDOW = 5_000
 
 # (path, version) checked in the same transaction as a write: the controller's guard.
 Guard = tuple[str, int]
-
-_UNAVAILABLE = (ConnectionLoss, SessionExpiredError, OperationTimeoutError, KazooTimeoutError)
 
 
 class AclDataError(ValueError):
@@ -223,23 +215,6 @@ def decode_change(data: bytes | None, pattern_type: PatternType) -> ResourcePatt
 # --- store -------------------------------------------------------------------------------
 
 
-def _kazoo(what: str, fn: Callable[[], Any]) -> Any:
-    """Run a kazoo call; its failures become KafkaErrors with a retriable code when
-    ZooKeeper is merely unreachable. NoNodeError passes through for the caller."""
-    try:
-        return fn()
-    except NoNodeError:
-        raise
-    except _UNAVAILABLE as exc:
-        raise KafkaError(
-            Errors.REQUEST_TIMED_OUT, f"{what}: ZooKeeper unavailable ({exc.__class__.__name__})"
-        ) from exc
-    except KazooException as exc:
-        raise KafkaError(
-            Errors.UNKNOWN_SERVER_ERROR, f"{what}: ZooKeeper error {exc.__class__.__name__}"
-        ) from exc
-
-
 class _Retry(Exception):
     """Another writer changed the resource between our read and our write."""
 
@@ -255,7 +230,7 @@ class AclStore:
         self._paths_ready = False
         # Every ZooKeeper call is capped at this, as token writes are: past it, a retriable
         # REQUEST_TIMED_OUT instead of a thread held for good by a partition.
-        self._timeout_s = request_timeout_s
+        self._reads = ZnodeReads(client, request_timeout_s)
 
     def ensure_paths(self) -> None:
         """Create the store roots, one child per resource type, and the change roots."""
@@ -265,8 +240,7 @@ class AclStore:
             type_path(pt, rt) for pt in PATTERN_TYPES for rt in RESOURCE_TYPES
         ]
         for path in paths:
-            _kazoo(f"create {path}",
-                   lambda p=path: self._client.ensure_path_async(p).get(timeout=self._timeout_s))
+            self._reads.call(f"create {path}", lambda p=path: self._client.ensure_path_async(p))
         self._paths_ready = True
 
     # --- writes ------------------------------------------------------------------------
@@ -283,7 +257,7 @@ class AclStore:
 
         Invalid bindings get INVALID_REQUEST; the others are written in ONE transaction
         (one znode and one notification per resource changed, and the request record when
-        given). Raises KafkaError(NOT_CONTROLLER) when ``guard`` no longer holds and
+        given). Raises NotControllerError (NOT_CONTROLLER) when ``guard`` no longer holds and
         RequestKeyExistsError when the record already exists (nothing written).
         """
         self.ensure_paths()
@@ -434,21 +408,17 @@ class AclStore:
                 (ACL_ROOTS[p.pattern_type].name, int(path[-10:])) for p, path in zip(changed, created)
             ]
             return effects, versions
-        raise KafkaError(
-            Errors.UNKNOWN_SERVER_ERROR,
-            f"ACL update lost {MAX_UPDATE_RETRIES} races with other writers",
-        )
+        raise StoreError(f"ACL update lost {MAX_UPDATE_RETRIES} races with other writers")
 
     def _commit(self, tx: Any, guard: Guard | None, writes: int, recorded: bool) -> list:
-        results = _kazoo("update ACLs", lambda: tx.commit_async().get(timeout=self._timeout_s))
+        results = self._reads.call("update ACLs", tx.commit_async)
         failures = [r for r in results if isinstance(r, Exception)]
         if not failures:
             return results
         if guard is not None and not isinstance(results[0], RolledBackError):
-            raise KafkaError(
-                Errors.NOT_CONTROLLER,
+            raise NotControllerError(
                 f"guard {guard[0]} version {guard[1]} no longer holds; another broker is "
-                "the controller",
+                "the controller"
             )
         offset = (1 if guard is not None else 0) + writes
         if recorded and isinstance(results[offset], NodeExistsError):
@@ -456,25 +426,21 @@ class AclStore:
         cause = next(r for r in failures if not isinstance(r, RolledBackError))
         if isinstance(cause, (BadVersionError, NodeExistsError, NoNodeError)):
             raise _Retry()
-        raise KafkaError(
-            Errors.UNKNOWN_SERVER_ERROR, f"update ACLs: ZooKeeper error {cause.__class__.__name__}"
-        )
+        raise translate("update ACLs", cause)
 
     # --- reads -------------------------------------------------------------------------
 
     def _read_versioned(self, path: str) -> tuple[frozenset[AccessControlEntry], int | None]:
         try:
-            data, stat = _kazoo(f"read {path}",
-                                lambda: self._client.get_async(path).get(timeout=self._timeout_s))
-        except NoNodeError:
+            data, stat = self._reads.call(f"read {path}", lambda: self._client.get_async(path))
+        except ZnodeMissing:
             return frozenset(), None
         return frozenset(decode_acls(data, path)), stat.version
 
     def _children(self, path: str) -> list[str]:
         try:
-            return _kazoo(f"list {path}", lambda: self._client.get_children_async(path).get(
-                timeout=self._timeout_s))
-        except NoNodeError:
+            return self._reads.call(f"list {path}", lambda: self._client.get_children_async(path))
+        except ZnodeMissing:
             return []
 
     def load_resource(self, pattern: ResourcePattern) -> set[AccessControlEntry]:
@@ -493,8 +459,8 @@ class AclStore:
         """
         self.ensure_paths()
         dirs = [(pt, rt) for pt in PATTERN_TYPES for rt in RESOURCE_TYPES]
-        listed = self._pipelined(
-            [type_path(pt, rt) for pt, rt in dirs], self._client.get_children_async, "list ACLs"
+        listed = self._reads.pipelined(
+            self._client.get_children_async, [type_path(pt, rt) for pt, rt in dirs], "list ACLs"
         )
         patterns = [
             ResourcePattern(rt, name, pt)
@@ -503,7 +469,7 @@ class AclStore:
             for name in names
         ]
         paths = [resource_path(p) for p in patterns]
-        values = self._pipelined(paths, self._client.get_async, "load ACLs")
+        values = self._reads.pipelined(self._client.get_async, paths, "load ACLs")
         acls: dict[ResourcePattern, set[AccessControlEntry]] = {}
         for pattern, path, value in zip(patterns, paths, values):
             if value is not None:
@@ -511,22 +477,6 @@ class AclStore:
                 if entries:
                     acls[pattern] = entries
         return acls
-
-    def _pipelined(
-        self, paths: Sequence[str], start: Callable[[str], Any], what: str
-    ) -> list[Any]:
-        """Results of ``start(path)`` for each path, issued in windows of async requests;
-        None where the znode does not exist."""
-        out: list[Any] = []
-        for lo in range(0, len(paths), _PIPELINE_WINDOW):
-            window = paths[lo:lo + _PIPELINE_WINDOW]
-            pending = [_kazoo(what, lambda p=p: start(p)) for p in window]
-            for async_result in pending:
-                try:
-                    out.append(_kazoo(what, lambda r=async_result: r.get(timeout=self._timeout_s)))
-                except NoNodeError:
-                    out.append(None)
-        return out
 
     # --- notifications -----------------------------------------------------------------
 
@@ -539,89 +489,8 @@ class AclStore:
         )
 
 
-# --- sync --------------------------------------------------------------------------------
-
-
+# The notification roots of the two pattern types (their versions are what writes report).
 ACL_ROOTS = {
     PatternType.LITERAL: NotificationRoot("acls", LITERAL_CHANGES, CHANGE_PREFIX),
     PatternType.PREFIXED: NotificationRoot("acls-extended", EXTENDED_CHANGES, CHANGE_PREFIX),
 }
-_PATTERN_OF_ROOT = {root.name: pt for pt, root in ACL_ROOTS.items()}
-
-
-class AclSync(ChangeNotifications):
-    """Keeps an :class:`AclAuthorizer` equal to the ACLs in ZooKeeper.
-
-    The follow/resync/purge cycle and its reconnect policy are
-    :class:`zk.notifications.ChangeNotifications`' (version names ``"acls"`` and
-    ``"acls-extended"``). Loading reads every ACL, hands them to
-    ``authorizer.load_resources`` and, the first time, calls ``authorizer.mark_ready()``.
-    A notification re-reads the resource it names and calls ``apply_resource``, in
-    sequence order: re-reading makes it idempotent, so a later ALLOW after a DENY (or
-    the reverse) always ends in ZooKeeper's current state. A notification or resource
-    whose bytes do not decode is logged and skipped (the authorizer keeps that
-    resource's ACLs). While the connection is suspended the authorizer keeps answering
-    from what it has (it stays ready, as Kafka's ZooKeeper authorizer does).
-
-    Stats: those of the recipe, and ``last_applied`` per pattern type.
-    """
-
-    def __init__(
-        self,
-        client: KazooClient,
-        store: AclStore,
-        authorizer: AclAuthorizer,
-        *,
-        clock: Clock | None = None,
-        is_purger: Callable[[], bool] | None = None,
-        max_pending: int | None = None,
-        count_min_age_ms: int | None = COUNT_MIN_AGE_MS,
-    ) -> None:
-        self._store = store
-        self._authorizer = authorizer
-        clock = clock or SystemClock()
-        super().__init__(
-            client,
-            "acl-sync",
-            list(ACL_ROOTS.values()),
-            load=self._load_acls,
-            apply=self._apply_acls,
-            is_purger=is_purger,
-            now_ms=clock.now_ms,
-            recoverable=(KafkaError, AclDataError),
-            max_pending=max_pending,
-            count_min_age_ms=count_min_age_ms,
-        )
-
-    def start(self) -> None:
-        """Load every ACL, mark the authorizer ready, then follow changes."""
-        self._store.ensure_paths()
-        super().start()
-        self._authorizer.mark_ready()
-
-    @property
-    def last_applied(self) -> dict[PatternType, int]:
-        """The sequence number of the last notification handled, per change root."""
-        applied = self.applied
-        return {pt: applied[root.name] for pt, root in ACL_ROOTS.items()}
-
-    def _load_acls(self) -> None:
-        self._authorizer.load_resources(self._store.load_all())
-
-    def _apply_acls(self, root: NotificationRoot, notes: list[tuple[int, bytes]]) -> None:
-        pattern_type = _PATTERN_OF_ROOT[root.name]
-        patterns: dict[ResourcePattern, None] = {}
-        for sequence, data in notes:
-            try:
-                patterns[decode_change(data, pattern_type)] = None
-            except AclDataError as exc:
-                log.error("skipping ACL change %s: %s", root.child(sequence), exc)
-        for pattern in patterns:
-            try:
-                entries = self._store.load_resource(pattern)
-            except AclDataError as exc:
-                # Retrying cannot fix bad bytes: keep what the authorizer has for that
-                # resource (the next change to it, or a resync, repairs it).
-                log.error("skipping ACL resource %s: %s", pattern, exc)
-                continue
-            self._authorizer.apply_resource(pattern, entries)

@@ -28,14 +28,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import (
-    NodeExistsError,
-    NoNodeError,
-)
 
 from tokensvc.core.clock import Clock, SystemClock
 from zk import layout
-from zk.token_store import StoreError, delete_own_ephemeral, zk_call
+from zk.errors import StoreError, ZnodeExists, zk_call
+from zk.reads import pipelined
+from zk.token_store import delete_own_ephemeral
 from zk.worker import SerialWorker
 
 log = logging.getLogger(__name__)
@@ -98,9 +96,8 @@ class BrokerRegistry:
             )
             log.info("registered broker %d", broker_id)
             return
-        except StoreError as exc:
-            if not isinstance(exc.__cause__, NodeExistsError):
-                raise
+        except ZnodeExists:
+            pass
         stat = zk_call(f"read {path}", lambda: self._client.exists(path))
         if stat is not None and stat.ephemeralOwner == self._session_id():
             zk_call(f"update {path}", lambda: self._client.set(path, data))
@@ -152,9 +149,8 @@ class BrokerRegistry:
                     layout.CLUSTER_ID, layout.encode_cluster_id(new_cluster_id())
                 ),
             )
-        except StoreError as exc:
-            if not isinstance(exc.__cause__, NodeExistsError):
-                raise
+        except ZnodeExists:
+            pass
         data, _stat = zk_call("read /cluster/id", lambda: self._client.get(layout.CLUSTER_ID))
         return layout.decode_cluster_id(data)
 
@@ -215,20 +211,14 @@ class BrokerRegistry:
             lambda: self._client.get_children(layout.BROKER_IDS, watch=callback),
         )
         ids = sorted(int(n) for n in names if n.isdigit())
-        pending = [
-            (i, zk_call("read broker", lambda i=i: self._client.get_async(layout.broker_path(i))))
-            for i in ids
-        ]
+        values = pipelined(self._client.get_async, [layout.broker_path(i) for i in ids],
+                           "read brokers", timeout_s=None)
         found: dict[int, dict[str, Any]] = {}
-        for broker_id, result in pending:
+        for broker_id, value in zip(ids, values):
+            if value is None:
+                continue  # went away between the listing and the read
             try:
-                data, _stat = zk_call(f"read broker {broker_id}", result.get)
-            except StoreError as exc:
-                if isinstance(exc.__cause__, NoNodeError):
-                    continue  # went away between the listing and the read
-                raise
-            try:
-                found[broker_id] = layout.decode_broker(broker_id, data)
+                found[broker_id] = layout.decode_broker(broker_id, value[0])
             except layout.LayoutError as exc:
                 log.warning("skipping broker registration %d: %s", broker_id, exc)
         return found

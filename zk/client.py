@@ -20,6 +20,13 @@ timeout to its ``minSessionTimeout``/``maxSessionTimeout``, and a broker that as
 expects. ``open_client`` logs the negotiated timeout once the session is up and warns
 when it is lower than the configured one. It must not log session passwords, SASL or
 digest credentials, or key passwords.
+
+It is the one module that reaches into kazoo's internals, each reach a documented
+adapter that a test fails on if a kazoo release changes it: the SASL refusal
+(:func:`_refusal_ends_the_session`), the negotiated timeout (:class:`_NegotiatedTimeout`)
+and ZooKeeper's multi-read (:func:`multi_get_data`, which kazoo has no public call for;
+:mod:`zk.reads` batches and falls back with it). Nothing else in ``zk`` calls a private
+kazoo name.
 """
 
 from __future__ import annotations
@@ -27,17 +34,22 @@ from __future__ import annotations
 import logging
 import socket
 import ssl
+import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import (
     AuthFailedError,
     KazooException,
+    MarshallingError,
     NoAuthError,
     SessionClosedRequireSaslError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.serialization import Connect
+from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
 
 from tokensvc.core.zk_security import JAAS_FILE, KEYSTORE, SSL_ENABLE, ZkSecurity
@@ -297,6 +309,91 @@ def negotiated_session_timeout_ms(client: KazooClient) -> int | None:
     a client not opened by ``open_client`` or not yet connected."""
     watcher = getattr(client, "_tokensvc_negotiated", None)
     return watcher.ms if watcher is not None else None
+
+
+_MULTI_HEADER = struct.Struct("!iBi")
+_INT = struct.Struct("!i")
+_STAT = struct.Struct("!qqqqiiiqiiq")
+
+
+class _MultiGetData:
+    """ZooKeeper's multi-read request (opcode 22, ZooKeeper 3.6+) of getData operations.
+
+    One request and one response for many znodes; each read succeeds or fails on its
+    own. Wire format (jute): per op a MultiHeader (int type, bool done, int err) and a
+    GetDataRequest (string path, bool watch); then MultiHeader(-1, true, -1). The reply
+    holds per op a MultiHeader and either a GetDataResponse (buffer data, Stat) or, for
+    type -1, an ErrorResponse (int err). Results are ``(data, stat)`` or an error code;
+    with ``with_stat=False`` the Stat is skipped unparsed and a result is the data alone
+    (the cold start reads a million znodes and needs none of their 11-field stats).
+    """
+
+    type = 22
+    _GET_DATA = 4
+    _ERROR = -1
+
+    def __init__(self, paths: list[str], *, with_stat: bool = True) -> None:
+        self.paths = paths
+        self.with_stat = with_stat
+
+    def __repr__(self) -> str:
+        return f"_MultiGetData({len(self.paths)} paths)"
+
+    def serialize(self) -> bytes:
+        out = bytearray()
+        for path in self.paths:
+            encoded = path.encode("utf-8")
+            out += _MULTI_HEADER.pack(self._GET_DATA, 0, -1)
+            out += _INT.pack(len(encoded)) + encoded + b"\x00"
+        out += _MULTI_HEADER.pack(-1, 1, -1)
+        return bytes(out)
+
+    def deserialize(
+        self, buffer: bytes, offset: int
+    ) -> list[tuple[bytes, ZnodeStat] | bytes | int]:
+        results: list[tuple[bytes, ZnodeStat] | bytes | int] = []
+        with_stat = self.with_stat
+        while True:
+            op, done, _err = _MULTI_HEADER.unpack_from(buffer, offset)
+            offset += _MULTI_HEADER.size
+            if done:
+                return results
+            if op == self._GET_DATA:
+                length = _INT.unpack_from(buffer, offset)[0]
+                offset += _INT.size
+                data = b"" if length < 0 else bytes(buffer[offset : offset + length])
+                offset += max(length, 0)
+                if with_stat:
+                    results.append((data, ZnodeStat._make(_STAT.unpack_from(buffer, offset))))
+                else:
+                    results.append(data)
+                offset += _STAT.size
+            elif op == self._ERROR:
+                results.append(_INT.unpack_from(buffer, offset)[0])
+                offset += _INT.size
+            else:
+                raise MarshallingError()
+
+
+def multi_get_data(
+    client: KazooClient, paths: Sequence[str], *, with_stat: bool = True
+) -> IAsyncResult:
+    """Send ONE multi-read of ``paths`` (relative to the client's chroot); the async
+    result is, per path in order, ``(data, stat)`` (``data`` alone without
+    ``with_stat``) or ZooKeeper's error code (an int).
+
+    kazoo has no public multi-read call: this hands the request object to the client's
+    request queue (``KazooClient._call``, the method its public ``*_async`` calls use),
+    prefixing the chroot as they do. A server without multi-read answers
+    ``UnimplementedError`` (or a reply kazoo cannot read: ``MarshallingError``). The
+    tests that compare multi-read and pipelined reads fail if a kazoo release changes
+    this.
+    """
+    chroot = client.chroot or ""
+    request = _MultiGetData([chroot + p for p in paths], with_stat=with_stat)
+    async_result = client.handler.async_result()
+    client._call(request, async_result)
+    return async_result
 
 
 def _log_session_timeout(client: KazooClient, settings: ZkSettings) -> None:

@@ -1,4 +1,4 @@
-"""SCRAM user credentials in ZooKeeper, in Kafka's layout, and a cache that follows them.
+"""SCRAM user credentials in ZooKeeper, in Kafka's layout: the credential store.
 
 Owns the user-config znodes and their change notifications, exactly as Kafka's
 ``AdminZkClient``/``ConfigEntityChangeNotification`` write them (under the client's chroot):
@@ -14,12 +14,12 @@ Owns the user-config znodes and their change notifications, exactly as Kafka's
 :class:`CredentialStore` reads and writes those znodes. Writes are optimistic
 (``set_data`` at the version read, retried on a concurrent change) and accept a ``guard``
 ``(path, version)``: a ``check`` op in the same transaction, so a broker that lost the
-controllership cannot write (:class:`zk.token_store.NotControllerError`). Failures are the
-token store's errors: ``StoreUnavailable`` (retriable) and ``StoreError``.
-:class:`UserCredentialCache` is the thread-safe in-memory view the SCRAM server reads
-(``user_credential(username, mechanism)``). :class:`CredentialSync` keeps a cache equal to
-ZooKeeper: a full load at start, then the notifications in sequence order (each one re-reads
-that user's znode), and a full resync after every reconnect.
+controllership cannot write (:class:`zk.errors.NotControllerError`). Every call is capped
+and its failures are the store errors of :mod:`zk.errors` (``StoreUnavailable``, retriable,
+and ``StoreError``); many users are read with the one pipelined reader (:mod:`zk.reads`).
+A change is a :class:`tokensvc.scram.changes.CredentialChange`. The cache that follows
+these znodes and its sync are :mod:`zk.credential_sync` (credentials are filed as tokens
+and ACLs are: ``<kind>_store`` and ``<kind>_sync``).
 
 :func:`bootstrap_user` derives and writes a user's credentials without any broker (the
 first super user; ``tokensvc users bootstrap`` and ``tokensvc cluster up`` use it).
@@ -33,21 +33,19 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
     BadVersionError,
-    KazooException,
     NodeExistsError,
     NoNodeError,
     RolledBackError,
 )
 
 from tokensvc.core.principal import desanitize, sanitize
+from tokensvc.scram.changes import CredentialChange
 from tokensvc.scram.formatter import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
@@ -57,8 +55,8 @@ from tokensvc.scram.formatter import (
 )
 from zk import layout as token_layout
 from zk.client import ZkSettings, open_client
-from zk.errors import UNAVAILABLE, NotControllerError, StoreError, StoreUnavailable
-from zk.notifications import COUNT_MIN_AGE_MS, ChangeNotifications, NotificationRoot
+from zk.errors import UNAVAILABLE, NotControllerError, StoreError, ZnodeMissing, translate
+from zk.reads import ZnodeReads
 from zk.requests import RecordOp, RequestKeyExistsError
 
 # (path, version) checked in the same transaction as a write: the controller's guard.
@@ -77,17 +75,6 @@ CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 _WRITE_ATTEMPTS = 10
 
 Credentials = dict[ScramMechanism, ScramCredential]
-
-
-@dataclass(frozen=True)
-class CredentialChange:
-    """Set (``credential``) or delete (None) one user's credential for one mechanism."""
-
-    user: str
-    mechanism: ScramMechanism
-    credential: ScramCredential | None
-
-
 
 
 def user_path(user: str) -> str:
@@ -168,36 +155,33 @@ class CredentialStore:
 
     def __init__(self, client: KazooClient, request_timeout_s: float = 10.0) -> None:
         # Every ZooKeeper call is capped at this (the token store's rule): a partition
-        # answers StoreUnavailable in time instead of holding a thread for good.
-        self._timeout_s = request_timeout_s
+        # answers StoreUnavailable in time instead of holding a thread for good (outcome
+        # unknown for a write: the ledger looks the request key up).
+        self._reads = ZnodeReads(client, request_timeout_s)
         self._client = client
 
     # -- reads ---------------------------------------------------------------
 
     def ensure_paths(self) -> None:
-        self._call(self._client.ensure_path, USERS_PATH)
-        self._call(self._client.ensure_path, CHANGES_PATH)
+        for path in (USERS_PATH, CHANGES_PATH):
+            self._reads.call(f"create {path}", lambda p=path: self._client.ensure_path_async(p))
 
     def get(self, user: str) -> Credentials:
         """The user's SCRAM credentials (empty when the user has none)."""
         try:
-            data, _ = self._call(self._client.get, user_path(user))
-        except NoNodeError:
+            data, _ = self._read(user_path(user))
+        except ZnodeMissing:
             return {}
         return credentials_from_config(decode_user_config(data))
 
     def get_many(self, users: Sequence[str]) -> dict[str, Credentials]:
         """Each user's SCRAM credentials (empty when none), read with pipelined requests."""
-        pending = [(user, self._client.get_async(user_path(user))) for user in users]
-        found: dict[str, Credentials] = {}
-        for user, async_result in pending:
-            try:
-                data, _ = self._call(async_result.get)
-            except NoNodeError:
-                found[user] = {}
-                continue
-            found[user] = credentials_from_config(decode_user_config(data))
-        return found
+        values = self._reads.pipelined(
+            self._client.get_async, [user_path(user) for user in users], "read users")
+        return {
+            user: {} if value is None else credentials_from_config(decode_user_config(value[0]))
+            for user, value in zip(users, values)
+        }
 
     def users(self) -> list[str]:
         """Users holding at least one SCRAM credential, sorted."""
@@ -205,19 +189,18 @@ class CredentialStore:
 
     def load_all(self) -> dict[str, Credentials]:
         """Every user with a SCRAM credential. The reads are pipelined: one ``get_children``,
-        then all ``get`` requests sent before the first answer is awaited."""
+        then the ``get`` requests sent a window at a time (:func:`zk.reads.pipelined`)."""
         try:
-            children = self._call(self._client.get_children, USERS_PATH)
-        except NoNodeError:
+            children = self._children(USERS_PATH)
+        except ZnodeMissing:
             return {}
-        pending = [(child, self._client.get_async(f"{USERS_PATH}/{child}")) for child in children]
+        values = self._reads.pipelined(
+            self._client.get_async, [f"{USERS_PATH}/{child}" for child in children], "load users")
         result: dict[str, Credentials] = {}
-        for child, async_result in pending:
-            try:
-                data, _ = self._call(async_result.get)
-            except NoNodeError:
+        for child, value in zip(children, values):
+            if value is None:
                 continue  # deleted between the listing and the read
-            creds = credentials_from_config(decode_user_config(data))
+            creds = credentials_from_config(decode_user_config(value[0]))
             if creds:
                 result[desanitize(child)] = creds
         return result
@@ -225,16 +208,16 @@ class CredentialStore:
     def change_sequences(self) -> list[int]:
         """Sequence numbers of the config change notifications present now, ascending."""
         try:
-            children = self._call(self._client.get_children, CHANGES_PATH)
-        except NoNodeError:
+            children = self._children(CHANGES_PATH)
+        except ZnodeMissing:
             return []
         return sorted(s for s in map(sequence_of, children) if s is not None)
 
     def change_user(self, sequence: int) -> str | None:
         """The user named by notification ``sequence``; None if it is gone or not about a user."""
         try:
-            data, _ = self._call(self._client.get, f"{CHANGES_PATH}/{CHANGE_PREFIX}{sequence:010d}")
-        except NoNodeError:
+            data, _ = self._read(f"{CHANGES_PATH}/{CHANGE_PREFIX}{sequence:010d}")
+        except ZnodeMissing:
             return None
         return decode_change_user(data)
 
@@ -304,8 +287,8 @@ class CredentialStore:
             if change.credential is not None:
                 continue
             try:
-                data, _ = self._call(self._client.get, user_path(change.user))
-            except NoNodeError:
+                data, _ = self._read(user_path(change.user))
+            except ZnodeMissing:
                 continue
             config = decode_user_config(data)
             config.pop(change.mechanism.mechanism_name, None)
@@ -316,7 +299,7 @@ class CredentialStore:
     def _delete_tokens(self, token_ids: Sequence[str], guard: Guard | None) -> list[int]:
         """Delete ``token_ids`` (those still there) with their notifications, in one
         guarded transaction; their notification sequences."""
-        present = [t for t in token_ids if self._call(self._client.exists, token_layout.token_path(t))]
+        present = [t for t in token_ids if self._exists(token_layout.token_path(t))]
         if not present:
             return []
         txn = self._client.transaction()
@@ -326,7 +309,7 @@ class CredentialStore:
             txn.delete(token_layout.token_path(token_id))
         for token_id in present:
             txn.create(token_layout.token_change_create_path(), token_id.encode(), sequence=True)
-        results = self._call(txn.commit)
+        results = self._reads.call("delete tokens", txn.commit_async)
         if any(isinstance(r, Exception) for r in results):
             if guard is not None and isinstance(results[0], (BadVersionError, NoNodeError)):
                 raise NotControllerError(f"guard {guard[0]} changed: not allowed to write tokens")
@@ -354,16 +337,13 @@ class CredentialStore:
             raise ValueError("a user may appear once per alter")
         self.ensure_paths()
         for _ in range(_WRITE_ATTEMPTS):
-            pending = [(c, self._client.get_async(user_path(c.user))) for c in changes]
+            values = self._reads.pipelined(
+                self._client.get_async, [user_path(c.user) for c in changes], "read users")
             effects: dict[str, bool] = {}
             writes: list[tuple[str, bytes, int | None]] = []
             doomed: list[str] = []
-            for change, async_result in pending:
-                try:
-                    data, stat = self._call(async_result.get)
-                    version: int | None = stat.version
-                except NoNodeError:
-                    data, version = None, None
+            for change, value in zip(changes, values):
+                data, version = (None, None) if value is None else (value[0], value[1].version)
                 config = decode_user_config(data)
                 name = change.mechanism.mechanism_name
                 if change.credential is None:
@@ -376,7 +356,7 @@ class CredentialStore:
                     writes.append((change.user, encode_user_config(config), version))
                 if changed and not config and cascade is not None:
                     doomed += [t for t in cascade(change.user)
-                               if self._call(self._client.exists, token_layout.token_path(t))]
+                               if self._exists(token_layout.token_path(t))]
             txn = self._client.transaction()
             if guard is not None:
                 txn.check(guard[0], guard[1])
@@ -399,7 +379,7 @@ class CredentialStore:
                            sequence=True)
             if not writes and record_op is None:
                 return effects, [], []
-            results = self._call(txn.commit)
+            results = self._reads.call("write credentials", txn.commit_async)
             token_start = len(results) - 2 * len(doomed)
             failed_at = [i for i, r in enumerate(results)
                          if isinstance(r, Exception) and not isinstance(r, RolledBackError)]
@@ -423,19 +403,14 @@ class CredentialStore:
             # "race": someone changed a user's znode between our read and write: re-read.
         raise StoreError(f"credentials kept changing under {_WRITE_ATTEMPTS} attempts to write them")
 
-    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """One kazoo call with the store's time cap (as token writes have): a client
-        method runs as its ``*_async`` twin, a transaction's ``commit`` as
-        ``commit_async``, an AsyncResult's ``get`` with the timeout. Past the cap the call
-        is StoreUnavailable (outcome unknown: the ledger looks the request key up)."""
-        try:
-            return _capped(self._client, self._timeout_s, fn, *args, **kwargs)
-        except UNAVAILABLE as exc:
-            raise StoreUnavailable(f"ZooKeeper unavailable: {type(exc).__name__}") from exc
-        except (NoNodeError, NodeExistsError, BadVersionError):
-            raise
-        except KazooException as exc:
-            raise StoreError(f"ZooKeeper request failed: {type(exc).__name__}") from exc
+    def _read(self, path: str) -> Any:
+        return self._reads.call(f"read {path}", lambda: self._client.get_async(path))
+
+    def _children(self, path: str) -> list[str]:
+        return self._reads.call(f"list {path}", lambda: self._client.get_children_async(path))
+
+    def _exists(self, path: str) -> Any:
+        return self._reads.call(f"read {path}", lambda: self._client.exists_async(path))
 
 
 def _transaction_failure(
@@ -455,8 +430,9 @@ def _transaction_failure(
     data_ops = results[offset:offset + writes]
     if any(isinstance(r, (BadVersionError, NodeExistsError, NoNodeError)) for r in data_ops):
         return "race"
-    if any(isinstance(e, UNAVAILABLE) for e in errors):
-        raise StoreUnavailable("ZooKeeper unavailable during a credential write")
+    unavailable = next((e for e in errors if isinstance(e, UNAVAILABLE)), None)
+    if unavailable is not None:
+        raise translate("credential write", unavailable)
     raise StoreError(f"credential transaction failed: {[type(e).__name__ for e in errors]}")
 
 
@@ -483,158 +459,7 @@ def bootstrap_user(
         client.close()
 
 
-class UserCredentialCache:
-    """Thread-safe map user -> {mechanism: credential}; the SCRAM server's user lookup."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._users: dict[str, Credentials] = {}
-        self._listeners: list[Callable[[str], None]] = []
-
-    def add_listener(self, listener: Callable[[str], None]) -> None:
-        """``listener(user)`` after a user's credentials were deleted or changed (not for a
-        user who only got a first credential); called on the thread that applied it."""
-        self._listeners.append(listener)
-
-    def _changed(self, users: Iterable[str]) -> None:
-        for user in users:
-            for listener in self._listeners:
-                listener(user)
-
-    def user_credential(self, username: str, mechanism: ScramMechanism) -> ScramCredential | None:
-        with self._lock:
-            return self._users.get(username, {}).get(mechanism)
-
-    def credentials(self, user: str) -> Credentials:
-        with self._lock:
-            return dict(self._users.get(user, {}))
-
-    def users(self) -> list[str]:
-        with self._lock:
-            return sorted(self._users)
-
-    def put(self, user: str, mechanism: ScramMechanism, credential: ScramCredential) -> None:
-        with self._lock:
-            old = self._users.setdefault(user, {}).get(mechanism)
-            self._users[user][mechanism] = credential
-        if old is not None and old != credential:
-            self._changed([user])
-
-    def discard(self, user: str, mechanism: ScramMechanism) -> None:
-        with self._lock:
-            creds = self._users.get(user)
-            if creds is None or mechanism not in creds:
-                return
-            creds.pop(mechanism, None)
-            if not creds:
-                del self._users[user]
-        self._changed([user])
-
-    def set_user(self, user: str, credentials: Mapping[ScramMechanism, ScramCredential]) -> None:
-        """Replace all of ``user``'s credentials (none: forget the user)."""
-        with self._lock:
-            old = self._users.get(user, {})
-            if credentials:
-                self._users[user] = dict(credentials)
-            else:
-                self._users.pop(user, None)
-        if old and _lost_or_changed(old, credentials):
-            self._changed([user])
-
-    def replace_all(self, users: Mapping[str, Mapping[ScramMechanism, ScramCredential]]) -> None:
-        with self._lock:
-            old = self._users
-            self._users = {u: dict(c) for u, c in users.items() if c}
-        self._changed([u for u, creds in old.items()
-                       if _lost_or_changed(creds, self._users.get(u, {}))])
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._users)
-
-
-def _lost_or_changed(old: Mapping[ScramMechanism, ScramCredential],
-                     new: Mapping[ScramMechanism, ScramCredential]) -> bool:
-    """A credential the user had is gone or different (a session may have used it)."""
-    return any(new.get(mechanism) != credential for mechanism, credential in old.items())
-
-
-def _capped(client: KazooClient, timeout_s: float, fn: Callable[..., Any], *args: Any,
-            **kwargs: Any) -> Any:
-    """``fn(*args)`` with a time cap (see :meth:`CredentialStore._call`)."""
-    name = getattr(fn, "__name__", "")
-    owner = getattr(fn, "__self__", None)
-    if owner is client and hasattr(client, f"{name}_async"):
-        return getattr(client, f"{name}_async")(*args, **kwargs).get(timeout=timeout_s)
-    if name == "commit" and hasattr(owner, "commit_async"):
-        return owner.commit_async().get(timeout=timeout_s)
-    if name == "get" and hasattr(owner, "rawlink"):  # an AsyncResult
-        return fn(timeout=timeout_s)
-    return fn(*args, **kwargs)
-
-
-CREDENTIALS_ROOT = NotificationRoot("credentials", CHANGES_PATH, CHANGE_PREFIX)
 # Token deletions of a deleted user per transaction (each is a delete and a notification).
 CASCADE_PER_TRANSACTION = 500
 
 
-class CredentialSync(ChangeNotifications):
-    """Keeps a :class:`UserCredentialCache` equal to ``/config/users``.
-
-    The follow/resync/purge cycle and its reconnect policy are
-    :class:`zk.notifications.ChangeNotifications`' (version name ``"credentials"``);
-    this class says what loading means (every user re-read) and what a notification
-    means (re-read the named user's znode, so applying it twice or late is harmless;
-    notifications about other entities -- topics, clients -- are skipped). The
-    controller purges ``/config/changes`` like every other change root.
-    """
-
-    def __init__(
-        self,
-        client: KazooClient,
-        store: CredentialStore,
-        cache: UserCredentialCache,
-        *,
-        on_resync: Callable[[], None] | None = None,
-        is_purger: Callable[[], bool] | None = None,
-        now_ms: Callable[[], int] | None = None,
-        max_pending: int | None = None,
-        count_min_age_ms: int | None = COUNT_MIN_AGE_MS,
-    ) -> None:
-        self._store = store
-        self._cache = cache
-        self._on_credential_resync = on_resync
-        super().__init__(
-            client,
-            "credential-sync",
-            [CREDENTIALS_ROOT],
-            load=self._load_users,
-            apply=self._apply_users,
-            is_purger=is_purger,
-            now_ms=now_ms,
-            on_resync=self._resynced,
-            recoverable=(StoreError,),
-            max_pending=max_pending,
-            count_min_age_ms=count_min_age_ms,
-        )
-
-    @property
-    def last_sequence(self) -> int:
-        return self.applied[CREDENTIALS_ROOT.name]
-
-    def start(self) -> None:
-        self._store.ensure_paths()
-        super().start()
-
-    def _resynced(self, _duration_ms: int) -> None:
-        if self._on_credential_resync is not None:
-            self._on_credential_resync()
-
-    def _load_users(self) -> None:
-        self._cache.replace_all(self._store.load_all())
-
-    def _apply_users(self, _root: NotificationRoot, notes: list[tuple[int, bytes]]) -> None:
-        users = list(dict.fromkeys(
-            u for _, data in notes if (u := decode_change_user(data)) is not None))
-        for user, credentials in self._store.get_many(users).items():
-            self._cache.set_user(user, credentials)

@@ -51,12 +51,12 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     BadVersionError,
     NodeExistsError,
-    NoNodeError,
 )
 
 from tokensvc.core.clock import Clock, SystemClock
 from zk import layout
-from zk.token_store import Guard, StoreError, delete_own_ephemeral, zk_call
+from zk.errors import StoreError, ZnodeExists, ZnodeMissing, zk_call
+from zk.token_store import Guard, delete_own_ephemeral
 from zk.worker import SerialWorker
 
 log = logging.getLogger(__name__)
@@ -192,9 +192,7 @@ class ControllerElection:
                     "read /controller",
                     lambda: self._client.get(layout.CONTROLLER, watch=self._on_watch),
                 )
-            except StoreError as exc:
-                if not isinstance(exc.__cause__, NoNodeError):
-                    raise
+            except ZnodeMissing:
                 self._try_win()
                 continue
             try:
@@ -255,9 +253,8 @@ class ControllerElection:
                     layout.CONTROLLER_EPOCH, layout.encode_controller_epoch(0)
                 ),
             )
-        except StoreError as exc:
-            if not isinstance(exc.__cause__, NodeExistsError):
-                raise
+        except ZnodeExists:
+            pass
 
     def _session_id(self) -> int | None:
         client_id = self._client.client_id

@@ -40,8 +40,9 @@ from typing import Protocol
 from tokensvc.core.clock import Clock
 from tokensvc.core.token import TokenInformation
 from zk.election import ControllerElection
+from zk.errors import NotControllerError, StoreError
 from zk.notifications import PURGE_INTERVAL_S
-from zk.token_store import NotControllerError, StoreError, TokenStore
+from zk.token_store import TokenStore
 
 log = logging.getLogger(__name__)
 

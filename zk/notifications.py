@@ -41,6 +41,9 @@ sequence it deletes into the root znode's data (``{"purged_through": N}``): a fo
 whose last applied version is below that mark may have missed a change and resyncs.
 Kafka ignores the data of these parents, so the layout stays compatible.
 
+The notifications of a listing are read with the one pipelined reader
+(:func:`zk.reads.pipelined`); its store errors count as ZooKeeper failures.
+
 Listings of one root are spaced at least ``MIN_LISTING_INTERVAL_S`` apart: under a
 stream of writes the changes of one interval share a listing; an isolated change is
 applied at once.
@@ -79,6 +82,8 @@ from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
+from zk.errors import StoreError
+from zk.reads import pipelined
 from zk.worker import SerialWorker
 
 log = logging.getLogger(__name__)
@@ -197,7 +202,8 @@ class ChangeNotifications:
         self._count_min_age_ms = count_min_age_ms
         self._purge_interval_s = purge_interval_s
         self._on_resync = on_resync
-        self._recoverable = (KazooException, KazooTimeoutError, FollowError, *recoverable)
+        self._recoverable = (KazooException, KazooTimeoutError, FollowError, StoreError,
+                             *recoverable)
         self._worker = SerialWorker(f"{name}-notifications")
         self._lock = threading.Lock()
         self._last: dict[str, int] = {r.name: -1 for r in roots}
@@ -515,17 +521,12 @@ class ChangeNotifications:
     def _read(
         self, root: NotificationRoot, names: list[tuple[int, str]]
     ) -> list[tuple[int, bytes]] | None:
-        out: list[tuple[int, bytes]] = []
-        for lo in range(0, len(names), _WINDOW):
-            window = names[lo:lo + _WINDOW]
-            pending = [(s, self._client.get_async(f"{root.path}/{c}")) for s, c in window]
-            for sequence, async_result in pending:
-                try:
-                    data, _stat = async_result.get()
-                except NoNodeError:
-                    return None
-                out.append((sequence, data or b""))
-        return out
+        """``(sequence, data)`` of each notification; None when one is gone (purged)."""
+        values = pipelined(self._client.get_async, [f"{root.path}/{c}" for _, c in names],
+                           f"read {root.path}", timeout_s=None, window=_WINDOW)
+        if any(value is None for value in values):
+            return None
+        return [(sequence, value[0] or b"") for (sequence, _), value in zip(names, values)]
 
     # --- purging (the controller) ------------------------------------------------------
 

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NoNodeError
 
 from zk import layout
-from zk.errors import StoreError, zk_call
+from zk.errors import StoreError, ZnodeExists, ZnodeMissing, zk_call
 
 REQUESTS = f"{layout.DELEGATION_TOKEN}/requests"
 RETENTION_MS = 15 * 60 * 1000
@@ -90,10 +90,8 @@ class RequestRecords:
         try:
             data, _ = zk_call("read request record",
                               lambda: self._client.get_async(path).get(timeout=self._timeout_s))
-        except StoreError as exc:
-            if isinstance(exc.__cause__, NoNodeError):
-                return None
-            raise
+        except ZnodeMissing:
+            return None
         try:
             body = json.loads(data.decode("utf-8"))
             return Record(int(body["api"]), body.get("outcome"))
@@ -105,19 +103,15 @@ class RequestRecords:
         try:
             zk_call("record request", lambda: self._client.create_async(op.path, op.data).get(
                 timeout=self._timeout_s))
-        except StoreError as exc:
-            if isinstance(exc.__cause__, NodeExistsError):
-                raise RequestKeyExistsError("request key already recorded") from None
-            raise
+        except ZnodeExists:
+            raise RequestKeyExistsError("request key already recorded") from None
 
     def purge(self, now_ms: int, older_than_ms: int = RETENTION_MS) -> int:
         """Delete records created (znode ctime) before ``now_ms - older_than_ms``."""
         try:
             keys = zk_call("list request records", lambda: self._client.get_children(REQUESTS))
-        except StoreError as exc:
-            if isinstance(exc.__cause__, NoNodeError):
-                return 0
-            raise
+        except ZnodeMissing:
+            return 0
         cutoff = now_ms - older_than_ms
         deleted = 0
         for lo in range(0, len(keys), _WINDOW):

@@ -23,35 +23,33 @@ notification -- and reports each write's own outcome; a write that fails is take
 and the others are committed again without it. ``create``, ``update`` and ``delete``
 are a batch of one.
 
-It also re-exports the store errors of :mod:`zk.errors` and holds
-:func:`delete_own_ephemeral`. Notifications are followed and purged by
-:class:`zk.sync.TokenSync`; request records by :class:`zk.requests.RequestRecords`.
+Reads of many tokens go through the one pipelined reader, :mod:`zk.reads` (multi-read
+batches when enabled). It also holds :func:`delete_own_ephemeral`. Notifications are
+followed and purged by :class:`zk.token_sync.TokenSync` (the token store and sync are
+filed as the credential and ACL ones are: ``<kind>_store`` and ``<kind>_sync``);
+request records by :class:`zk.requests.RequestRecords`.
 
 Must not: keep state between calls (the cache is :class:`tokensvc.core.cache.TokenCache`,
-fed by :mod:`zk.sync`), know token rules, or store or log an HMAC or key (it only ever
+fed by :mod:`zk.token_sync`), know token rules, or store or log an HMAC or key (it only ever
 sees :class:`TokenInformation`). kazoo failures surface as :class:`StoreError`
-subclasses, each carrying the Kafka error it maps to.
+subclasses (:mod:`zk.errors`), each carrying the Kafka error it maps to.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
-import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
-    EXCEPTIONS,
     BadVersionError,
     KazooException,
-    MarshallingError,
     NodeExistsError,
     NoNodeError,
     RolledBackError,
-    UnimplementedError,
 )
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.interfaces import IAsyncResult
@@ -60,13 +58,15 @@ from kazoo.protocol.states import ZnodeStat
 from tokensvc.core.errors import Errors
 from tokensvc.core.token import TokenInformation
 from zk import layout
-from zk.errors import (  # the store errors are re-exported from here
+from zk.errors import (
     NotControllerError,
     StoreError,
     StoreUnavailable,
+    ZnodeMissing,
     translate,
     zk_call,
 )
+from zk.reads import ZnodeReads
 from zk.requests import REQUESTS, RecordOp, RequestKeyExistsError
 
 log = logging.getLogger(__name__)
@@ -74,20 +74,14 @@ log = logging.getLogger(__name__)
 # (path, version) checked in the same transaction as a write.
 Guard = tuple[str, int]
 
-_PIPELINE_WINDOW = 5_000
-_MULTI_READ_BATCH = 1_000
 # Tokens deleted (with their notifications) per transaction by delete_many: the
 # transaction stays far below jute.maxbuffer (about 200 bytes per token).
 _DELETE_GROUP = 100
+# Transactions in flight per window of pipelined deletes.
+_PIPELINE_WINDOW = 5_000
 # Bytes a write adds to a transaction beyond its data, record and token id: op headers,
 # paths, the notification.
 _WRITE_OVERHEAD = 160
-
-_MULTI_HEADER = struct.Struct("!iBi")
-_INT = struct.Struct("!i")
-_STAT = struct.Struct("!qqqqiiiqiiq")
-
-T = TypeVar("T")
 
 
 # ZooKeeper's Java client refuses a response over jute.maxbuffer: 1 MB by default, 4 MB
@@ -123,65 +117,6 @@ class TokenNotFoundError(StoreError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, Errors.DELEGATION_TOKEN_NOT_FOUND)
-
-
-class _MultiGetData:
-    """ZooKeeper's multi-read request (opcode 22, ZooKeeper 3.6+) of getData operations.
-
-    One request and one response for many znodes; each read succeeds or fails on its
-    own. Wire format (jute): per op a MultiHeader (int type, bool done, int err) and a
-    GetDataRequest (string path, bool watch); then MultiHeader(-1, true, -1). The reply
-    holds per op a MultiHeader and either a GetDataResponse (buffer data, Stat) or, for
-    type -1, an ErrorResponse (int err). Results are ``(data, stat)`` or an error code;
-    with ``with_stat=False`` the Stat is skipped unparsed and a result is the data alone
-    (the cold start reads a million znodes and needs none of their 11-field stats).
-    """
-
-    type = 22
-    _GET_DATA = 4
-    _ERROR = -1
-
-    def __init__(self, paths: list[str], *, with_stat: bool = True) -> None:
-        self.paths = paths
-        self.with_stat = with_stat
-
-    def __repr__(self) -> str:
-        return f"_MultiGetData({len(self.paths)} paths)"
-
-    def serialize(self) -> bytes:
-        out = bytearray()
-        for path in self.paths:
-            encoded = path.encode("utf-8")
-            out += _MULTI_HEADER.pack(self._GET_DATA, 0, -1)
-            out += _INT.pack(len(encoded)) + encoded + b"\x00"
-        out += _MULTI_HEADER.pack(-1, 1, -1)
-        return bytes(out)
-
-    def deserialize(
-        self, buffer: bytes, offset: int
-    ) -> list[tuple[bytes, ZnodeStat] | bytes | int]:
-        results: list[tuple[bytes, ZnodeStat] | bytes | int] = []
-        with_stat = self.with_stat
-        while True:
-            op, done, _err = _MULTI_HEADER.unpack_from(buffer, offset)
-            offset += _MULTI_HEADER.size
-            if done:
-                return results
-            if op == self._GET_DATA:
-                length = _INT.unpack_from(buffer, offset)[0]
-                offset += _INT.size
-                data = b"" if length < 0 else bytes(buffer[offset : offset + length])
-                offset += max(length, 0)
-                if with_stat:
-                    results.append((data, ZnodeStat._make(_STAT.unpack_from(buffer, offset))))
-                else:
-                    results.append(data)
-                offset += _STAT.size
-            elif op == self._ERROR:
-                results.append(_INT.unpack_from(buffer, offset)[0])
-                offset += _INT.size
-            else:
-                raise MarshallingError()
 
 
 class _VersionMismatch(StoreError):
@@ -272,7 +207,7 @@ def _write_failure(
         return None  # gone, or rewritten since it was read: left alone
     if isinstance(error, NoNodeError):
         return TokenNotFoundError(f"{what}: no such token")
-    return StoreError(f"{what}: ZooKeeper error {error.__class__.__name__}")
+    return translate(what, error)
 
 
 def delete_own_ephemeral(client: KazooClient, path: str, timeout_s: float = 2.0) -> bool:
@@ -306,13 +241,12 @@ class TokenStore:
         self._client = client
         # kazoo queues requests while it reconnects and would wait for ever without a
         # quorum; past this timeout a call fails with StoreUnavailable (retriable).
-        self._timeout_s = request_timeout_s
         # Batch reads with ZooKeeper's multi-read (3.6+); falls back to pipelined gets
         # when the server says it does not implement it.
-        self._multi_read = multi_read
+        self._reads = ZnodeReads(client, request_timeout_s, multi_read=multi_read)
 
     def _wait(self, what: str, async_result: IAsyncResult) -> Any:
-        return zk_call(what, lambda: async_result.get(timeout=self._timeout_s))
+        return self._reads.wait(what, async_result)
 
     def ensure_paths(self) -> None:
         """Create ``/delegation_token/tokens``, ``.../token_changes`` and ``.../requests``
@@ -539,7 +473,7 @@ class TokenStore:
             raise TokenNotFoundError(f"{what}: no such token")
         if isinstance(cause, BadVersionError):
             raise _VersionMismatch(f"{what}: the token changed since it was read")
-        raise StoreError(f"{what}: ZooKeeper error {cause.__class__.__name__}")
+        raise translate(what, cause)
 
     # --- reads -------------------------------------------------------------------------
 
@@ -552,10 +486,8 @@ class TokenStore:
         path = layout.token_path(token_id)
         try:
             data, stat = self._wait(f"read token {token_id}", self._client.get_async(path))
-        except StoreError as exc:
-            if isinstance(exc.__cause__, NoNodeError):
-                return None
-            raise
+        except ZnodeMissing:
+            return None
         return layout.decode_token(data), stat.version
 
     def token_ids(self) -> list[str]:
@@ -626,7 +558,7 @@ class TokenStore:
         }
         return [(name, found.get(name)) for name in names]
 
-    # --- pipelining --------------------------------------------------------------------
+    # --- pipelined reads (zk.reads) ------------------------------------------------
 
     def _read_all_data(self, token_ids: Sequence[str]) -> list[tuple[str, bytes]]:
         """``(token id, data)`` of every token that still exists, in order: the cold
@@ -634,84 +566,13 @@ class TokenStore:
         beyond its data and this pair (a million of them would be freed after the load,
         but keep the memory they sat on)."""
         paths = [layout.token_path(i) for i in token_ids]
-        if self._multi_read:
-            try:
-                return self._multi_read_get(paths, token_ids, "load tokens", with_stat=False)
-            except StoreError as exc:
-                if not isinstance(exc.__cause__, (UnimplementedError, MarshallingError)):
-                    raise
-                log.warning("ZooKeeper does not support multi-read; using pipelined reads")
-                self._multi_read = False
-        found = self._pipelined_get(paths, token_ids, "load tokens")
-        return [(token_id, data) for data, _stat, token_id in found]
+        found = self._reads.get_many(paths, "load tokens", with_stat=False)
+        return [(token_id, data) for token_id, data in zip(token_ids, found) if data is not None]
 
     def _pipelined_get(
         self, paths: Sequence[str], keys: Sequence[str], what: str
     ) -> list[tuple[bytes, ZnodeStat, str]]:
-        """``(data, stat, key)`` for every path that exists, in order.
-
-        With multi-read, each batch of ``_MULTI_READ_BATCH`` reads is one request (and
-        the batches themselves are pipelined); otherwise one pipelined ``get`` per path.
-        """
-        if self._multi_read:
-            try:
-                return self._multi_read_get(paths, keys, what)
-            except StoreError as exc:
-                if not isinstance(exc.__cause__, (UnimplementedError, MarshallingError)):
-                    raise
-                log.warning("ZooKeeper does not support multi-read; using pipelined reads")
-                self._multi_read = False
-        return [
-            (value[0], value[1], key)
-            for value, key in self._pipelined(paths, keys, what, self._client.get_async)
-        ]
-
-    def _multi_read_get(
-        self, paths: Sequence[str], keys: Sequence[str], what: str, *, with_stat: bool = True
-    ) -> list[Any]:
-        """``(data, stat, key)`` per existing znode, or ``(key, data)`` without stats."""
-        chroot = self._client.chroot or ""
-        pending = []
-        for lo in range(0, len(paths), _MULTI_READ_BATCH):
-            batch = _MultiGetData(
-                [chroot + p for p in paths[lo : lo + _MULTI_READ_BATCH]], with_stat=with_stat
-            )
-            async_result = self._client.handler.async_result()
-            self._client._call(batch, async_result)  # kazoo has no public multi-read call
-            pending.append((lo, async_result))
-        found: list[Any] = []
-        for lo, async_result in pending:
-            for i, result in enumerate(self._wait(what, async_result), start=lo):
-                if isinstance(result, tuple):
-                    found.append((result[0], result[1], keys[i]))
-                elif isinstance(result, bytes):
-                    found.append((keys[i], result))
-                elif result != NoNodeError.code:
-                    error = EXCEPTIONS[result]()
-                    raise translate(what, error) from error
-        return found
-
-    def _pipelined(
-        self,
-        paths: Sequence[str],
-        keys: Sequence[str],
-        what: str,
-        start: Callable[[str], object],
-    ) -> list[tuple[object, str]]:
-        """Issue up to ``_PIPELINE_WINDOW`` async requests, then collect them; repeat.
-
-        Results for znodes that vanished meanwhile (NoNodeError) are left out.
-        """
-        results: list[tuple[object, str]] = []
-        for lo in range(0, len(paths), _PIPELINE_WINDOW):
-            window = range(lo, min(lo + _PIPELINE_WINDOW, len(paths)))
-            pending = [(zk_call(what, lambda i=i: start(paths[i])), keys[i]) for i in window]
-            for async_result, key in pending:
-                try:
-                    value = self._wait(what, async_result)
-                except StoreError as exc:
-                    if isinstance(exc.__cause__, NoNodeError):
-                        continue
-                    raise
-                results.append((value, key))
-        return results
+        """``(data, stat, key)`` for every path that exists, in order (multi-read
+        batches, or one pipelined ``get`` per path: :meth:`zk.reads.ZnodeReads.get_many`)."""
+        found = self._reads.get_many(paths, what)
+        return [(value[0], value[1], key) for value, key in zip(found, keys) if value is not None]

@@ -25,7 +25,8 @@ from tokensvc.authz.acl import (
 from tokensvc.authz.authorizer import AclAuthorizer
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.principal import KafkaPrincipal
-from zk.acl_store import AclStore, AclSync
+from zk.acl_store import AclStore
+from zk.acl_sync import AclSync
 
 Op = AclOperation
 T = ResourceType.TOPIC

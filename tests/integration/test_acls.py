@@ -37,7 +37,8 @@ from tokensvc.authz.acl import (
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal
-from zk.acl_store import AclStore, AclSync
+from zk.acl_store import AclStore
+from zk.acl_sync import AclSync
 
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS, DESCRIBE_SCRAM_USERS = 29, 30, 31, 50
 USERS = [("admin", "admin-secret"), ("broker", "broker-secret"), ("alice", "alice-secret"),

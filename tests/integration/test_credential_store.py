@@ -18,14 +18,10 @@ from tests.support.wait import poll_until
 from tests.support.zkclient import client_factory
 from tokensvc.scram.formatter import ScramCredential, ScramMechanism, derive_credential
 from zk.client import ZkSettings, open_client
-from zk.credential_store import (
-    CHANGES_PATH,
-    CredentialStore,
-    CredentialSync,
-    UserCredentialCache,
-)
+from zk.credential_store import CHANGES_PATH, CredentialStore
+from zk.credential_sync import CredentialSync, UserCredentialCache
+from zk.errors import NotControllerError, StoreError
 from zk.server import ManagedZooKeeper, free_port
-from zk.token_store import NotControllerError, StoreError
 
 SHA256 = ScramMechanism.SCRAM_SHA_256
 SHA512 = ScramMechanism.SCRAM_SHA_512
@@ -419,8 +415,8 @@ def test_credential_and_acl_store_calls_are_capped_when_zookeeper_is_gone(tmp_pa
         ResourceType,
     )
     from tokensvc.core.errors import Errors, KafkaError
+    from tokensvc.scram.changes import CredentialChange
     from zk.acl_store import AclStore
-    from zk.credential_store import CredentialChange
     from zk.errors import StoreUnavailable
 
     server = ManagedZooKeeper(tmp_path / "zk")

@@ -17,11 +17,13 @@ from tokensvc.authz.acl import (
 )
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
+from tokensvc.scram.changes import CredentialChange
 from tokensvc.scram.formatter import ScramMechanism, derive_credential
 from zk import layout
 from zk.acl_store import LITERAL_CHANGES, AclStore
 from zk.client import ZkSettings, open_client
-from zk.credential_store import CHANGES_PATH, CredentialChange, CredentialStore
+from zk.credential_store import CHANGES_PATH, CredentialStore
+from zk.errors import NotControllerError
 from zk.requests import (
     REQUESTS,
     RequestKeyExistsError,
@@ -29,7 +31,7 @@ from zk.requests import (
     record_op,
     request_key_path,
 )
-from zk.token_store import NotControllerError, TokenExistsError, TokenStore
+from zk.token_store import TokenExistsError, TokenStore
 
 
 def _info(token_id: str) -> TokenInformation:

@@ -16,7 +16,8 @@ from tokensvc.core.token import TokenInformation
 from zk import layout
 from zk.client import ZkSettings, open_client
 from zk.election import ControllerElection
-from zk.token_store import NotControllerError, TokenStore
+from zk.errors import NotControllerError
+from zk.token_store import TokenStore
 
 TIMEOUT_S = 10.0
 

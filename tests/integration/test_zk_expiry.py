@@ -17,8 +17,8 @@ from zk import layout
 from zk.client import ZkSettings, open_client
 from zk.election import ControllerElection
 from zk.expiry import ExpirySweeper
-from zk.sync import TokenSync
 from zk.token_store import TokenStore
+from zk.token_sync import TokenSync
 
 KEYS = MasterKeys("expiry-test-master-key")
 T0 = 1_700_000_000_000

@@ -11,15 +11,11 @@ import pytest
 from kazoo.protocol.states import KazooState
 
 from tests.support.wait import poll_until as eventually
+from tokensvc.scram.changes import CredentialChange
 from tokensvc.scram.formatter import ScramMechanism, derive_credential
 from zk.client import ZkSettings, open_client
-from zk.credential_store import (
-    CHANGES_PATH,
-    CredentialChange,
-    CredentialStore,
-    CredentialSync,
-    UserCredentialCache,
-)
+from zk.credential_store import CHANGES_PATH, CredentialStore
+from zk.credential_sync import CredentialSync, UserCredentialCache
 from zk.notifications import ChangeNotifications, NotificationRoot
 
 ROOT = NotificationRoot("things", "/things/changes", "thing_change_")

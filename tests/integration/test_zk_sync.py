@@ -20,8 +20,8 @@ from tokensvc.core.token import TokenInformation
 from zk import layout
 from zk.client import ZkSettings, open_client
 from zk.server import ManagedZooKeeper
-from zk.sync import MIN_LISTING_INTERVAL_S, TokenSync
 from zk.token_store import TokenStore
+from zk.token_sync import MIN_LISTING_INTERVAL_S, TokenSync
 
 KEYS = MasterKeys("sync-test-master-key")
 # A correctness bound for propagation, not a benchmark.

@@ -14,11 +14,10 @@ from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
 from zk import layout
 from zk.client import ZkSettings, open_client
+from zk.errors import NotControllerError, StoreUnavailable
 from zk.requests import RequestKeyExistsError, record_op
 from zk.server import ManagedZooKeeper
 from zk.token_store import (
-    NotControllerError,
-    StoreUnavailable,
     TokenExistsError,
     TokenNotFoundError,
     TokenStore,

@@ -11,7 +11,7 @@ from tokensvc.core.cache import TokenCache
 from tokensvc.core.keys import MasterKeys, key_id
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
-from zk.sync import CommittedOrder
+from zk.token_sync import CommittedOrder
 
 KEY = "unit-master-key"
 OWNER = KafkaPrincipal.user("alice")

@@ -7,7 +7,7 @@ bindings, filters, validation, the name strings Kafka writes in ZooKeeper),
 values to and from the CreateAcls/DescribeAcls/DeleteAcls body dicts).
 
 Nothing here does I/O: ACLs arrive through ``AclAuthorizer.load`` and
-``apply_resource`` (fed by :mod:`zk.acl_store`), and decisions are plain calls.
+``apply_resource`` (fed by :mod:`zk.acl_sync`), and decisions are plain calls.
 ``tokensvc.authz.AclAuthorizer`` is also the name ``authorizer.class.name`` accepts.
 """
 

@@ -84,18 +84,20 @@ from tokensvc.scram.formatter import ScramCredential, ScramMechanism, TokenSalt
 from tokensvc.snapshot import format as snapshot_format
 from tokensvc.snapshot.files import SnapshotFile, SnapshotWriter
 from zk.acl_check import ZnodeAclCheck
-from zk.acl_store import AclStore, AclSync
+from zk.acl_store import AclStore
+from zk.acl_sync import AclSync
 from zk.brokers import BrokerRegistry
 from zk.client import ZkSettings, open_client
 from zk.clock import ClockProbe
-from zk.credential_store import CredentialStore, CredentialSync, UserCredentialCache
+from zk.credential_store import CredentialStore
+from zk.credential_sync import CredentialSync, UserCredentialCache
 from zk.election import ControllerElection
 from zk.errors import StoreUnavailable
 from zk.expiry import ExpirySweeper
 from zk.notifications import VersionWaiter
 from zk.requests import RequestKeyExistsError, RequestRecords, valid_request_key
-from zk.sync import TokenSync
 from zk.token_store import TokenStore
+from zk.token_sync import TokenSync
 
 # Owners shown by the tokensvc_owner_tokens gauge (the largest).
 TOP_OWNERS = 10

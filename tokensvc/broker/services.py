@@ -54,6 +54,7 @@ from tokensvc.broker.describe import describe_tokens
 from tokensvc.core.clock import Clock
 from tokensvc.core.errors import AUTHORIZER_NOT_READY, Errors, KafkaError
 from tokensvc.core.token import DelegationToken, TokenInformation
+from tokensvc.scram.changes import CredentialChange
 from tokensvc.scram.formatter import ScramCredential, ScramMechanism
 
 if TYPE_CHECKING:
@@ -86,15 +87,6 @@ class AlreadyApplied(Exception):
 class OutcomeUnknown(Exception):
     """The write may or may not have been committed (ZooKeeper failed during the
     commit), or was committed but this broker's cache did not catch up in time."""
-
-
-@dataclass(frozen=True)
-class CredentialChange:
-    """Set (``credential``) or delete (None) one user's SCRAM credential for one mechanism."""
-
-    user: str
-    mechanism: ScramMechanism
-    credential: ScramCredential | None
 
 
 # --- what the services need from ZooKeeper (implemented in zk/, faked in tests) --------

@@ -23,7 +23,7 @@ objects are built when asked for, not kept.
 It must not do I/O or read a clock (callers pass ``now_ms``), and it holds its
 one lock only for dictionary and heap work: PBKDF2 and listener callbacks run
 outside it. It does not apply token rules (see :mod:`tokensvc.core.manager`)
-and does not know where tokens come from (``zk.sync`` feeds it).
+and does not know where tokens come from (``zk.token_sync`` feeds it).
 """
 
 from __future__ import annotations

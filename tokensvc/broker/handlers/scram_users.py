@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING
 
 from tokensvc.authz.acl import AclOperation, ResourceType
 from tokensvc.broker.handlers.base import ApiHandler, replay_recorded
-from tokensvc.broker.services import CredentialChange
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.protocol import encode_response_elements
 from tokensvc.protocol.api import ApiKey
 from tokensvc.protocol.schema import EncodedElements
+from tokensvc.scram.changes import CredentialChange
 from tokensvc.scram.formatter import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,

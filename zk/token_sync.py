@@ -42,6 +42,9 @@ costs the notifications since, not every token.
 first, then the cache's content (which reflects at least that sequence; notifications
 after it applied again at a restart change nothing), never while a load runs.
 
+Filed as credentials and ACLs are: the token store is :mod:`zk.token_store`, this
+module its sync (``<kind>_store`` and ``<kind>_sync``).
+
 Must not: decide token rules, compute HMACs (the cache does), or call the cache or
 ZooKeeper from kazoo's event thread.
 """
@@ -65,6 +68,7 @@ from tokensvc.snapshot.format import (
     identity_refusal,
 )
 from zk import layout
+from zk.errors import StoreError
 from zk.notifications import (
     COUNT_MIN_AGE_MS,
     MIN_LISTING_INTERVAL_S,
@@ -72,12 +76,13 @@ from zk.notifications import (
     NotificationRoot,
     sequence_of_created,
 )
-from zk.token_store import StoreError, TokenStore
+from zk.token_store import TokenStore
 
 __all__ = ["MIN_LISTING_INTERVAL_S", "TOKENS_ROOT", "CommittedOrder", "SnapshotSource",
            "SyncedCache", "TokenSync"]
 
-log = logging.getLogger(__name__)
+# Named as before the module was filed as token_sync: runbooks quote "zk.sync:" lines.
+log = logging.getLogger("zk.sync")
 
 TOKENS_ROOT = NotificationRoot("tokens", layout.TOKEN_CHANGES, layout.TOKEN_CHANGE_PREFIX)
 
