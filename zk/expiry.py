@@ -37,6 +37,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from kazoo.exceptions import KazooException
+
 from tokensvc.core.clock import Clock
 from tokensvc.core.token import TokenInformation
 from zk.election import ControllerElection
@@ -140,6 +142,10 @@ because ``trusted()`` said the clock is not to be trusted).
                 self.sweep_once()
             except StoreError as exc:
                 log.warning("expiry sweep failed: %s", exc)
+            except KazooException as exc:
+                # The purge reads and deletes with kazoo directly: a connection loss there
+                # must not end the sweeper's thread; the next sweep tries again.
+                log.warning("expiry sweep failed: ZooKeeper %s", type(exc).__name__)
 
     def _purge_due(self, now_ms: int) -> bool:
         """True on the first sweep and once ``purge_interval_ms`` has passed since the
