@@ -38,7 +38,7 @@ MAX_KEY_CHARS = 63
 MAX_VALUE_CHARS = 255
 NO_LABELS: Labels = ()
 
-_KEY = re.compile(r"[a-z0-9._/-]{1,%d}" % MAX_KEY_CHARS)
+_KEY = re.compile(rf"[a-z0-9._/-]{{1,{MAX_KEY_CHARS}}}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 # Values printed without quotes in text (anything else is shown JSON-quoted).
 _PLAIN_VALUE = re.compile(r"[A-Za-z0-9._/:@+-]+")
