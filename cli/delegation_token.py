@@ -50,7 +50,8 @@ _OPTION_ACTIONS = {
         ("credentials_files", "--credentials-file"), ("formats", "--format"),
         ("state_file", "--state-file"), ("renew_fraction", "--renew-fraction"),
         ("overlap_ms", "--overlap-ms"), ("margin_ms", "--margin-ms"), ("once", "--once"),
-        ("keep_on_exit", "--keep-on-exit"), ("metrics_port", "--metrics-port"))},
+        ("keep_on_exit", "--keep-on-exit"), ("metrics_port", "--metrics-port"),
+        ("no_host_label", "--no-host-label"))},
 }
 _COLUMNS = ("TOKENID", "HMAC", "OWNER", "REQUESTER", "RENEWERS", "ISSUEDATE", "EXPIRYDATE",
             "MAXDATE")
@@ -227,6 +228,8 @@ def _check_usage(ctx: click.Context, chosen: list[str], params: dict) -> str:
                    "(for cron and CI; needs --state-file).")
 @click.option("--keep-on-exit", is_flag=True,
               help="agent: on SIGTERM keep the tokens (default: expire them).")
+@click.option("--no-host-label", is_flag=True,
+              help="agent: do not add the label agent/host=<this host's name> to its tokens.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="agent: serve Prometheus metrics on this port.")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text",

@@ -14,7 +14,8 @@ matters, in an order that covers a kill -9 at any point:
 
 Fields: ``version`` (1), ``owner``, ``period_ms`` (the cluster's renewal period as the
 first token showed it), ``current``, ``unpublished`` (a token or null), ``retiring``
-(tokens), ``create_started_ms``. A token: ``token_id``, ``hmac`` (base64), ``issue_ms``,
+(tokens), ``create_started_ms``, ``labels`` (an object: the labels of the last token
+created, which its successor carries; absent in files written before labels existed). A token: ``token_id``, ``hmac`` (base64), ``issue_ms``,
 ``expiry_ms``, ``max_ms``, ``renew_at_ms``, ``retire_at_ms``.
 """
 
@@ -73,6 +74,7 @@ class AgentState:
     unpublished: HeldToken | None = None
     retiring: list[HeldToken] = field(default_factory=list)
     create_started_ms: int | None = None
+    labels: dict[str, str] = field(default_factory=dict)
 
     def tokens(self) -> list[HeldToken]:
         """Every token the job holds (current, unpublished, retiring)."""
@@ -88,6 +90,7 @@ class AgentState:
             "unpublished": None if self.unpublished is None else self.unpublished.to_json(),
             "retiring": [t.to_json() for t in self.retiring],
             "create_started_ms": self.create_started_ms,
+            "labels": dict(self.labels),
         }
 
     @classmethod
@@ -107,8 +110,9 @@ class AgentState:
                 retiring=[HeldToken.from_json(t) for t in raw.get("retiring") or []],
                 create_started_ms=(None if raw.get("create_started_ms") is None
                                    else int(raw["create_started_ms"])),
+                labels={str(k): str(v) for k, v in (raw.get("labels") or {}).items()},
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             if isinstance(exc, StateError):
                 raise
             raise StateError("the state file is incomplete") from None
