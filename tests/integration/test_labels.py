@@ -34,6 +34,7 @@ from tokensvc.admin.connection import BrokerConnection
 from tokensvc.client_config import ClientConfig, client_config_from_properties, load_client_config
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.errors import Errors
+from tokensvc.protocol import decode_response
 from zk.client import open_client
 
 JOBS = ("etl-nightly", "ingest", "compact", "report")
@@ -315,3 +316,77 @@ def test_renewal_keeps_the_labels_and_the_znode_carries_them_next_to_kafkas_fiel
     assert znode["version"] == 3 and znode["tokenId"] == token.token_id
     assert b"labels" not in plain
     print(f"znode bytes: {len(data)} with 2 labels, {len(plain)} without")
+
+
+def _describe_schemas(types: object, version: int) -> object:
+    """DescribeDelegationToken's response (Kafka's published field list) in a client
+    library's own protocol types (kafka-python's and aiokafka's share these names)."""
+    flexible = version >= 2
+    string = types.CompactString("utf-8") if flexible else types.String("utf-8")
+    data = types.CompactBytes if flexible else types.Bytes
+    array = types.CompactArray if flexible else types.Array
+    tags = (("tags", types.TaggedFields),) if flexible else ()
+    requester = ((("requester_type", string), ("requester_name", string))
+                 if version >= 3 else ())
+    return types.Schema(
+        ("error_code", types.Int16),
+        ("tokens", array(
+            ("principal_type", string), ("principal_name", string), *requester,
+            ("issue_timestamp", types.Int64), ("expiry_timestamp", types.Int64),
+            ("max_timestamp", types.Int64), ("token_id", string), ("hmac", data),
+            ("renewers", array(("principal_type", string), ("principal_name", string), *tags)),
+            *tags)),
+        ("throttle_time_ms", types.Int32),
+        *tags,
+    )
+
+
+def test_kafka_python_and_aiokafka_parse_every_labelled_token_of_a_describe(
+    cluster: LocalCluster,
+) -> None:
+    """The raw DescribeDelegationToken answers of a broker holding tokens with the most
+    labels allowed (16 labels of 255 characters), read by kafka-python's and aiokafka's
+    own protocol decoders, for v1 (Kafka's bytes), v2 and v3 -- with the labels tag asked
+    for (their decoders skip the unknown tag) and without it (Kafka's bytes). librdkafka
+    (confluent-kafka) has no DescribeDelegationToken API: its side of labelled tokens is
+    the token login, tested above."""
+    import io
+    import warnings
+
+    import aiokafka.protocol.types as aiokafka_types
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import kafka.protocol.old.types as kafka_python_types
+
+    widest = {f"key{i:02d}": chr(0x4E00 + i) * 255 for i in range(16)}
+    with _admin(cluster) as admin:
+        made = {admin.create_token(owner="User:wide", labels=widest).token_id for _ in range(3)}
+        made.add(admin.create_token(owner="User:wide").token_id)
+    address = _addresses(cluster)[0]
+    conn = BrokerConnection(address, load_client_config(cluster.info["admin"]["properties"]),
+                            client_id="labels-parse-test")
+    conn.open(time.monotonic() + 10)
+    try:
+        owners = [{"PrincipalType": "User", "PrincipalName": "wide"}]
+        for version in (1, 2, 3):
+            for include in (False, True):
+                body = {"Owners": owners, "IncludeLabels": include}
+                _, payload = conn._round_trip(41, version, body, time.monotonic() + 10)
+                ours = decode_response(41, version, payload)[1]
+                assert {t["TokenId"] for t in ours["Tokens"]} == made
+                labelled = [t for t in ours["Tokens"] if t.get("Labels")]
+                assert len(labelled) == (3 if include and version >= 2 else 0)
+                # Skip the response header: correlation id, and tags from v2 (flexible).
+                start = 4 + (1 if version >= 2 else 0)
+                for name, types in (("kafka-python", kafka_python_types),
+                                    ("aiokafka", aiokafka_types)):
+                    stream = io.BytesIO(payload[start:])
+                    decoded = _describe_schemas(types, version).decode(stream)
+                    assert stream.read() == b"", (name, version, include)
+                    error_code, tokens = decoded[0], decoded[1]
+                    assert error_code == 0
+                    token_ids = {t[7 if version >= 3 else 5] for t in tokens}
+                    assert token_ids == made, (name, version, include)
+    finally:
+        conn.close()
