@@ -76,7 +76,7 @@ _AUTH = (_COMMON + '"authentication","outcome":"%s","mechanism":"SCRAM-SHA-256",
 _TOKEN = (_COMMON + '"token","action":"%s","outcome":"%s","error_code":%d,"error":"%s",'
           '"requester":"%s","token_authenticated":%s,"owner":%s,"token_id":%s,"renewers":%s,'
           '"expiry_ms":%s,"max_ms":%s,"count":%s,"client_host":"%s","listener":"SASL_PLAINTEXT",'
-          '"forwarded":%s,"client_id":null,"reason":null%s}\n')
+          '"forwarded":%s,"client_id":null,"reason":null,"labels":%s,"selector":null}\n')
 _FORWARD = (_COMMON + '"forward","api":"%s","client_id":"%s","principal":"%s","client_host":"%s",'
             '"controller_id":%d,"outcome":"success","error_code":0,"attempts":%d,'
             '"latency_ms":%.1f}\n')
@@ -321,13 +321,13 @@ class _Simulation:
         token_id = token.token_id if token is not None else None
         renewers = "null"
         expiry = max_ms = "null"
-        labels = ""
+        labels = "null"
         if token is not None and ok and action != "describe":
             expiry, max_ms = str(token.expiry), str(token.max)
             if action == "create":
                 renewers = json.dumps(token.renewers)
                 if token.labels:
-                    labels = ',"labels":' + json.dumps(token.labels, separators=(",", ":"))
+                    labels = json.dumps(token.labels, separators=(",", ":"))
         self.truth.token_request(self.now, action, ok, requester, token_authenticated, owner,
                                  token_id, host)
         return self._write(broker, _TOKEN % (
