@@ -297,13 +297,17 @@ def test_a_bad_selector_is_refused_and_a_label_without_equals_is_a_usage_error(
 def test_renewal_keeps_the_labels_and_the_znode_carries_them_next_to_kafkas_fields(
     cluster: LocalCluster,
 ) -> None:
-    with _admin(cluster) as admin:
+    # Through a non-controller: the create is forwarded, and the answering broker's cache
+    # gets the committed token -- labels included -- from the Envelope before it answers.
+    with _admin(cluster, _controller_and_other(cluster)[1]) as admin:
         token = admin.create_token(labels={"job": "renewed", "team": "payments"})
+        (shown,) = admin.describe_tokens(labels={"job": "renewed"})
+        assert shown.labels == token.labels and shown.token_id == token.token_id
         unlabelled = admin.create_token()
         assert token.labels == (("job", "renewed"), ("team", "payments"))
         admin.renew_token(token.hmac, 60_000)
         (shown,) = admin.describe_tokens(labels={"job": "renewed"})
-        assert shown.labels == token.labels and shown.token_id == token.token_id
+        assert shown.labels == token.labels and shown.expiry_ms != token.expiry_ms
     zk = open_client(cluster.zk_settings())
     try:
         data, _ = zk.get(f"/delegation_token/tokens/{token.token_id}")
