@@ -21,7 +21,6 @@ from tokensvc.core.labels import (
     MAX_LABELS,
     LabelError,
     format_labels,
-    interned,
     matches,
     parse_label,
     validate,
@@ -260,4 +259,3 @@ def test_the_watch_names_the_labels_of_a_flagged_token(tmp_path: Path) -> None:
     assert json.loads(seen[0])["labels"] == {"job": "<b>etl</b>"}
     assert json.loads((tmp_path / "alerts-000000000000.jsonl").read_text())["labels"] == {
         "job": "<b>etl</b>"}
-    assert interned(()) == ()

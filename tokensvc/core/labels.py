@@ -159,7 +159,3 @@ def format_labels(labels: Labels) -> str:
     return ",".join(
         f"{k}={v}" if _PLAIN_VALUE.fullmatch(v) else f"{k}={json.dumps(v)}" for k, v in labels
     )
-
-
-def as_dict(labels: Labels) -> dict[str, str]:
-    return dict(labels)
