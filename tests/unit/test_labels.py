@@ -259,3 +259,69 @@ def test_the_watch_names_the_labels_of_a_flagged_token(tmp_path: Path) -> None:
     assert json.loads(seen[0])["labels"] == {"job": "<b>etl</b>"}
     assert json.loads((tmp_path / "alerts-000000000000.jsonl").read_text())["labels"] == {
         "job": "<b>etl</b>"}
+
+
+# --- the admin client against brokers that cannot carry labels --------------------------
+
+
+class _FakeConnection:
+    """A broker connection that answers from a script and records the requests."""
+
+    def __init__(self, version: int, answers: dict) -> None:
+        self.version = version
+        self.answers = answers
+        self.sent: list[tuple] = []
+        self.address = "fake:9092"
+        self.is_open = True
+        self.request_key = None
+
+    def version_for(self, api_key):
+        return self.version
+
+    def request(self, api_key, body, deadline, version=None):
+        self.sent.append((int(api_key), body))
+        return self.answers[int(api_key)]
+
+    def session_expired(self, now):
+        return False
+
+    def close(self):
+        self.is_open = False
+
+
+def _admin_with(conn: _FakeConnection):
+    from tokensvc.admin import AdminClient
+    from tokensvc.client_config import client_config_from_properties
+
+    admin = AdminClient("fake:9092", client_config_from_properties({}), timeout_s=1)
+    admin._conn = conn
+    return admin
+
+
+def test_labels_on_a_version_without_tags_are_refused_before_anything_is_sent() -> None:
+    from tokensvc.admin import AdminError
+
+    conn = _FakeConnection(1, {})
+    with pytest.raises(AdminError) as refused:
+        _admin_with(conn).create_token(labels={"job": "x"})
+    assert refused.value.error == Errors.UNSUPPORTED_VERSION
+    assert "needs CreateDelegationToken v2" in refused.value.message
+    with pytest.raises(AdminError):
+        _admin_with(conn).describe_tokens(labels={"job": "x"})
+    assert conn.sent == []
+
+
+def test_a_broker_that_ignores_the_labels_gets_its_unlabelled_token_expired_again() -> None:
+    from tokensvc.admin import AdminError
+
+    created = {"ErrorCode": 0, "PrincipalType": "User", "PrincipalName": "a",
+               "TokenRequesterPrincipalType": "User", "TokenRequesterPrincipalName": "a",
+               "IssueTimestampMs": 1, "ExpiryTimestampMs": 2, "MaxTimestampMs": 3,
+               "TokenId": "kafka-token", "Hmac": b"\x01" * 64, "ThrottleTimeMs": 0}
+    conn = _FakeConnection(3, {38: created, 40: {"ErrorCode": 0, "ExpiryTimestampMs": 1,
+                                                 "ThrottleTimeMs": 0}})
+    with pytest.raises(AdminError) as refused:
+        _admin_with(conn).create_token(labels={"job": "x"})
+    assert "kafka-token" in refused.value.message and "expired again" in refused.value.message
+    assert [api for api, _ in conn.sent] == [38, 40]
+    assert conn.sent[1][1] == {"Hmac": b"\x01" * 64, "ExpiryTimePeriodMs": -1}
