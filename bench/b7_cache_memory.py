@@ -16,6 +16,12 @@ tracemalloc, whose own bookkeeping would inflate it). Reported figure: the large
 of the two, scaled to 100,000 tokens. No reference: the target is absolute.
 
 Target: <= 200 MB per 100,000 tokens, with and without derived credentials.
+
+Labels (details only, tracemalloc): the same cache with every token labelled with 4
+labels of 32-byte values (8-character keys), once with one label set shared by every
+token (a job's tokens: the set is one shared tuple) and once with a set of its own per
+token (the worst case: every value differs); and the znode bytes of a token without and
+with those labels.
 """
 
 from __future__ import annotations
@@ -73,6 +79,45 @@ def measure(tokens: int, master_key: str, traced: bool) -> dict[str, int]:
             "with_credentials": after_credentials - reading}
 
 
+LABEL_KEYS = tuple(f"label-{i:02d}" for i in range(4))  # 8 characters each
+
+
+def labels_for(index: int, shared: bool) -> tuple[tuple[str, str], ...]:
+    """4 labels with 32-byte values: the same for every token, or the token's own."""
+    return tuple((k, (f"{k}-shared" if shared else f"{k}-{index}").ljust(32, "x"))
+                 for k in LABEL_KEYS)
+
+
+def measure_labels(tokens: int, master_key: str, mode: str) -> dict[str, int]:
+    """In this process (tracemalloc): bytes a cache of ``tokens`` tokens holds when each has
+    no labels (``none``), the one shared set (``shared``) or a set of its own
+    (``unique``), and the znode size of the last token."""
+    from dataclasses import replace
+
+    from bench.env import make_tokens
+    from tokensvc.core.cache import TokenCache
+    from tokensvc.core.keys import MasterKeys
+    from zk import layout
+
+    infos = make_tokens(master_key, tokens)
+    if mode != "none":
+        # Not interned here: the decode below is what makes the shared tuples, counted.
+        infos = [replace(info, labels=labels_for(i, mode == "shared"))
+                 for i, info in enumerate(infos)]
+    encoded = [layout.encode_token(info) for info in infos]
+    del infos
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    cache = TokenCache(MasterKeys(master_key), scram_iterations=1)
+    cache.replace_all([layout.decode_token(data) for data in encoded])
+    gc.collect()
+    held = tracemalloc.get_traced_memory()[0] - before
+    if len(cache) != tokens:
+        raise RuntimeError("the cache does not hold what was loaded")
+    return {"cache": held, "znode_bytes": len(encoded[-1])}
+
+
 def run(ctx: BenchContext) -> Outcome:
     tokens = ctx.sizes.b7_tokens
     spawn = multiprocessing.get_context("spawn")
@@ -80,6 +125,10 @@ def run(ctx: BenchContext) -> Outcome:
     for traced in (True, False):
         with ProcessPoolExecutor(1, mp_context=spawn) as pool:
             readings[traced] = pool.submit(measure, tokens, ctx.master_key, traced).result(600)
+    labelled = {}
+    for mode in ("none", "shared", "unique"):
+        with ProcessPoolExecutor(1, mp_context=spawn) as pool:
+            labelled[mode] = pool.submit(measure_labels, tokens, ctx.master_key, mode).result(600)
     scale = PER / tokens
 
     def mb(key: str, traced: bool) -> float:
@@ -109,5 +158,10 @@ def run(ctx: BenchContext) -> Outcome:
             "bytes_per_token": {"cache": round(without * MB / PER),
                                 "with_credentials": round(with_credentials * MB / PER)},
             "pbkdf2_iterations_used": 1,
+            "labels_4x32": {
+                "cache_bytes_per_token": {mode: round(r["cache"] / tokens)
+                                          for mode, r in labelled.items()},
+                "znode_bytes": {mode: r["znode_bytes"] for mode, r in labelled.items()},
+            },
         },
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import sys
 import threading
 
@@ -17,10 +18,11 @@ import click
 
 from tokensvc.agent.credentials import FORMATS
 from tokensvc.agent.files import check_writable
-from tokensvc.agent.runner import Agent, AgentExit, AgentOptions
+from tokensvc.agent.runner import Agent, AgentExit, AgentOptions, host_label
 from tokensvc.agent.schedule import Policy
 from tokensvc.agent.state import StateError
 from tokensvc.client_config import ClientConfig
+from tokensvc.core.labels import LabelError, validate
 
 EXIT_USAGE = 2
 
@@ -62,6 +64,13 @@ def options_from(params: dict, config: ClientConfig, timeout_s: float) -> AgentO
         raise click.UsageError(
             f"--max-life-time-period {max_life} is not longer than --overlap-ms "
             f"{policy.overlap_ms}: old and new tokens could never both be valid")
+    labels = list(params["labels"])
+    if not params["no_host_label"] and (host := host_label(socket.gethostname())) is not None:
+        labels = [host, *labels]  # a --label agent/host=... given wins
+    try:
+        checked = validate(dict(labels))
+    except LabelError as exc:
+        raise click.UsageError(f"--label: {exc.message}") from None
     pairs = sinks(paths, params["formats"])
     for path in [p for p, _ in pairs] + ([params["state_file"]] if params["state_file"] else []):
         problem = check_writable(path)
@@ -72,7 +81,7 @@ def options_from(params: dict, config: ClientConfig, timeout_s: float) -> AgentO
         state_path=params["state_file"], owner=owners[0] if owners else None,
         renewers=tuple(params["renewer_principals"]), max_lifetime_ms=max_life, policy=policy,
         once=params["once"], keep_on_exit=params["keep_on_exit"], timeout_s=timeout_s,
-        metrics_port=params["metrics_port"],
+        metrics_port=params["metrics_port"], labels=checked,
     )
 
 

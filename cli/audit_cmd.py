@@ -157,9 +157,12 @@ def watch(input_path: str, alerts: str, master: str | None, host_threshold: int,
               help="Token snapshot from `tokensvc tokens export` (JSON lines).")
 @click.option("--glob", "file_glob", default="audit-*.jsonl*", show_default=True,
               help="Names of the files read inside a directory.")
+@click.option("--group-by-label", "group_by_labels", multiple=True, metavar="KEY",
+              help="The labels report also groups tokens by this label key (repeatable; "
+                   "job always).")
 def report(input_path: str | None, lake: str | None, output: str, master: str | None, since: str | None,
            until: str | None, host_threshold: int, burst_threshold: int, burst_window_s: int,
-           tokens_path: str | None, file_glob: str) -> None:
+           tokens_path: str | None, file_glob: str, group_by_labels: tuple[str, ...]) -> None:
     """Read audit events (files or the lake) with Spark and write the token audit reports."""
     from tokensvc.audit.report import (
         ReportError,
@@ -173,7 +176,7 @@ def report(input_path: str | None, lake: str | None, output: str, master: str | 
         options = build_options(
             input_path, output, since=since, until=until, host_threshold=host_threshold,
             burst_threshold=burst_threshold, burst_window_s=burst_window_s, tokens=tokens_path,
-            glob=file_glob, lake=lake,
+            glob=file_glob, lake=lake, group_by_labels=group_by_labels,
         )
         summary = run_report(create_session(master), options)
     except ReportError as exc:

@@ -30,6 +30,7 @@ from tokensvc.admin import (
     tokens_absent,
 )
 from tokensvc.core.errors import Errors
+from tokensvc.core.labels import format_labels, parse_label
 from tokensvc.core.principal import KafkaPrincipal
 
 _ACTIONS = ("create", "renew", "expire", "describe", "agent")
@@ -38,6 +39,7 @@ _OPTION_ACTIONS = {
     "renewer_principals": ("--renewer-principal", ("create", "agent")),
     "owner_principals": ("--owner-principal", ("create", "describe", "agent", "expire")),
     "token_ids": ("--token-id", ("expire",)),
+    "labels": ("--label", ("create", "describe", "expire", "agent")),
     "dry_run": ("--dry-run", ("expire",)),
     "max_life_time_period": ("--max-life-time-period", ("create", "agent")),
     "hmac": ("--hmac", ("renew", "expire")),
@@ -48,7 +50,8 @@ _OPTION_ACTIONS = {
         ("credentials_files", "--credentials-file"), ("formats", "--format"),
         ("state_file", "--state-file"), ("renew_fraction", "--renew-fraction"),
         ("overlap_ms", "--overlap-ms"), ("margin_ms", "--margin-ms"), ("once", "--once"),
-        ("keep_on_exit", "--keep-on-exit"), ("metrics_port", "--metrics-port"))},
+        ("keep_on_exit", "--keep-on-exit"), ("metrics_port", "--metrics-port"),
+        ("no_host_label", "--no-host-label"))},
 }
 _COLUMNS = ("TOKENID", "HMAC", "OWNER", "REQUESTER", "RENEWERS", "ISSUEDATE", "EXPIRYDATE",
             "MAXDATE")
@@ -66,6 +69,20 @@ def _principals(
                 f"{value!r} is not a principal: use Type:name, e.g. User:alice"
             ) from None
     return tuple(principals)
+
+
+def _labels(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[tuple[str, str], ...]:
+    """``--label key=value`` as pairs; the rules (tokensvc.core.labels) are the broker's to
+    check, so its refusal names the label exactly as for any other client."""
+    pairs = []
+    for value in values:
+        try:
+            pairs.append(parse_label(value))
+        except ValueError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return tuple(pairs)
 
 
 def _hmac(ctx: click.Context, param: click.Parameter, value: str | None) -> bytes | None:
@@ -86,8 +103,12 @@ def format_date(epoch_ms: int) -> str:
 
 
 def token_table(tokens: list[TokenDescription]) -> str:
-    """Tokens as Kafka's tool shows them: one row per token under a header row."""
-    rows = [_COLUMNS] + [
+    """Tokens as Kafka's tool shows them: one row per token under a header row, plus a
+    LABELS column when a token shown has labels (``k=v,k2=v2``; a value with other than
+    ``[A-Za-z0-9._/:@+-]`` is JSON-quoted, so no label can forge a column or a line)."""
+    labelled = any(t.labels for t in tokens)
+    columns = (*_COLUMNS, "LABELS") if labelled else _COLUMNS
+    rows = [columns] + [
         (
             t.token_id,
             t.hmac_b64,
@@ -97,10 +118,11 @@ def token_table(tokens: list[TokenDescription]) -> str:
             format_date(t.issue_ms),
             format_date(t.expiry_ms),
             format_date(t.max_ms),
+            *((format_labels(t.labels),) if labelled else ()),
         )
         for t in tokens
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
     return "\n".join(
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in rows
@@ -118,19 +140,23 @@ def _check_usage(ctx: click.Context, chosen: list[str], params: dict) -> str:
     for name, (option, actions) in _OPTION_ACTIONS.items():
         if action not in actions and ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
             raise click.UsageError(f"{option} cannot be used with --{action}")
-    revoking = action == "expire" and (params["owner_principals"] or params["token_ids"])
+    revoking = action == "expire" and (params["owner_principals"] or params["token_ids"]
+                                       or params["labels"])
     if revoking:
         if params["hmac"] is not None:
-            raise click.UsageError("--expire takes --hmac, or --owner-principal/--token-id")
-        if params["owner_principals"] and params["token_ids"]:
-            raise click.UsageError("--expire takes --owner-principal or --token-id, not both")
+            raise click.UsageError(
+                "--expire takes --hmac, or --owner-principal/--label/--token-id")
+        if (params["owner_principals"] or params["labels"]) and params["token_ids"]:
+            raise click.UsageError(
+                "--expire takes --owner-principal and/or --label, or --token-id, not both")
         if len(params["owner_principals"]) > 1:
             raise click.UsageError("--expire takes one --owner-principal")
     elif action in ("renew", "expire") and params["hmac"] is None:
         raise click.UsageError(f"--{action} needs --hmac" + (
-            " (or --owner-principal / --token-id)" if action == "expire" else ""))
+            " (or --owner-principal / --label / --token-id)" if action == "expire" else ""))
     if params["dry_run"] and not revoking:
-        raise click.UsageError("--dry-run goes with --expire --owner-principal/--token-id")
+        raise click.UsageError(
+            "--dry-run goes with --expire --owner-principal/--label/--token-id")
     if action == "create" and len(params["owner_principals"]) > 1:
         raise click.UsageError("--create takes at most one --owner-principal")
     return action
@@ -166,8 +192,13 @@ def _check_usage(ctx: click.Context, chosen: list[str], params: dict) -> str:
 @click.option("--token-id", "token_ids", multiple=True, metavar="ID",
               help="expire: revoke this token by its id, no HMAC needed (repeatable; "
                    "tokensvc only). --expire --owner-principal P revokes every token of P.")
+@click.option("--label", "labels", multiple=True, callback=_labels, metavar="KEY=VALUE",
+              help="create: a label of the new token (repeatable; tokensvc only); describe: "
+                   "show only tokens with this label; expire: revoke every token with this "
+                   "label (several: all must match; with --owner-principal: that owner's "
+                   "only); agent: a label of every token it creates.")
 @click.option("--dry-run", is_flag=True,
-              help="expire by owner or id: list what would be revoked, change nothing.")
+              help="expire by owner, label or id: list what would be revoked, change nothing.")
 @click.option("--renew-time-period", type=int, default=-1, show_default=True, metavar="MS",
               help="Renew for this long; -1: the server's default.")
 @click.option("--expiry-time-period", type=int, default=-1, show_default=True, metavar="MS",
@@ -197,6 +228,8 @@ def _check_usage(ctx: click.Context, chosen: list[str], params: dict) -> str:
                    "(for cron and CI; needs --state-file).")
 @click.option("--keep-on-exit", is_flag=True,
               help="agent: on SIGTERM keep the tokens (default: expire them).")
+@click.option("--no-host-label", is_flag=True,
+              help="agent: do not add the label agent/host=<this host's name> to its tokens.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
               help="agent: serve Prometheus metrics on this port.")
 @click.option("--output", type=click.Choice(["text", "json"]), default="text",
@@ -225,6 +258,7 @@ def _run(action: str, params: dict) -> None:
                 renewers=params["renewer_principals"],
                 owner=owners[0] if owners else None,
                 max_lifetime_ms=params["max_life_time_period"],
+                labels=params["labels"],
             )
             served = admin.wait_all_brokers(token_logs_in(token)) if wait else None
             if as_json:
@@ -235,13 +269,15 @@ def _run(action: str, params: dict) -> None:
                 _echo_served(served)
         elif action == "describe":
             owners = params["owner_principals"]
-            tokens = admin.describe_tokens(owners=list(owners) if owners else None)
+            tokens = admin.describe_tokens(owners=list(owners) if owners else None,
+                                           labels=params["labels"])
             if as_json:
                 click.echo(json.dumps({"tokens": [t.to_json() for t in tokens]}, indent=2))
             else:
                 click.echo(f"Total number of tokens : {len(tokens)}\n")
                 click.echo(token_table(tokens))
-        elif action == "expire" and (params["owner_principals"] or params["token_ids"]):
+        elif action == "expire" and (params["owner_principals"] or params["token_ids"]
+                                     or params["labels"]):
             _revoke(admin, params, wait, as_json)
         else:
             # Which token this is must be known before an expire removes it.
@@ -267,11 +303,13 @@ def _run(action: str, params: dict) -> None:
 
 
 def _revoke(admin: AdminClient, params: dict, wait: bool, as_json: bool) -> None:
-    """--expire --owner-principal P / --token-id ID: revoke without HMACs. Exits 1 when an
-    id was not found (the others are revoked) or tokens were created after the revocation."""
+    """--expire --owner-principal P / --label K=V / --token-id ID: revoke without HMACs.
+    Exits 1 when an id was not found (the others are revoked) or tokens were created after
+    the revocation."""
     owners = params["owner_principals"]
     result = admin.revoke_tokens(owner=owners[0] if owners else None,
-                                 token_ids=params["token_ids"], dry_run=params["dry_run"])
+                                 token_ids=params["token_ids"], dry_run=params["dry_run"],
+                                 labels=params["labels"])
     served = None
     if wait and result.revoked and not result.dry_run:
         served = admin.wait_all_brokers(tokens_absent([t for t, _ in result.revoked],
@@ -288,7 +326,7 @@ def _revoke(admin: AdminClient, params: dict, wait: bool, as_json: bool) -> None
     if result.not_found:
         problems.append(f"no such token: {', '.join(result.not_found)}")
     if result.created_after:
-        problems.append(f"{len(result.created_after)} token(s) of the owner were created after "
+        problems.append(f"{len(result.created_after)} selected token(s) were created after "
                         f"the revocation and are live: {', '.join(result.created_after)}")
     if problems:
         raise click.ClickException("; ".join(problems))

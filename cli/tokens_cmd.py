@@ -1,7 +1,9 @@
 """`tokensvc tokens export`: a token snapshot from ZooKeeper for the audit report.
 
 The snapshot is JSON lines without any HMAC (ZooKeeper holds none):
-``{"token_id","owner","requester","renewers","issue_ms","expiry_ms","max_ms"}``.
+``{"token_id","owner","requester","renewers","issue_ms","expiry_ms","max_ms"}``, plus
+``labels`` (an object) for a token that has labels: the audit report resolves the labels of
+tokens created before the range it reads from here.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ def export(connect: str, out: str, zookeeper_timeout_ms: int, zk_config: str | N
                 "issue_ms": i.issue_timestamp,
                 "expiry_ms": i.expiry_timestamp,
                 "max_ms": i.max_timestamp,
+                **({"labels": dict(i.labels)} if i.labels else {}),
             },
             sort_keys=True,
         )

@@ -3,8 +3,10 @@
 Owns: every path tokensvc reads or writes for tokens, the controller, the broker
 registry and the brokers' clock probes (``/tokensvc/clock/<id>``, tokensvc's own), and
 the exact bytes stored there. The token JSON is Kafka's
-``DelegationTokenInfoZNode`` (version 3) plus one field of ours, ``keyId``, written only
-when it is not empty; the controller, controller epoch, broker and cluster id znodes are
+``DelegationTokenInfoZNode`` (version 3) plus two fields of ours, each written only when it
+is not empty: ``keyId`` and ``labels`` (a JSON object of the token's labels, sorted by key;
+Kafka's reader ignores fields it does not know). A token without labels is byte for byte
+what it was before labels existed; the controller, controller epoch, broker and cluster id znodes are
 encoded as Kafka encodes them, so Kafka's tools can read what tokensvc writes.
 
 :func:`decode_tokens` is the cold-start path for many token znodes at once (one JSON
@@ -24,6 +26,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tokensvc.core.labels import NO_LABELS, LabelError, Labels, validate
 from tokensvc.core.principal import KafkaPrincipal, desanitize, sanitize
 from tokensvc.core.token import TokenInformation
 
@@ -169,7 +172,19 @@ def encode_token(info: TokenInformation) -> bytes:
     }
     if info.key_id:
         value["keyId"] = info.key_id
+    if info.labels:
+        value["labels"] = dict(info.labels)
     return _dumps(value)
+
+
+def _labels(raw: object, what: str) -> Labels:
+    """A znode's ``labels`` object as a label set (the rules of tokensvc.core.labels)."""
+    if not isinstance(raw, dict):
+        raise LayoutError(f"{what} znode field 'labels' is not an object")
+    try:
+        return validate(raw.items())
+    except LabelError as exc:
+        raise LayoutError(f"{what} znode field 'labels': {exc.message}") from None
 
 
 def decode_token(data: bytes | None) -> TokenInformation:
@@ -200,11 +215,14 @@ def _token_from_object(obj: dict[str, Any], shared: _Shared | None) -> TokenInfo
     token_id = _field(obj, "tokenId", str, what)
     if not token_id:
         raise LayoutError(f"{what} znode has an empty 'tokenId'")
+    raw_labels = obj.get("labels")
     if shared is None:
         renewers = tuple(_principal(r, what) for r in renewer_names)
+        labels = NO_LABELS if raw_labels is None else _labels(raw_labels, what)
     else:
         renewers = shared.renewers(renewer_names, what)
         key_id = shared.key_ids.setdefault(key_id, key_id)
+        labels = NO_LABELS if raw_labels is None else shared.labels(raw_labels, what)
     return TokenInformation(
         token_id=token_id,
         owner=owner,
@@ -214,23 +232,35 @@ def _token_from_object(obj: dict[str, Any], shared: _Shared | None) -> TokenInfo
         expiry_timestamp=_field(obj, "expiryTimestamp", int, what),
         max_timestamp=_field(obj, "maxTimestamp", int, what),
         key_id=key_id,
+        labels=labels,
     )
 
 
 class _Shared:
     """Values many tokens of one bulk decode have in common, kept once."""
 
-    __slots__ = ("_renewers", "key_ids")
+    __slots__ = ("_labels", "_renewers", "key_ids")
 
     def __init__(self) -> None:
         self.key_ids: dict[str, str] = {}
         self._renewers: dict[tuple[str, ...], tuple[KafkaPrincipal, ...]] = {}
+        self._labels: dict[tuple[tuple[object, object], ...], Labels] = {}
 
     def renewers(self, names: list[str], what: str) -> tuple[KafkaPrincipal, ...]:
         key = tuple(names)
         found = self._renewers.get(key)
         if found is None:
             found = self._renewers[key] = tuple(_principal(r, what) for r in names)
+        return found
+
+    def labels(self, raw: object, what: str) -> Labels:
+        """The label set of a znode's ``labels`` object, checked once per distinct set."""
+        if not isinstance(raw, dict):
+            raise LayoutError(f"{what} znode field 'labels' is not an object")
+        key = tuple(raw.items())
+        found = self._labels.get(key)
+        if found is None:
+            found = self._labels[key] = _labels(raw, what)
         return found
 
 
@@ -317,6 +347,7 @@ def _plain_token(obj: dict[str, Any], token_id: str, shared: _Shared) -> TokenIn
     expiry = get("expiryTimestamp")
     max_ts = get("maxTimestamp")
     key_id = get("keyId", "")
+    raw_labels = get("labels")
     version = get("version")
     if not (
         type(version) is int
@@ -341,11 +372,12 @@ def _plain_token(obj: dict[str, Any], token_id: str, shared: _Shared) -> TokenIn
     try:
         owner_p = _principal(owner, what)
         requester_p = owner_p if requester == owner else _principal(requester, what)
+        labels = NO_LABELS if raw_labels is None else shared.labels(raw_labels, what)
     except LayoutError:
         return None
     return TokenInformation(
         token_id, owner_p, requester_p, renewers, issue, expiry, max_ts,
-        shared.key_ids.setdefault(key_id, key_id),
+        shared.key_ids.setdefault(key_id, key_id), labels,
     )
 
 

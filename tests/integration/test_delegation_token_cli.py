@@ -178,7 +178,9 @@ def test_create_for_another_owner_and_json_output(cluster: LocalCluster, admin_p
     assert token["renewers"] == []
     assert len(token["token_id"]) == 22
     assert set(token) == {"token_id", "hmac", "owner", "requester", "renewers",
-                          "issue_timestamp_ms", "expiry_timestamp_ms", "max_timestamp_ms"}
+                          "issue_timestamp_ms", "expiry_timestamp_ms", "max_timestamp_ms",
+                          "labels"}
+    assert token["labels"] == {}
     expired = cli_json(cluster, admin_props, "--expire", "--hmac", token["hmac"],
                        "--expiry-time-period", str(HOUR_MS))
     assert expired["operation"] == "expire"

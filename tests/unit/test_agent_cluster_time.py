@@ -48,7 +48,8 @@ class FakeCluster:
         self.now_ms += LATENCY_MS
         return stamped
 
-    def create_token(self, renewers=(), owner=None, max_lifetime_ms=-1) -> TokenDescription:
+    def create_token(self, renewers=(), owner=None, max_lifetime_ms=-1,
+                     labels=None) -> TokenDescription:
         now = self._round_trip()
         self.created += 1
         self.calls.append("create")

@@ -46,7 +46,15 @@ def test_json_has_the_documented_fields() -> None:
     assert body == {"token_id": CREDS.token_id, "hmac": CREDS.hmac_b64, "owner": "User:etl-job",
                     "issue_timestamp_ms": CREDS.issue_ms, "expiry_timestamp_ms": CREDS.expiry_ms,
                     "max_timestamp_ms": CREDS.max_ms, "sasl_mechanism": "SCRAM-SHA-512",
-                    "security_protocol": "SASL_PLAINTEXT", "written_at_ms": 42}
+                    "security_protocol": "SASL_PLAINTEXT", "labels": {}, "written_at_ms": 42}
+
+
+def test_json_carries_the_labels_and_reads_them_back() -> None:
+    labelled = Credentials("tok", "x", "User:a", 1, 2, 3,
+                           labels=(("agent/host", "h1"), ("job", 'etl "nightly"')))
+    body = json.loads(render(labelled, "json", 7))
+    assert body["labels"] == {"agent/host": "h1", "job": 'etl "nightly"'}
+    assert parse(render(labelled, "json", 7)) == labelled
 
 
 def test_env_values_with_shell_characters_are_quoted() -> None:

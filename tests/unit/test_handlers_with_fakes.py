@@ -59,6 +59,10 @@ class FakeTokens:
         infos = (self.cache.info(t) for t in self.cache.ids_of([owner]))
         return [i for i in infos if i is not None and i.owner == owner]
 
+    def selected(self, owner, selector):
+        infos = (self.cache.info(t) for t in self.cache.ids_labelled(selector))
+        return [i for i in infos if i is not None and (owner is None or i.owner == owner)]
+
     def owned_count(self, owner):
         return len(self.owned_by(owner))
 
@@ -250,3 +254,71 @@ def test_dry_run_lists_and_changes_nothing():
     answer = _revoke(services, RevokeOwner={"PrincipalType": "User", "PrincipalName": "alice"},
                      RevokeDryRun=True)
     assert len(answer["Revoked"]) == 2 and services.tokens.writes == []
+
+
+def _labelled(services, owner, labels, n):
+    tokens = [services.tokens.manager.create(owner, owner, [], -1, labels) for _ in range(n)]
+    for token in tokens:
+        services.tokens.cache.upsert(token.info)
+    return tokens
+
+
+def test_a_create_with_bad_labels_writes_nothing_and_says_which_label():
+    services = _services(FakeClock())
+    body = {"Renewers": [], "MaxLifetimeMs": -1, "Labels": [{"Key": "job", "Value": ""}]}
+    answer = asyncio.run(handle_create(services, _ctx(38), body))
+    assert answer["ErrorCode"] == Errors.INVALID_REQUEST
+    assert answer["ErrorMessage"] == "label 'job' has an empty value"
+    assert services.tokens.writes == []
+    (event,) = services.audit.events
+    assert event["reason"] == "invalid_labels" and event["outcome"] == "failure"
+
+
+def test_a_labelled_create_answers_and_audits_its_labels_an_unlabelled_one_neither():
+    services = _services(FakeClock())
+    body = {"Renewers": [], "MaxLifetimeMs": -1,
+            "Labels": [{"Key": "team", "Value": "p"}, {"Key": "job", "Value": "etl"}]}
+    answer = asyncio.run(handle_create(services, _ctx(38), body))
+    assert answer["Labels"] == [{"Key": "job", "Value": "etl"}, {"Key": "team", "Value": "p"}]
+    assert services.audit.events[-1]["labels"] == {"job": "etl", "team": "p"}
+    plain = _create(services)
+    assert plain["Labels"] is None and "labels" not in services.audit.events[-1]
+
+
+def test_revoke_by_label_takes_exactly_the_matching_tokens_of_the_owner_given():
+    services = _services(FakeClock(1_000))
+    etl = _labelled(services, ALICE, {"job": "etl", "team": "p"}, 3)
+    other_job = _labelled(services, ALICE, {"job": "ingest"}, 2)
+    bobs = _labelled(services, BOB, {"job": "etl"}, 1)
+    dry = _revoke(services, RevokeLabels=[{"Key": "job", "Value": "etl"}],
+                  RevokeOwner={"PrincipalType": "User", "PrincipalName": "alice"},
+                  RevokeDryRun=True)
+    assert {r["TokenId"] for r in dry["Revoked"]} == {t.info.token_id for t in etl}
+    assert services.tokens.writes == []
+    answer = _revoke(services, RevokeLabels=[{"Key": "job", "Value": "etl"}],
+                     RevokeOwner={"PrincipalType": "User", "PrincipalName": "alice"})
+    assert {r["TokenId"] for r in answer["Revoked"]} == {t.info.token_id for t in etl}
+    assert all(services.tokens.cache.by_id(t.info.token_id) for t in other_job + bobs)
+    revokes = [e for e in services.audit.events if e["action"] == "revoke"]
+    assert {e["reason"] for e in revokes} == {"revoked_by_label"}
+    assert all(e["selector"] == {"job": "etl"} and e["labels"] == {"job": "etl", "team": "p"}
+               for e in revokes)
+
+
+def test_revoke_by_label_is_refused_as_a_whole_when_one_match_is_not_the_callers():
+    services = _services(FakeClock(1_000))
+    _labelled(services, ALICE, {"job": "etl"}, 2)
+    _labelled(services, BOB, {"job": "etl"}, 1)
+    answer = _revoke(services, RevokeLabels=[{"Key": "job", "Value": "etl"}])
+    assert answer["ErrorCode"] == Errors.DELEGATION_TOKEN_AUTHORIZATION_FAILED
+    assert len(services.tokens.cache.ids_labelled((("job", "etl"),))) == 3
+    assert services.tokens.writes == []
+
+
+def test_revoke_by_label_refuses_ids_too_and_a_bad_selector():
+    services = _services(FakeClock(1_000))
+    both = _revoke(services, RevokeLabels=[{"Key": "job", "Value": "etl"}],
+                   RevokeTokenIds=["x"])
+    assert both["ErrorCode"] == Errors.INVALID_REQUEST
+    bad = _revoke(services, RevokeLabels=[{"Key": "Job", "Value": "etl"}])
+    assert bad["ErrorCode"] == Errors.INVALID_REQUEST and "'Job'" in bad["RevokeMessage"]

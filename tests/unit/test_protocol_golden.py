@@ -150,7 +150,7 @@ def test_create_delegation_token_request_v3_layout_with_null_owner() -> None:
         + NO_TAGS
     )
     assert encode_request(RequestHeader(38, 3, 1, "adm"), body) == expected
-    assert decode_request(expected)[1] == body
+    assert decode_request(expected)[1] == {**body, "Labels": []}
 
 
 def test_create_delegation_token_response_layouts() -> None:
@@ -175,11 +175,12 @@ def test_create_delegation_token_response_layouts() -> None:
     )
     assert encode_response(RequestHeader(38, 1, 3, None), body) == v1
     assert encode_response(RequestHeader(38, 3, 3, None), body) == v3
-    assert decode_response(38, 3, v3) == (3, body)
+    assert decode_response(38, 3, v3) == (3, {**body, "Labels": None, "ErrorMessage": None})
 
 
 # tokensvc's tagged fields of ExpireDelegationToken v2, absent on the wire: their defaults.
-NO_REVOKE = {"RevokeOwner": None, "RevokeTokenIds": [], "RevokeDryRun": False}
+NO_REVOKE = {"RevokeOwner": None, "RevokeTokenIds": [], "RevokeDryRun": False,
+             "RevokeLabels": []}
 
 
 def test_expire_v2_revocation_tags_layout() -> None:
@@ -190,7 +191,7 @@ def test_expire_v2_revocation_tags_layout() -> None:
     ids = b"\x02" + b"\x03ab"  # compact array of 1, compact string "ab"
     tags = b"\x02" + b"\x01" + bytes([len(ids)]) + ids + b"\x02\x01\x01"
     assert encoded == header_v2(40, 2, 7, None) + cb(b"") + i64(-1) + tags
-    assert decode_request(encoded)[1] == {**body, "RevokeOwner": None}
+    assert decode_request(encoded)[1] == {**body, "RevokeOwner": None, "RevokeLabels": []}
     # Kafka's own v0/v1 (not flexible) cannot carry them and are unchanged.
     v1 = encode_request(RequestHeader(40, 1, 7, "c"), {"Hmac": b"h", "ExpiryTimePeriodMs": 1})
     assert decode_request(v1)[1] == {"Hmac": b"h", "ExpiryTimePeriodMs": 1}
@@ -210,7 +211,7 @@ def test_describe_delegation_token_request_null_owners_means_all() -> None:
     v0 = header_v1(41, 0, 1, "c") + i32(-1)
     v3 = header_v2(41, 3, 1, "c") + b"\x00" + NO_TAGS
     assert decode_request(v0)[1] == {"Owners": None}
-    assert decode_request(v3)[1] == {"Owners": None}
+    assert decode_request(v3)[1] == {"Owners": None, "LabelSelector": [], "IncludeLabels": False}
     assert encode_request(RequestHeader(41, 3, 1, "c"), {}) == v3
 
 
@@ -236,7 +237,9 @@ def test_describe_delegation_token_response_v3_layout() -> None:
         + i32(0) + NO_TAGS
     )
     assert encode_response(RequestHeader(41, 3, 8, None), body) == expected
-    assert decode_response(41, 3, expected) == (8, body)
+    decoded = {**body, "ErrorMessage": None,
+               "Tokens": [{**body["Tokens"][0], "Labels": []}]}
+    assert decode_response(41, 3, expected) == (8, decoded)
 
 
 def test_envelope_request_and_response_layout() -> None:

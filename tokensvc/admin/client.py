@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Self
 
 from tokensvc.admin.connection import BrokerConnection, ConnectionLost, split_address
@@ -109,11 +109,17 @@ class AdminClient:
         renewers: Iterable[str | KafkaPrincipal] = (),
         owner: str | KafkaPrincipal | None = None,
         max_lifetime_ms: int = -1,
+        labels: Mapping[str, str] | Iterable[tuple[str, str]] = (),
     ) -> TokenDescription:
         """Create a token (for ``owner``, default the caller); ``max_lifetime_ms`` <= 0 means
-        the server's maximum."""
+        the server's maximum. ``labels`` (``{"job": "etl"}`` or pairs) are tokensvc's
+        tagged field: the broker checks them (AdminError INVALID_REQUEST naming the label,
+        nothing created). A broker that does not know labels (Apache Kafka) creates the
+        token without them: this client then expires that token at once and raises, so a
+        labelled create never leaves an unlabelled token behind."""
         renewer_principals = tuple(principal_of(r) for r in renewers)
         owner_principal = principal_of(owner) if owner is not None else None
+        label_pairs = list(labels.items()) if isinstance(labels, Mapping) else list(labels)
 
         def send(conn: BrokerConnection, deadline: float) -> tuple[dict[str, Any], int]:
             version = conn.version_for(ApiKey.CREATE_DELEGATION_TOKEN)
@@ -123,11 +129,25 @@ class AdminClient:
                     f"the broker at {conn.address} cannot create tokens for another owner "
                     "(needs CreateDelegationToken v3)",
                 )
+            if label_pairs and version < 2:
+                raise AdminError(
+                    Errors.UNSUPPORTED_VERSION,
+                    f"the broker at {conn.address} cannot take labels (they are tagged "
+                    "fields: needs CreateDelegationToken v2)",
+                )
             body = create_token_body(renewer_principals, owner_principal, max_lifetime_ms)
+            if label_pairs:
+                body["Labels"] = [{"Key": str(k), "Value": str(v)} for k, v in label_pairs]
             return conn.request(ApiKey.CREATE_DELEGATION_TOKEN, body, deadline, version), version
 
         response, version = self._call(send, "create token")
-        return token_from_create(response, version, renewer_principals)
+        token = token_from_create(response, version, renewer_principals)
+        if label_pairs and response.get("Labels") is None:
+            self.expire_token(token.hmac, -1)
+            raise AdminError(Errors.UNSUPPORTED_VERSION,
+                             f"the broker ignored the labels (they are a tokensvc extension): "
+                             f"the unlabelled token {token.token_id} it created was expired again")
+        return token
 
     def renew_token(self, hmac: bytes, renew_period_ms: int = -1) -> int:
         """Renew the token with this HMAC; returns its new expiry (epoch ms)."""
@@ -146,17 +166,23 @@ class AdminClient:
         owner: str | KafkaPrincipal | None = None,
         token_ids: Iterable[str] = (),
         dry_run: bool = False,
+        labels: Mapping[str, str] | Iterable[tuple[str, str]] = (),
     ) -> Revocation:
-        """Expire every token of ``owner``, or the tokens ``token_ids``, now, without their
-        HMACs (tokensvc's tagged fields on ExpireDelegationToken v2; docs/protocol.md). The
-        answering broker refuses them when this returns. ``dry_run`` lists, changes nothing.
-        Raises AdminError when refused (all of it: nothing changes), or when the broker does
-        not know the tags (an Apache Kafka broker)."""
+        """Expire every token of ``owner``, every token carrying all of ``labels`` (of
+        ``owner`` only, when both are given), or the tokens ``token_ids``, now, without
+        their HMACs (tokensvc's tagged fields on ExpireDelegationToken v2;
+        docs/protocol.md). The answering broker refuses them when this returns. ``dry_run``
+        lists, changes nothing. Raises AdminError when refused (all of it: nothing
+        changes), or when the broker does not know the tags (an Apache Kafka broker)."""
         ids = list(dict.fromkeys(token_ids))
-        if (owner is None) == (not ids):
-            raise ValueError("give an owner or token ids (not both)")
+        selector = list(labels.items()) if isinstance(labels, Mapping) else list(labels)
+        selecting = owner is not None or bool(selector)
+        if selecting == bool(ids):
+            raise ValueError("give an owner and/or labels, or token ids (not both)")
         body: dict[str, Any] = {"Hmac": b"", "ExpiryTimePeriodMs": -1, "RevokeDryRun": dry_run,
-                                "RevokeTokenIds": ids}
+                                "RevokeTokenIds": ids,
+                                "RevokeLabels": [{"Key": str(k), "Value": str(v)}
+                                                 for k, v in selector]}
         if owner is not None:
             body["RevokeOwner"] = principal_struct(principal_of(owner))
 
@@ -174,8 +200,8 @@ class AdminClient:
                     Errors.NONE, Errors.DELEGATION_TOKEN_NOT_FOUND):
                 raise AdminError(Errors.UNSUPPORTED_VERSION,
                                  f"the broker at {conn.address} ignored the revocation fields: "
-                                 "revoking by owner or id is a tokensvc extension (Apache Kafka "
-                                 "needs --hmac)")
+                                 "revoking by owner, label or id is a tokensvc extension "
+                                 "(Apache Kafka needs --hmac)")
             return response, version
 
         try:
@@ -187,17 +213,38 @@ class AdminClient:
         return revocation_from(response, dry_run)
 
     def describe_tokens(
-        self, owners: Iterable[str | KafkaPrincipal] | None = None
+        self,
+        owners: Iterable[str | KafkaPrincipal] | None = None,
+        labels: Mapping[str, str] | Iterable[tuple[str, str]] = (),
     ) -> list[TokenDescription]:
-        """Tokens the caller may see, of ``owners`` only when given (None: all owners)."""
+        """Tokens the caller may see, of ``owners`` only when given (None: all owners), and
+        carrying every label of ``labels`` when given. Each token comes with its labels
+        (asked for with tokensvc's ``IncludeLabels`` tag on v2+; a broker that does not
+        know labels shows none, and refuses a selector: AdminError)."""
         owner_structs = None
         if owners is not None:
             owner_structs = [principal_struct(principal_of(o)) for o in owners]
-        body = {"Owners": owner_structs}
-        response, version = self._call(
-            self._simple(ApiKey.DESCRIBE_DELEGATION_TOKEN, body), "describe tokens"
-        )
-        return tokens_from_describe(response, version)
+        selector = list(labels.items()) if isinstance(labels, Mapping) else list(labels)
+        body: dict[str, Any] = {
+            "Owners": owner_structs, "IncludeLabels": True,
+            "LabelSelector": [{"Key": str(k), "Value": str(v)} for k, v in selector]}
+
+        def send(conn: BrokerConnection, deadline: float) -> tuple[dict[str, Any], int]:
+            version = conn.version_for(ApiKey.DESCRIBE_DELEGATION_TOKEN)
+            if selector and version < 2:
+                raise AdminError(Errors.UNSUPPORTED_VERSION,
+                                 f"the broker at {conn.address} cannot select by label "
+                                 "(needs DescribeDelegationToken v2)")
+            return conn.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, body, deadline, version), version
+
+        response, version = self._call(send, "describe tokens")
+        tokens = tokens_from_describe(response, version)
+        if selector:
+            # A broker that ignored the selector (it does not know labels) answered every
+            # token: nothing it shows carries labels, so keep only the matching ones.
+            wanted = set(selector)
+            tokens = [t for t in tokens if wanted <= set(t.labels)]
+        return tokens
 
     def find_token(self, hmac: bytes) -> TokenDescription | None:
         """The token with this HMAC among those the caller may describe, or None."""

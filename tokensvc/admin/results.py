@@ -25,6 +25,7 @@ from tokensvc.authz.acl import (
     ResourceType,
 )
 from tokensvc.core.errors import Errors, KafkaError, describe
+from tokensvc.core.labels import NO_LABELS, Labels, interned
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.protocol.messages import AUTHORIZED_OPERATIONS_OMITTED
 from tokensvc.scram.formatter import ScramMechanism
@@ -82,6 +83,8 @@ class TokenDescription:
     issue_ms: int
     expiry_ms: int
     max_ms: int
+    # The token's labels (tokensvc; empty from a broker that does not know them).
+    labels: Labels = NO_LABELS
 
     @property
     def hmac_b64(self) -> str:
@@ -98,7 +101,20 @@ class TokenDescription:
             "issue_timestamp_ms": self.issue_ms,
             "expiry_timestamp_ms": self.expiry_ms,
             "max_timestamp_ms": self.max_ms,
+            "labels": dict(self.labels),
         }
+
+
+def labels_struct(labels: Labels) -> list[dict[str, str]]:
+    """A label set as the tagged fields carry it: ``[{Key, Value}]``."""
+    return [{"Key": k, "Value": v} for k, v in labels]
+
+
+def labels_from(items: Iterable[dict[str, Any]] | None) -> Labels:
+    """The labels of a tagged ``[{Key, Value}]`` field (sorted, shared)."""
+    if not items:
+        return NO_LABELS
+    return interned(tuple(sorted((i["Key"], i["Value"]) for i in items)))
 
 
 def principal_of(value: str | KafkaPrincipal) -> KafkaPrincipal:
@@ -141,6 +157,7 @@ def token_from_create(
         issue_ms=body["IssueTimestampMs"],
         expiry_ms=body["ExpiryTimestampMs"],
         max_ms=body["MaxTimestampMs"],
+        labels=labels_from(body.get("Labels")),
     )
 
 
@@ -165,6 +182,7 @@ def tokens_from_describe(body: dict[str, Any], version: int) -> list[TokenDescri
                 issue_ms=item["IssueTimestamp"],
                 expiry_ms=item["ExpiryTimestamp"],
                 max_ms=item["MaxTimestamp"],
+                labels=labels_from(item.get("Labels")),
             )
         )
     return tokens
@@ -317,11 +335,11 @@ def binding_from_matching(acl: dict[str, Any]) -> AclBinding:
 
 @dataclass(frozen=True)
 class Revocation:
-    """What a revocation by owner or id did (or, for a dry run, would do)."""
+    """What a revocation by owner, label or id did (or, for a dry run, would do)."""
 
     revoked: tuple[tuple[str, KafkaPrincipal], ...]  # (token id, owner)
     not_found: tuple[str, ...]
-    created_after: tuple[str, ...]  # the owner's tokens created after its last pass
+    created_after: tuple[str, ...]  # the selected tokens created after its last pass
     dry_run: bool
 
     def to_json(self) -> dict[str, Any]:

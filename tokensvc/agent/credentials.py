@@ -12,7 +12,7 @@ Three formats, chosen per file (``--format``), each holding one token:
   helper in :mod:`tokensvc.agent.clients` gives them;
 * ``json`` -- one object: ``token_id``, ``hmac``, ``owner``, ``issue_timestamp_ms``,
   ``expiry_timestamp_ms``, ``max_timestamp_ms``, ``sasl_mechanism``, ``security_protocol``,
-  ``written_at_ms``;
+  ``labels`` (an object: the token's labels), ``written_at_ms``;
 * ``env`` -- shell ``KEY=value`` lines (``KAFKA_SASL_USERNAME``, ``KAFKA_SASL_PASSWORD``,
   ``KAFKA_SASL_MECHANISM``, ``KAFKA_SECURITY_PROTOCOL``, ``TOKENSVC_TOKEN_OWNER``,
   ``TOKENSVC_TOKEN_ISSUE_MS``, ``TOKENSVC_TOKEN_EXPIRY_MS``, ``TOKENSVC_TOKEN_MAX_MS``),
@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from tokensvc.properties import parse_properties, properties_text
@@ -89,6 +89,8 @@ class Credentials:
     max_ms: int
     sasl_mechanism: str = "SCRAM-SHA-512"
     security_protocol: str = "SASL_PLAINTEXT"
+    # The token's labels, sorted by key (only the json form carries them).
+    labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def jaas_config(self) -> str:
@@ -105,6 +107,7 @@ def render(creds: Credentials, fmt: str, written_at_ms: int) -> bytes:
     """``creds`` in format ``fmt`` (one of :data:`FORMATS`), as the bytes of the file."""
     if fmt == "json":
         body = {key: getattr(creds, name) for key, name in _JSON.items()}
+        body["labels"] = dict(creds.labels)
         body["written_at_ms"] = written_at_ms
         return (json.dumps(body, indent=2) + "\n").encode()
     if fmt == "env":
@@ -157,6 +160,11 @@ def parse(data: bytes, fmt: str | None = None) -> Credentials:
         if not isinstance(raw, dict):
             raise CredentialsError("not a JSON object")
         values = {name: raw.get(key) for key, name in _JSON.items()}
+        labels = raw.get("labels") or {}
+        if not isinstance(labels, dict):
+            raise CredentialsError("labels is not an object")
+        return replace(_credentials(values),
+                       labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())))
     elif fmt == "env":
         values = {}
         for line in text.splitlines():

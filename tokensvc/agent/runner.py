@@ -6,7 +6,9 @@ sinks and the state file, and how the agent ends. It decides no timing itself.
 How each action is carried out (see :mod:`tokensvc.agent.state` for the kill -9 story):
 
 * create / replace -- mark the state, create (the agent's own principal is added as a
-  renewer when the token is for another owner, so it may renew and describe it), record
+  renewer when the token is for another owner, so it may renew and describe it; the token
+  gets the agent's labels, over the labels of the token it succeeds, see
+  :func:`successor_labels`), record
   the token as unpublished, wait until every live broker of the cluster metadata logs in
   with it, write every sink, then make it current (the old one retires);
 * renew -- renew, record the new expiry, rewrite the sinks (their dates change);
@@ -60,6 +62,7 @@ from tokensvc.agent.state import AgentState, HeldToken, StateFile
 from tokensvc.client_config import ClientConfig
 from tokensvc.core.clocksync import ClusterTimeEstimator, TimeSample
 from tokensvc.core.errors import Errors
+from tokensvc.core.labels import LabelError, Labels, check_value, format_labels, validate
 from tokensvc.core.principal import KafkaPrincipal
 
 log = logging.getLogger("tokensvc.agent")
@@ -80,7 +83,27 @@ _BACKOFF_S = (0.2, 5.0)
 _ORPHAN_SLACK_MS = 2_000
 # A measured clock offset is logged when it moved by more than this since the last line.
 OFFSET_NOTICE_MS = 1_000
+# The label the agent adds to every token it creates, naming the host it runs on
+# (docs/agent.md: where the job's credentials file and renewing process are).
+HOST_LABEL = "agent/host"
 T = TypeVar("T")
+
+
+def host_label(hostname: str) -> tuple[str, str] | None:
+    """``(HOST_LABEL, hostname)`` when ``hostname`` is a valid label value (cut to the
+    value limit), else None."""
+    try:
+        return HOST_LABEL, check_value(HOST_LABEL, hostname[:255])
+    except LabelError:
+        return None
+
+
+def successor_labels(predecessor: dict[str, str], configured: Labels) -> Labels:
+    """The labels of a new token: its predecessor's, with the agent's configured labels
+    over them (a label given on the command line wins; one the predecessor had and the
+    command line no longer names is kept, so a successor never loses what the job's
+    tokens carried). LabelError if the union breaks a rule (e.g. more than 16)."""
+    return validate({**predecessor, **dict(configured)})
 
 
 class AgentExit(Exception):
@@ -114,6 +137,8 @@ class AgentOptions:
     timeout_s: float = 30.0
     metrics_port: int | None = None
     client_id: str = CLIENT_ID
+    # Labels of every token the agent creates (checked: tokensvc.core.labels.validate).
+    labels: Labels = ()
 
 
 def _iso(epoch_ms: int) -> str:
@@ -265,19 +290,26 @@ class Agent:
         self.state.create_started_ms = started
         self._save()
         failed_before = self._failures_seen()
+        try:
+            labels = successor_labels(self.state.labels, self.options.labels)
+        except LabelError as exc:
+            raise AgentExit(EXIT_REFUSED, f"the token's labels: {exc.message}") from None
 
         def create() -> tuple[TokenDescription, float, float]:
             sent = self._host_ms()
             created = self.admin.create_token(renewers=self.renewers, owner=self.owner,
-                                              max_lifetime_ms=self.options.max_lifetime_ms)
+                                              max_lifetime_ms=self.options.max_lifetime_ms,
+                                              labels=labels)
             return created, sent, self._host_ms()
 
         desc, sent, received = self._attempt("create a token", create, deadline)
         if received >= sent:  # else this host's clock was set back meanwhile: no sample
             self._learn_cluster_time(TimeSample(sent, received, desc.issue_ms))
+        self.state.labels = dict(desc.labels)
         self.metrics.created.inc()
-        log.info("created token %s (owner %s, expires %s, max %s)", desc.token_id,
-                 desc.owner, _iso(desc.expiry_ms), _iso(desc.max_ms))
+        log.info("created token %s (owner %s, expires %s, max %s, labels %s)", desc.token_id,
+                 desc.owner, _iso(desc.expiry_ms), _iso(desc.max_ms),
+                 format_labels(desc.labels) or "none")
         period = self._learn_period(desc)
         held = schedule.after_create(desc.token_id, desc.issue_ms, desc.expiry_ms, desc.max_ms,
                                      period, self.policy, self._rng)
@@ -348,6 +380,7 @@ class Agent:
             issue_ms=token.held.issue_ms, expiry_ms=token.held.expiry_ms,
             max_ms=token.held.max_ms, sasl_mechanism=mechanism,
             security_protocol=config.security_protocol.upper(),
+            labels=tuple(sorted(self.state.labels.items())),
         )
         for path, fmt in self.options.sinks:
             backoff = _BACKOFF_S[0]

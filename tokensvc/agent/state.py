@@ -16,7 +16,9 @@ Fields: ``version`` (1), ``owner``, ``period_ms`` (the cluster's renewal period 
 first token showed it), ``current``, ``unpublished`` (a token or null), ``retiring``
 (tokens), ``create_started_ms``, ``clock_offset_ms`` and ``clock_uncertainty_ms`` (the
 cluster's time minus this host's clock as last measured, so a restarted agent schedules by
-the cluster's time before its next create; absent or null: not measured). A token: ``token_id``, ``hmac`` (base64), ``issue_ms``,
+the cluster's time before its next create; absent or null: not measured), ``labels`` (an
+object: the labels of the last token created, which its successor carries; absent in files
+written before labels existed). A token: ``token_id``, ``hmac`` (base64), ``issue_ms``,
 ``expiry_ms``, ``max_ms``, ``renew_at_ms``, ``retire_at_ms``.
 """
 
@@ -77,6 +79,7 @@ class AgentState:
     create_started_ms: int | None = None
     clock_offset_ms: int | None = None
     clock_uncertainty_ms: int | None = None
+    labels: dict[str, str] = field(default_factory=dict)
 
     def tokens(self) -> list[HeldToken]:
         """Every token the job holds (current, unpublished, retiring)."""
@@ -94,6 +97,7 @@ class AgentState:
             "create_started_ms": self.create_started_ms,
             "clock_offset_ms": self.clock_offset_ms,
             "clock_uncertainty_ms": self.clock_uncertainty_ms,
+            "labels": dict(self.labels),
         }
 
     @classmethod
@@ -117,8 +121,9 @@ class AgentState:
                                  else int(raw["clock_offset_ms"])),
                 clock_uncertainty_ms=(None if raw.get("clock_uncertainty_ms") is None
                                       else int(raw["clock_uncertainty_ms"])),
+                labels={str(k): str(v) for k, v in (raw.get("labels") or {}).items()},
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             if isinstance(exc, StateError):
                 raise
             raise StateError("the state file is incomplete") from None

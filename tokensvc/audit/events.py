@@ -29,8 +29,13 @@ OUTCOMES = frozenset({"success", "failure"})
 LOGIN_KINDS = frozenset({"user", "token"})
 TOKEN_ACTIONS = frozenset({"create", "renew", "expire", "describe", "revoke"})
 # Why a token request was special: a revocation's reason, or the per-owner limit.
-TOKEN_REASONS = frozenset({"revoked_by_id", "revoked_by_owner", "owner_deleted",
-                           "owner_limit", "owner_near_limit", "clock_skew"})
+TOKEN_REASONS = frozenset({"revoked_by_id", "revoked_by_owner", "revoked_by_label",
+                           "owner_deleted", "owner_limit", "owner_near_limit",
+                           "invalid_labels", "clock_skew"})
+# Fields whose value is a token's labels or a label selector: a JSON object whose keys
+# are label keys (tokensvc.core.labels), not field names, so the secret guard judges only
+# their values (a label named "key-owner" is not a key).
+LABEL_FIELDS = frozenset({"labels", "selector"})
 SWEEP_REASONS = frozenset({"expired", "max_lifetime"})
 ACL_ACTIONS = frozenset({"create", "delete"})
 CREDENTIAL_ACTIONS = frozenset({"upsert", "delete"})
@@ -113,12 +118,17 @@ def token_event(
     forwarded: bool = False,
     client_id: str | None = None,
     reason: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    selector: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A delegation token request (create, renew, expire, describe) and its result.
-    ``revoke`` is one token expired without its HMAC (by id, by owner, or because its
-    owner was deleted: ``reason``); a create refused for, or close to, the per-owner limit
-    has ``reason`` ``owner_limit`` or ``owner_near_limit``; a write refused because the
-    broker's clock is off, ``clock_skew``.
+    ``revoke`` is one token expired without its HMAC (by id, by owner, by label, or because
+    its owner was deleted: ``reason``); a create refused for, or close to, the per-owner
+    limit has ``reason`` ``owner_limit`` or ``owner_near_limit``, one refused for its labels
+    ``invalid_labels``; a write refused because the broker's clock is off, ``clock_skew``. ``labels`` (the token's, on a successful create and on each revoked
+    token) and ``selector`` (the labels a describe or revocation selected by) are JSON
+    objects; other events about a token carry its id only, and the lake resolves its
+    labels from its create (docs/audit.md).
     ``client_id`` is the client's own (``tokensvc-agent`` for the token agent's requests),
     also for a request forwarded to the controller."""
     _one_of("action", action, TOKEN_ACTIONS)
@@ -144,6 +154,8 @@ def token_event(
         "forwarded": bool(forwarded),
         "client_id": client_id,
         "reason": reason,
+        "labels": None if labels is None else dict(labels),
+        "selector": None if selector is None else dict(selector),
     }
 
 
@@ -417,6 +429,10 @@ def check_no_secrets(event: Mapping[str, Any], *, _prefix: str = "") -> None:
     too. The message names the field, never the value.
     """
     for name, value in event.items():
+        if not _prefix and name in LABEL_FIELDS and isinstance(value, Mapping):
+            for label, text in value.items():
+                _check_value(f"{name}[{label!r}]", text)
+            continue
         if _secret_key(str(name)):
             path = f"{_prefix}{name}"
             raise AuditEventError(f"field {path!r} may hold secret material; not written")

@@ -8,6 +8,11 @@ credential changes, session re-authentication) that writes events of the
 broker, plus:
 
 * ``tokens.jsonl``: a token snapshot (the format of ``tokensvc tokens export``),
+
+Two thirds of the tokens carry a ``job`` label (:data:`GENERATED_JOBS`, chosen from the
+token id, so the random sequence and every other value are what they were before labels
+existed): their create event and their snapshot line have ``labels``, and the ground
+truth has the labels report per job (``labels``).
 * ``ground_truth.json``: the exact reports expected, computed while generating
   with :class:`tokensvc.audit.rules.ReferenceAudit`, and the anomalies that were
   planted on purpose (each rule has at least one once ``events`` is large enough).
@@ -61,6 +66,9 @@ SHARD_EVENTS = 500_000  # events per independent population
 _HOSTS = 400
 _BUFFER_LINES = 8192
 
+# The jobs the generated tokens belong to (a token whose id picks None has no labels).
+GENERATED_JOBS = ("etl-nightly", "ingest", None)
+
 _COMMON = '{"schema":1,"ts":%d,"broker_id":%d,"event_id":"%032x","type":'
 _AUTH = (_COMMON + '"authentication","outcome":"%s","mechanism":"SCRAM-SHA-256","kind":"%s",'
          '"implicit":false,"username":"%s","token_id":%s,"principal":%s,"client_host":"%s","client_port":%d,'
@@ -68,7 +76,7 @@ _AUTH = (_COMMON + '"authentication","outcome":"%s","mechanism":"SCRAM-SHA-256",
 _TOKEN = (_COMMON + '"token","action":"%s","outcome":"%s","error_code":%d,"error":"%s",'
           '"requester":"%s","token_authenticated":%s,"owner":%s,"token_id":%s,"renewers":%s,'
           '"expiry_ms":%s,"max_ms":%s,"count":%s,"client_host":"%s","listener":"SASL_PLAINTEXT",'
-          '"forwarded":%s,"client_id":null,"reason":null}\n')
+          '"forwarded":%s,"client_id":null,"reason":null,"labels":%s,"selector":null}\n')
 _FORWARD = (_COMMON + '"forward","api":"%s","client_id":"%s","principal":"%s","client_host":"%s",'
             '"controller_id":%d,"outcome":"success","error_code":0,"attempts":%d,'
             '"latency_ms":%.1f}\n')
@@ -110,9 +118,15 @@ class GeneratedDataset:
         return self.events / self.elapsed_s if self.elapsed_s > 0 else float("inf")
 
 
+def generated_labels(token_id: str) -> dict[str, str] | None:
+    """The labels a generated token carries, from its id alone."""
+    job = GENERATED_JOBS[ord(token_id[0]) % len(GENERATED_JOBS)]
+    return None if job is None else {"job": job}
+
+
 class _Token:
-    __slots__ = ("expiry", "hosts", "idle", "issue", "login_line", "max", "owner", "renewers",
-                 "requester", "token_id")
+    __slots__ = ("expiry", "hosts", "idle", "issue", "labels", "login_line", "max", "owner",
+                 "renewers", "requester", "token_id")
 
     def __init__(self, token_id: str, owner: str, requester: str, renewers: list[str],
                  issue: int, hosts: list[str], idle: bool) -> None:
@@ -126,11 +140,15 @@ class _Token:
         self.hosts = hosts
         self.idle = idle
         self.login_line: str | None = None
+        self.labels = generated_labels(token_id)
 
     def snapshot(self) -> dict[str, Any]:
-        return {"token_id": self.token_id, "owner": self.owner, "requester": self.requester,
+        line = {"token_id": self.token_id, "owner": self.owner, "requester": self.requester,
                 "renewers": self.renewers, "issue_ms": self.issue, "expiry_ms": self.expiry,
                 "max_ms": self.max}
+        if self.labels:
+            line["labels"] = self.labels
+        return line
 
 
 class _BrokerFiles:
@@ -201,6 +219,8 @@ class _Simulation:
         self.next_sweep = start_ms - start_ms % SWEEP_INTERVAL_MS + SWEEP_INTERVAL_MS
         self.stale: list[_Token] = []
         self.first_ts: int | None = None
+        # Token id -> labels of every token created with labels (or listed in the snapshot).
+        self.labelled: dict[str, dict[str, str]] = {}
 
     # -- primitives -------------------------------------------------------------
 
@@ -301,17 +321,20 @@ class _Simulation:
         token_id = token.token_id if token is not None else None
         renewers = "null"
         expiry = max_ms = "null"
+        labels = "null"
         if token is not None and ok and action != "describe":
             expiry, max_ms = str(token.expiry), str(token.max)
             if action == "create":
                 renewers = json.dumps(token.renewers)
+                if token.labels:
+                    labels = json.dumps(token.labels, separators=(",", ":"))
         self.truth.token_request(self.now, action, ok, requester, token_authenticated, owner,
                                  token_id, host)
         return self._write(broker, _TOKEN % (
             self.now, broker, self._event_id(), action, "success" if ok else "failure",
             error[0], error[1], requester, "true" if token_authenticated else "false", _q(owner),
             _q(token_id), renewers, expiry, max_ms, "null" if count is None else count, host,
-            "true" if forwarded else "false"))
+            "true" if forwarded else "false", labels))
 
     def create(self, owner: str | None = None, requester: str | None = None,
                idle: bool | None = None) -> bool:
@@ -322,6 +345,8 @@ class _Simulation:
         token = _Token(self._new_token_id(), owner, requester or owner, renewers, self.now,
                        hosts, idle)
         self._add_live(token)
+        if token.labels:
+            self.labelled[token.token_id] = token.labels
         return self.token_event("create", token.requester, token=token, host=hosts[0])
 
     def renew(self) -> bool:
@@ -578,6 +603,7 @@ class _ShardOutput:
     count: int
     first_ts: int | None
     paths: list[str]
+    labels: dict[str, dict[str, str]]
 
 
 def _run_shard(args: tuple[str, int, int, int, int, int, RuleSettings, int, int]) -> _ShardOutput:
@@ -585,8 +611,10 @@ def _run_shard(args: tuple[str, int, int, int, int, int, RuleSettings, int, int]
     sim = _Simulation(Path(out), events, seed, shard, shards, brokers, settings, start_ms,
                       per_file)
     sim.run()
-    return _ShardOutput(sim.truth, sim.snapshot_tokens(), sim.planted, sim.count, sim.first_ts,
-                        [p for f in sim.files for p in f.paths])
+    snapshot = sim.snapshot_tokens()
+    labelled = {**sim.labelled, **{t["token_id"]: t["labels"] for t in snapshot if "labels" in t}}
+    return _ShardOutput(sim.truth, snapshot, sim.planted, sim.count, sim.first_ts,
+                        [p for f in sim.files for p in f.paths], labelled)
 
 
 def shard_count(events: int, shard_events: int = SHARD_EVENTS) -> int:
@@ -636,6 +664,7 @@ def generate(
     count = sum(o.count for o in outputs)
     last_ts = max((o.truth.last_ts for o in outputs if o.truth.last_ts is not None), default=None)
     snapshot = [token for o in outputs for token in o.snapshot]
+    labelled = {t: labels for o in outputs for t, labels in o.labels.items()}
     results = [o.truth.result(o.snapshot, as_of_ms=last_ts) for o in outputs]
     result = _merge(results, last_ts)
     snapshot_path = directory / SNAPSHOT_FILE
@@ -660,6 +689,7 @@ def generate(
         "logins_hourly": {str(hour): row for hour, row in sorted(result.logins_hourly.items())},
         "findings": [f.as_dict() for f in result.findings],
         "findings_by_rule": dict(Counter(f.rule for f in result.findings)),
+        "labels": _labels_truth(result, labelled),
         "planted": planted,
     }
     truth_path = directory / GROUND_TRUTH_FILE
@@ -674,6 +704,23 @@ def generate(
         findings=len(result.findings),
         elapsed_s=time.perf_counter() - started,
     )
+
+
+def _labels_truth(result: ReferenceResult, labelled: dict[str, dict[str, str]]
+                  ) -> dict[str, dict[str, dict[str, int]]]:
+    """The labels report expected per job: tokens, logins and failures of the tokens
+    whose labels are known (created in the log, or in the snapshot) and that the token
+    report has (a token with no event in range is in neither)."""
+    jobs: dict[str, dict[str, int]] = {}
+    for token_id, labels in labelled.items():
+        usage = result.token_usage.get(token_id)
+        if usage is None or "job" not in labels:
+            continue
+        row = jobs.setdefault(labels["job"], {"tokens": 0, "logins_ok": 0, "logins_failed": 0})
+        row["tokens"] += 1
+        row["logins_ok"] += usage["logins_ok"]
+        row["logins_failed"] += usage["logins_failed"]
+    return {"job": dict(sorted(jobs.items()))}
 
 
 def _merge(results: list[ReferenceResult], as_of_ms: int | None) -> ReferenceResult:

@@ -1,20 +1,23 @@
 """``report.html`` and its charts, from data the report job has already collected.
 
 This module owns the page a person reads: findings first, ordered by severity,
-each with its evidence (token, owner, hosts, count, first and last time); a
+each with its evidence (token, its labels, owner, hosts, count, first and last time);
+tokens, logins, failures and hosts per label value (the ``job`` label and those named
+with ``--group-by-label``); a
 chart of findings over time and one of logins; ``unused_before_expiry`` (the
 noisy rule) grouped per owner; the top tokens; the counts last. Charts are PNG
 files drawn with matplotlib's Agg backend, referenced relatively, so the output
 directory can be copied anywhere.
 
-It renders plain Python values only: no Spark, and nothing read from disk.
+It renders plain Python values only: no Spark, and nothing read from disk. Every value
+is HTML-escaped where it is written (labels and other client-chosen text included).
 """
 
 from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -43,7 +46,13 @@ class PageData:
     logins_hourly: Sequence[Mapping[str, Any]]
     lifecycle: Sequence[Mapping[str, Any]]
     top_tokens: Sequence[Mapping[str, Any]]
+    finding_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    labels: Sequence[Mapping[str, Any]] = ()  # the labels report's rows
 
+
+def labels_text(labels: Mapping[str, str] | None) -> str:
+    """``k=v, k2=v2`` (the caller escapes it for HTML)."""
+    return ", ".join(f"{k}={v}" for k, v in sorted((labels or {}).items()))
 
 def iso(ms: int | None) -> str:
     if ms is None:
@@ -143,6 +152,7 @@ def render(out: Path, data: PageData) -> Path:
     findings = [dict(f, severity=RULE_SEVERITY[f["rule"]],
                      hosts=", ".join(data.finding_hosts.get(f["token_id"] or "", ()))
                      or f.get("client_host"),
+                     labels=labels_text(data.finding_labels.get(f["token_id"] or "")),
                      first=iso(f["first_ts"]), last=iso(f["last_ts"]))
                 for f in data.findings]
     shown_unused = sum(r["tokens"] for r in data.unused_by_owner)
@@ -152,6 +162,8 @@ def render(out: Path, data: PageData) -> Path:
                    sample=", ".join(r["sample"])) for r in data.unused_by_owner]
     top = [dict(r, first_use=iso(r["first_use"]), last_use=iso(r["last_use"]))
            for r in data.top_tokens]
+    label_rows = [dict(r, first_use=iso(r["first_use"]), last_use=iso(r["last_use"]))
+                  for r in data.labels]
     counts = [{"what": k, "value": summary[k]} for k in (
         "lines", "events", "malformed", "duplicates", "outside_time_range", "writer_dropped")]
     counts += [{"what": f"malformed: {k}", "value": v}
@@ -171,12 +183,18 @@ def render(out: Path, data: PageData) -> Path:
 <p class="note">{html.escape(str(source))}: {summary["events"]:,} events from
 {html.escape(iso(tr["first_ts"]))} to {html.escape(iso(tr["last_ts"]))} UTC.</p>
 <h2 id="findings">Findings, most severe first</h2>
-{_table(["severity", "rule", "token_id", "owner", "hosts", "count", "first", "last",
-         "detail"], findings, row_class="severity")}
+{_table(["severity", "rule", "token_id", "labels", "owner", "hosts", "count", "first",
+         "last", "detail"], findings, row_class="severity")}
 {f'<p class="note">{more:,} more in findings/csv.</p>' if more > 0 else ""}
 <h2 id="over-time">Findings over time</h2>
 <p><img src="findings_per_hour.png" alt="findings per hour by severity"></p>
 <p><img src="logins_per_hour.png" alt="logins per hour, ok and failed"></p>
+<h2 id="labels">Per job and label</h2>
+<p class="note">Tokens, logins, failures and hosts per value of the labels
+{html.escape(", ".join(summary.get("group_by_labels") or ()))}, for the tokens whose labels
+are known (from their create or revocation event, or the token snapshot).</p>
+{_table(["label", "value", "tokens", "owners", "logins_ok", "logins_failed",
+         "distinct_hosts", "hosts", "first_use", "last_use"], label_rows)}
 <h2 id="unused">Tokens unused before expiry, per owner</h2>
 <p class="note">{shown_unused:,} tokens expired or were removed without a single successful
 login. Usually harmless, but each one was a live credential nobody needed.</p>

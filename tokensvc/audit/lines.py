@@ -40,6 +40,10 @@ EVENT_FIELDS = T.StructType([
         ("resource_name", _S), ("pattern_type", _S), ("acl_principal", _S), ("host", _S),
         ("operation", _S), ("permission", _S), ("user", _S), ("iterations", _I),
         ("dropped", _L), ("dropped_total", _L),
+        # A token's labels and a selector are JSON objects in the line; kept as their JSON
+        # text (Spark reads an object into a string field as its text), parsed where a
+        # report needs them: a map column would forbid the de-duplication's distinct().
+        ("labels", _S), ("selector", _S),
     )
 ])
 EVENT_SCHEMA = T.StructType([*EVENT_FIELDS.fields, T.StructField(CORRUPT, _S)])
@@ -47,7 +51,7 @@ EVENT_SCHEMA = T.StructType([*EVENT_FIELDS.fields, T.StructField(CORRUPT, _S)])
 REPORT_FIELDS = (
     "ts", "broker_id", "event_id", "type", "outcome", "kind", "username", "token_id",
     "principal", "client_host", "reason", "action", "requester", "token_authenticated",
-    "owner", "dropped", "client_id",
+    "owner", "dropped", "client_id", "labels",
 )
 _PARSE_OPTIONS = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT}
 # Reasons given to lines that parse as JSON: Spark's JSON source keeps no text for

@@ -3,7 +3,10 @@
 This module owns reading audit lines (any Spark-readable path; malformed lines
 are classified and counted, never fatal) or the lake of ``tokensvc audit ingest``
 (:mod:`tokensvc.audit.lake`, the same rows from there on), the report DataFrames (token_usage,
-owner_usage, lifecycle, logins_hourly, findings), writing each as Parquet and
+owner_usage, lifecycle, logins_hourly, findings, token_origin, revocations, and labels:
+tokens, logins, failures and hosts per value of the ``job`` label and of every label named
+with ``--group-by-label``; a token's labels come from its create or revocation event, or
+from the token snapshot), writing each as Parquet and
 CSV, ``summary.json``, ``report.html`` with its PNG charts, and the text summary
 the CLI prints. The rules are those of :mod:`tokensvc.audit.rules`, whose pure
 reference implementation the tests hold this job to.
@@ -59,10 +62,18 @@ from tokensvc.audit.rules import (
     UNUSED_DETAIL,
     RuleSettings,
 )
+from tokensvc.core.labels import LabelError, check_key, format_labels
 
 DEFAULT_GLOB = "audit-*.jsonl*"
 REPORTS = ("token_usage", "owner_usage", "lifecycle", "logins_hourly", "findings",
-           "token_origin", "revocations")
+           "token_origin", "revocations", "labels")
+# The label keys the labels report groups by unless told otherwise.
+DEFAULT_GROUP_BY_LABELS = ("job",)
+# Hosts listed per label value in the labels report (the count is exact).
+LABEL_HOSTS_SHOWN = 20
+LABELS_COLUMNS = ("label", "value", "tokens", "owners", "logins_ok", "logins_failed",
+                  "distinct_hosts", "hosts", "first_use", "last_use")
+_LABEL_MAP = T.MapType(T.StringType(), T.StringType())
 # The client id of the token agent's requests (tokensvc.agent.runner.CLIENT_ID): tokens it
 # created are "agent"-made in the token_origin report.
 AGENT_CLIENT_ID = "tokensvc-agent"
@@ -71,6 +82,7 @@ SNAPSHOT_SCHEMA = T.StructType([
     T.StructField("token_id", _S), T.StructField("owner", _S), T.StructField("requester", _S),
     T.StructField("renewers", T.ArrayType(_S)), T.StructField("issue_ms", _L),
     T.StructField("expiry_ms", _L), T.StructField("max_ms", _L),
+    T.StructField("labels", T.MapType(_S, _S)),
 ])
 
 
@@ -91,6 +103,7 @@ class ReportOptions:
     tokens: str | None = None
     glob: str = DEFAULT_GLOB
     lake: str | None = None
+    group_by_labels: tuple[str, ...] = DEFAULT_GROUP_BY_LABELS
 
 
 def parse_time(text: str) -> int:
@@ -188,10 +201,13 @@ class Reports:
     """
 
     def __init__(self, events: DataFrame, snapshot: DataFrame, settings: RuleSettings,
-                 as_of_ms: int, partials: dict[str, DataFrame] | None = None) -> None:
+                 as_of_ms: int, partials: dict[str, DataFrame] | None = None,
+                 group_by_labels: tuple[str, ...] = DEFAULT_GROUP_BY_LABELS) -> None:
         self.settings = settings
         self.as_of_ms = as_of_ms
         self.events = events
+        self.snapshot = snapshot
+        self.group_by_labels = group_by_labels
         self.logins = aggregates.logins(events)
         self.requests = aggregates.requests(events)
         if partials is None:
@@ -239,6 +255,53 @@ class Reports:
             F.countDistinct("token_id").alias("tokens"),
             F.countDistinct("owner").alias("owners"),
             F.min("ts").alias("first_ts"), F.max("ts").alias("last_ts"))
+
+    def token_labels(self) -> DataFrame:
+        """``token_id``, ``labels`` (a map) of every token whose labels are known: from its
+        create or revocation event (the only events that carry them, docs/audit.md), else
+        from the token snapshot. Every other event about a token names it by id only."""
+        from_events = self.events.filter(
+            (F.col("type") == "token") & F.col("action").isin("create", "revoke")
+            & (F.col("outcome") == "success") & F.col("token_id").isNotNull()
+            & F.col("labels").isNotNull()
+        ).select("token_id", F.from_json("labels", _LABEL_MAP).alias("labels"))
+        from_snapshot = self.snapshot.filter(
+            F.col("labels").isNotNull() & (F.size("labels") > 0)).select("token_id", "labels")
+        return from_events.unionByName(from_snapshot).filter(F.col("labels").isNotNull()) \
+            .groupBy("token_id").agg(F.first("labels").alias("labels"))
+
+    def labels(self) -> DataFrame:
+        """Per value of each label key in ``group_by_labels``: the tokens carrying it, their
+        owners, successful and failed logins, distinct hosts (and the first
+        :data:`LABEL_HOSTS_SHOWN` of them), first and last use."""
+        labelled = self.tokens.join(self.token_labels(), "token_id", "inner")
+        per_key = None
+        for key in self.group_by_labels:
+            rows = labelled.select(
+                F.lit(key).alias("label"), F.col("labels").getItem(key).alias("value"),
+                "token_id", "owner", "logins_ok", "logins_failed", "hosts", "first_use",
+                "last_use",
+            ).filter(F.col("value").isNotNull())
+            per_key = rows if per_key is None else per_key.unionByName(rows)
+        if per_key is None:
+            return self.tokens.sparkSession.createDataFrame([], T.StructType([
+                T.StructField("label", _S), T.StructField("value", _S),
+                T.StructField("tokens", _L), T.StructField("owners", _L),
+                T.StructField("logins_ok", _L), T.StructField("logins_failed", _L),
+                T.StructField("distinct_hosts", _I), T.StructField("hosts", T.ArrayType(_S)),
+                T.StructField("first_use", _L), T.StructField("last_use", _L)]))
+        hosts = F.array_sort(F.array_distinct(F.flatten(F.collect_list("hosts"))))
+        return per_key.groupBy("label", "value").agg(
+            F.countDistinct("token_id").alias("tokens"),
+            F.countDistinct("owner").alias("owners"),
+            F.sum("logins_ok").cast(_L).alias("logins_ok"),
+            F.sum("logins_failed").cast(_L).alias("logins_failed"),
+            hosts.alias("all_hosts"),
+            F.min("first_use").alias("first_use"), F.max("last_use").alias("last_use"),
+        ).select("label", "value", "tokens", "owners", "logins_ok", "logins_failed",
+                 F.size("all_hosts").alias("distinct_hosts"),
+                 F.slice("all_hosts", 1, LABEL_HOSTS_SHOWN).alias("hosts"),
+                 "first_use", "last_use")
 
     # -- per hour -----------------------------------------------------------------
 
@@ -380,11 +443,33 @@ def _csv_ready(df: DataFrame) -> DataFrame:
     ])
 
 
+# A CSV cell a spreadsheet would run as a formula starts with one of these; the labels
+# report's cells hold client-chosen text (label values), so such a cell gets a leading '.
+_FORMULA_START = "^[=+\\-@\t\r]"
+
+
+def _csv_safe(df: DataFrame) -> DataFrame:
+    """String cells that start like a spreadsheet formula prefixed with ``'``."""
+    return df.select(*[
+        F.when(F.col(f.name).rlike(_FORMULA_START), F.concat(F.lit("'"), F.col(f.name)))
+        .otherwise(F.col(f.name)).alias(f.name)
+        if isinstance(f.dataType, T.StringType) else F.col(f.name)
+        for f in df.schema.fields
+    ])
+
+
 def write_report(df: DataFrame, directory: str, name: str) -> None:
-    """``directory/name/parquet`` and ``directory/name/csv`` (one file each)."""
+    """``directory/name/parquet`` and ``directory/name/csv`` (one file each). The labels
+    report's CSV is RFC 4180 (a quote inside a quoted cell is doubled, every cell with a
+    comma, quote or line break quoted) and formula-safe: its values are client-chosen."""
     base = f"{directory.rstrip('/')}/{name}"
     df.write.mode("overwrite").parquet(f"{base}/parquet")
-    _csv_ready(df).write.mode("overwrite").option("header", "true").csv(f"{base}/csv")
+    csv = _csv_ready(df)
+    writer = csv.write.mode("overwrite").option("header", "true")
+    if name == "labels":
+        writer = _csv_safe(csv).write.mode("overwrite").option("header", "true") \
+            .option("escape", '"').option("quoteAll", "true")
+    writer.csv(f"{base}/csv")
 
 
 def _order(name: str) -> list[Column]:
@@ -396,6 +481,8 @@ def _order(name: str) -> list[Column]:
         return [F.col("owner"), F.col("origin")]
     if name == "revocations":
         return [F.col("actor"), F.col("reason")]
+    if name == "labels":
+        return [F.col("label"), F.col("value")]
     key = {"token_usage": "token_id", "owner_usage": "owner"}.get(name, "hour_ms")
     return [F.col(key)]
 
@@ -518,7 +605,8 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
         snapshot = (read_snapshot(spark, options.tokens) if options.tokens
                     else empty_snapshot(spark)).persist()
         cached.append(snapshot)
-        reports = Reports(events, snapshot, options.settings, as_of, partials)
+        reports = Reports(events, snapshot, options.settings, as_of, partials,
+                          options.group_by_labels)
         cached.append(reports.tokens)
         hourly = reports.hourly().persist()
         cached.append(hourly)
@@ -530,6 +618,7 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
             "findings": reports.findings(),
             "token_origin": reports.token_origin(),
             "revocations": reports.revocations(),
+            "labels": reports.labels(),
         }
         # Reports are small: one partition, sorted locally (no range shuffle).
         frames = {name: df.coalesce(1).sortWithinPartitions(*_order(name)).persist()
@@ -540,6 +629,7 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
             write_report(df, str(out), name)
         origin_rows = frames["token_origin"].collect()
         revocation_rows = frames["revocations"].collect()
+        label_rows = [r.asDict() for r in frames["labels"].collect()]
         findings_by_rule = dict.fromkeys(RULES, 0)
         for r in frames["findings"].groupBy("rule").count().collect():
             findings_by_rule[r["rule"]] = r["count"]
@@ -569,11 +659,18 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
             "revocations_by_reason": {
                 reason: sum(r["tokens"] for r in revocation_rows if r["reason"] == reason)
                 for reason in sorted({r["reason"] for r in revocation_rows})},
+            "group_by_labels": list(options.group_by_labels),
+            "labels": {
+                key: {r["value"]: {"tokens": r["tokens"], "logins_ok": r["logins_ok"],
+                                   "logins_failed": r["logins_failed"],
+                                   "distinct_hosts": r["distinct_hosts"]}
+                      for r in label_rows if r["label"] == key}
+                for key in options.group_by_labels},
             "tokens_by_origin": {
                 origin: sum(r["tokens"] for r in origin_rows if r["origin"] == origin)
                 for origin in ("agent", "hand")},
         }
-        _write_html(out, summary, frames, reports)
+        _write_html(out, summary, frames, reports, label_rows)
         return summary
     finally:
         for df in cached:
@@ -591,13 +688,16 @@ def _severity_rank() -> Column:
 
 
 def _write_html(out: Path, summary: dict[str, Any], frames: dict[str, DataFrame],
-                reports: Reports) -> None:
+                reports: Reports, label_rows: list[dict[str, Any]]) -> None:
     """Collect what the page shows (small: limited or aggregated) and render it."""
     findings = frames["findings"]
     listed = findings.filter(F.col("rule") != "unused_before_expiry")
     shown = [r.asDict() for r in listed.orderBy(
         _severity_rank(), F.col("count").desc(), "first_ts", F.coalesce("token_id", F.lit("")),
         F.coalesce("client_host", F.lit(""))).limit(HTML_FINDINGS).collect()]
+    flagged = sorted({f["token_id"] for f in shown if f["token_id"]})
+    finding_labels = {r["token_id"]: dict(r["labels"]) for r in reports.token_labels().filter(
+        F.col("token_id").isin(flagged)).collect()} if flagged else {}
     many_hosts = [f["token_id"] for f in shown if f["rule"] == "too_many_hosts"]
     hosts = {r["token_id"]: sorted(r["hosts"]) for r in reports.tokens.filter(
         F.col("token_id").isin(many_hosts)).select("token_id", "hosts").collect()
@@ -622,6 +722,7 @@ def _write_html(out: Path, summary: dict[str, Any], frames: dict[str, DataFrame]
         logins_hourly=[r.asDict() for r in frames["logins_hourly"].collect()],
         lifecycle=[r.asDict() for r in frames["lifecycle"].collect()],
         top_tokens=[r.asDict() for r in top.collect()],
+        finding_labels=finding_labels, labels=label_rows,
     ))
 
 
@@ -671,6 +772,10 @@ def format_summary(summary: dict[str, Any]) -> str:
          f"findings: {rows['findings']}"),
     ]
     lines += [f"  {rule:<28} {n}" for rule, n in summary["findings_by_rule"].items()]
+    for key, values in (summary.get("labels") or {}).items():
+        for value, row in values.items():
+            lines.append(f"  {format_labels(((key, value),)):<28} tokens {row['tokens']}, "
+                         f"logins {row['logins_ok']} ok / {row['logins_failed']} failed")
     lines.append(f"report: {Path(summary['output']) / 'report.html'}")
     return "\n".join(lines)
 
@@ -687,8 +792,10 @@ def build_options(
     tokens: str | None = None,
     glob: str = DEFAULT_GLOB,
     lake: str | None = None,
+    group_by_labels: tuple[str, ...] = (),
 ) -> ReportOptions:
-    """Validated options from command-line values (raises ReportError)."""
+    """Validated options from command-line values (raises ReportError). The labels report
+    groups by ``job`` and by each key of ``group_by_labels``."""
     if (input_path is None) == (lake is None):
         raise ReportError("give exactly one of --input (audit files) and --lake (lake directory)")
     try:
@@ -705,7 +812,14 @@ def build_options(
         raise ReportError(f"lake directory does not exist: {lake}")
     if tokens:
         _check_exists(tokens, "token snapshot")
-    return ReportOptions(input_path, output, since_ms, until_ms, settings, tokens, glob, lake)
+    keys = tuple(dict.fromkeys((*DEFAULT_GROUP_BY_LABELS, *group_by_labels)))
+    for key in keys:
+        try:
+            check_key(key)
+        except LabelError as exc:
+            raise ReportError(f"--group-by-label: {exc.message}") from None
+    return ReportOptions(input_path, output, since_ms, until_ms, settings, tokens, glob, lake,
+                         keys)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -724,13 +838,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--burst-window-s", type=int, default=DEFAULT_SETTINGS.burst_window_s)
     parser.add_argument("--tokens", help="token snapshot (JSON lines)")
     parser.add_argument("--glob", default=DEFAULT_GLOB, help="file names read in a directory")
+    parser.add_argument("--group-by-label", action="append", default=[], metavar="KEY",
+                        help="also group the labels report by this label key (repeatable; "
+                             "job always)")
     args = parser.parse_args(argv)
     try:
         options = build_options(
             args.input, args.output, since=args.since, until=args.until,
             host_threshold=args.host_threshold, burst_threshold=args.burst_threshold,
             burst_window_s=args.burst_window_s, tokens=args.tokens, glob=args.glob,
-            lake=args.lake,
+            lake=args.lake, group_by_labels=tuple(args.group_by_label),
         )
         summary = run_report(create_session(args.master), options)
     except ReportError as exc:

@@ -23,6 +23,13 @@ file), so with the checkpoint in ``ALERTS_DIR/_checkpoint`` every finding is in
 the alert files exactly once. They are printed too (a batch run again prints
 again).
 
+Each finding about a token names the token's labels (``labels``, an object; null when
+unknown): events other than a token's create and revocation carry only its id
+(docs/audit.md), so :class:`TokenLabels` learns the labels from those events as the spool
+receives them -- read once from each new chunk on the driver, kept for
+:data:`LABEL_MEMORY` tokens -- and the sink looks each flagged token up there, after
+reading every chunk spooled so far. Alert lines are JSON (labels escaped as JSON strings).
+
 Findings that need the whole history (``created_for_other_owner`` needs no state
 and is left to the report as are ``unused_before_expiry``, which needs expiry
 times) stay with ``tokensvc audit report``. It must not be imported by the broker.
@@ -60,7 +67,7 @@ from tokensvc.audit.rules import (
     too_many_hosts_detail,
     unknown_token_detail,
 )
-from tokensvc.audit.spool import DEFAULT_CLOSED_AFTER_S, DEFAULT_GLOB, Spool
+from tokensvc.audit.spool import CHUNK_SUFFIX, DEFAULT_CLOSED_AFTER_S, DEFAULT_GLOB, Spool
 
 WATCH_RULES = (
     "failed_login_burst_token", "failed_login_burst_host", "unknown_token",
@@ -245,13 +252,66 @@ def make_detector(settings: RuleSettings, host_memory_ms: int
     return detect
 
 
-class AlertSink:
-    """``foreachBatch``: the batch's findings to ``alerts-<batch>.jsonl``, and printed."""
+# Tokens whose labels the watch remembers (the least recently labelled are forgotten).
+LABEL_MEMORY = 200_000
+_LABELS_MARK = b'"labels"'
 
-    def __init__(self, directory: Path, echo: Callable[[str], None]) -> None:
+
+class TokenLabels:
+    """Token id -> labels, learned from the create and revocation events in the spool's
+    chunks (each chunk read once, only its lines that carry labels parsed)."""
+
+    def __init__(self, spool_dir: Path, memory: int = LABEL_MEMORY) -> None:
+        self.spool_dir = spool_dir
+        self.memory = memory
+        self._labels: dict[str, dict[str, str]] = {}
+        self._read: set[str] = set()
+
+    def refresh(self) -> None:
+        """Read the chunks not read yet."""
+        if not self.spool_dir.is_dir():
+            return
+        for path in sorted(self.spool_dir.glob(f"*{CHUNK_SUFFIX}")):
+            if path.name in self._read:
+                continue
+            self._read.add(path.name)
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
+            for line in data.splitlines():
+                if _LABELS_MARK in line:
+                    self.learn(line)
+
+    def learn(self, line: bytes | str) -> None:
+        try:
+            event = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            return
+        labels = event.get("labels") if isinstance(event, dict) else None
+        token_id = event.get("token_id") if isinstance(event, dict) else None
+        if (event.get("type") == "token" and event.get("action") in ("create", "revoke")
+                and event.get("outcome") == "success" and isinstance(token_id, str)
+                and isinstance(labels, dict) and labels):
+            self._labels.pop(token_id, None)
+            self._labels[token_id] = {str(k): str(v) for k, v in labels.items()}
+            if len(self._labels) > self.memory:
+                del self._labels[next(iter(self._labels))]
+
+    def of(self, token_id: str | None) -> dict[str, str] | None:
+        return self._labels.get(token_id) if token_id else None
+
+
+class AlertSink:
+    """``foreachBatch``: the batch's findings to ``alerts-<batch>.jsonl``, and printed,
+    each with the labels of its token (:class:`TokenLabels`) when they are known."""
+
+    def __init__(self, directory: Path, echo: Callable[[str], None],
+                 labels: TokenLabels | None = None) -> None:
         self.directory = directory
         self.echo = echo
         self.raised = 0
+        self.labels = labels
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         rows = sorted((r.asDict() for r in batch.collect()),
@@ -259,8 +319,12 @@ class AlertSink:
                                      r["client_host"] or ""))
         if not rows:
             return
+        if self.labels is not None:
+            self.labels.refresh()
         now_ms = int(time.time() * 1000)
-        lines = [json.dumps({**{c: r[c] for c in FINDING_COLUMNS}, "severity": r["severity"],
+        lines = [json.dumps({**{c: r[c] for c in FINDING_COLUMNS},
+                             "labels": self.labels.of(r["token_id"]) if self.labels else None,
+                             "severity": r["severity"],
                              "batch": batch_id, "raised_ms": now_ms}, sort_keys=False)
                  for r in rows]
         path = self.directory / f"alerts-{batch_id:012d}.jsonl"
@@ -310,7 +374,7 @@ def run_watch(spark: SparkSession, options: WatchOptions, *,
     spool = Spool(options.input, alerts / "_spool", glob=options.glob,
                   closed_after_s=options.closed_after_s)
     spool.collect()
-    sink = AlertSink(alerts, echo)
+    sink = AlertSink(alerts, echo, TokenLabels(alerts / "_spool"))
     query = (build_query(spark, options, alerts / "_spool").writeStream
              .foreachBatch(sink)
              .option("checkpointLocation", str(alerts / "_checkpoint"))

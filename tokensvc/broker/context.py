@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tokensvc.core.labels import interned
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
 
@@ -52,6 +53,7 @@ def committed_token_fields(token: CommittedToken) -> dict:
                      for r in info.renewers],
         "IssueTimestamp": info.issue_timestamp, "ExpiryTimestamp": info.expiry_timestamp,
         "MaxTimestamp": info.max_timestamp, "KeyId": info.key_id,
+        "Labels": [{"Key": k, "Value": v} for k, v in info.labels],
     }
 
 
@@ -69,6 +71,8 @@ def committed_token_of(fields: dict) -> CommittedToken:
         int(fields["ExpiryTimestamp"]),
         int(fields["MaxTimestamp"]),
         fields["KeyId"],
+        # The controller checked them at create; sorted and shared as the cache keeps them.
+        interned(tuple(sorted((lb["Key"], lb["Value"]) for lb in fields.get("Labels") or []))),
     )
     return CommittedToken(token_id, int(fields["Sequence"]), info)
 

@@ -53,6 +53,7 @@ from tokensvc.broker.context import CommittedToken
 from tokensvc.broker.describe import describe_tokens
 from tokensvc.core.clock import Clock
 from tokensvc.core.errors import AUTHORIZER_NOT_READY, Errors, KafkaError
+from tokensvc.core.labels import NO_LABELS, Labels
 from tokensvc.core.token import DelegationToken, TokenInformation
 from tokensvc.scram.changes import CredentialChange
 from tokensvc.scram.formatter import ScramCredential, ScramMechanism
@@ -327,10 +328,13 @@ class TokenService:
         return self._cache.info(token_id)
 
     async def describe(self, principal: Any, owners: Any, may_describe: Callable[..., bool],
-                       version: int) -> Any:
+                       version: int, selector: Labels = NO_LABELS,
+                       include_labels: bool = False) -> Any:
         """DescribeDelegationToken's selection and encoding through the cache's principal
-        index, in slices that yield to the loop (:func:`tokensvc.broker.describe.describe_tokens`)."""
-        return await describe_tokens(self._cache, principal, owners, may_describe, version)
+        and label indexes, in slices that yield to the loop
+        (:func:`tokensvc.broker.describe.describe_tokens`)."""
+        return await describe_tokens(self._cache, principal, owners, may_describe, version,
+                                     selector=selector, include_labels=include_labels)
 
     async def find(self, token_id: str) -> DelegationToken | None:
         """The token from the cache, else from ZooKeeper (then cached); None if gone."""
@@ -363,6 +367,15 @@ class TokenService:
         ids = self._cache.ids_of([owner])
         infos = (self._cache.info(token_id) for token_id in ids)
         return [i for i in infos if i is not None and i.owner == owner]
+
+    def selected(self, owner: Any, selector: Labels) -> list[TokenInformation]:
+        """The tokens a revocation by owner and/or labels names: ``owner``'s (None: any
+        owner) that carry every label of ``selector`` (empty: any labels), from the
+        cache's indexes (not a scan)."""
+        if not selector:
+            return self.owned_by(owner)
+        infos = (self._cache.info(token_id) for token_id in self._cache.ids_labelled(selector))
+        return [i for i in infos if i is not None and (owner is None or i.owner == owner)]
 
     def owned_count(self, owner: Any) -> int:
         """Live tokens of ``owner`` in the cache plus its creates in flight."""

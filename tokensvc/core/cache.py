@@ -1,11 +1,13 @@
 """The broker's in-memory token cache: indexes, expiry order, lazy SCRAM credentials.
 
-This module owns every token a broker knows, indexed four ways: by token id,
+This module owns every token a broker knows, indexed five ways: by token id,
 by HMAC (how Renew/Expire requests name a token), by deadline
-(:class:`ExpiryIndex`, so the expiry sweep finds due tokens without a scan) and
-by principal (owner, requester and renewers: what a describe filters on, so
-describing one owner costs that owner's tokens). Every change (upsert, remove,
-resync) maintains all four. It also owns the SCRAM credentials of tokens,
+(:class:`ExpiryIndex`, so the expiry sweep finds due tokens without a scan), by
+principal (owner, requester and renewers: what a describe filters on, so
+describing one owner costs that owner's tokens) and by label set (a labelled
+token's ids under its shared label tuple: a selector is matched once per
+distinct label set, not once per token; unlabelled tokens are not in it). Every
+change (upsert, remove, resync) maintains all five. It also owns the SCRAM credentials of tokens,
 derived from the HMAC on a token's first authentication and kept until the
 token is removed or re-keyed; renewals keep them. It recomputes HMACs from the
 master keys; ZooKeeper never has them.
@@ -36,6 +38,7 @@ import threading
 from collections.abc import Callable, Iterable
 
 from tokensvc.core.keys import SCRAM_SALT_LABEL, MasterKeys, UnknownKeyError, derived_secret
+from tokensvc.core.labels import Labels, matches
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import DelegationToken, TokenInformation
 from tokensvc.scram.formatter import (
@@ -214,6 +217,8 @@ class TokenCache:
         self._credentials: dict[str, list[bytes | None]] = {}
         # Each principal's token ids as the keys of a dict: more compact than a set.
         self._by_principal: dict[KafkaPrincipal, dict[str, None]] = {}
+        # Labelled tokens' ids under their (shared) label set.
+        self._by_labels: dict[Labels, dict[str, None]] = {}
         # Live tokens per owner (delegation.token.max.per.owner and its gauge).
         self._owned: dict[KafkaPrincipal, int] = {}
         self._expiry = ExpiryIndex()
@@ -303,9 +308,16 @@ class TokenCache:
         del keys
         owned: dict[KafkaPrincipal, int] = {}
         by_principal: dict[KafkaPrincipal, dict[str, None]] = {}
+        by_labels: dict[Labels, dict[str, None]] = {}
         expiry = ExpiryIndex()
         put = expiry.put
         for token_id, info in wanted.items():
+            if info.labels:
+                labelled = by_labels.get(info.labels)
+                if labelled is None:
+                    by_labels[info.labels] = {token_id: None}
+                else:
+                    labelled[token_id] = None
             owner = info.owner
             owned[owner] = owned.get(owner, 0) + 1
             for principal in principals_of(info):
@@ -322,6 +334,7 @@ class TokenCache:
             self._by_hmac = by_hmac
             self._owned = owned
             self._by_principal = by_principal
+            self._by_labels = by_labels
             self._expiry = expiry
             self._unknown_key = unknown
             self._credentials.clear()
@@ -439,6 +452,16 @@ class TokenCache:
             for principal in principals:
                 ids = self._by_principal.get(principal.without_token_flag())
                 if ids:
+                    found.update(ids)
+        return found
+
+    def ids_labelled(self, selector: Labels) -> set[str]:
+        """Ids of the tokens that carry every label of ``selector`` (non-empty), from the
+        label-set index: the selector is matched once per distinct label set."""
+        found: set[str] = set()
+        with self._lock:
+            for labels, ids in self._by_labels.items():
+                if matches(labels, selector):
                     found.update(ids)
         return found
 
@@ -592,6 +615,12 @@ class TokenCache:
                 by_principal[principal] = {token_id: None}
             else:
                 ids[token_id] = None
+        if info.labels:
+            labelled = self._by_labels.get(info.labels)
+            if labelled is None:
+                self._by_labels[info.labels] = {token_id: None}
+            else:
+                labelled[token_id] = None
         deadline = deadline_of(info)
         if deadlines is None:
             self._expiry.put(token_id, deadline)
@@ -624,6 +653,12 @@ class TokenCache:
                 ids.pop(token_id, None)
                 if not ids:
                     del by_principal[principal]
+        if info.labels:
+            labelled = self._by_labels.get(info.labels)
+            if labelled is not None:
+                labelled.pop(token_id, None)
+                if not labelled:
+                    del self._by_labels[info.labels]
         left = self._owned.get(info.owner, 0) - 1
         if left > 0:
             self._owned[info.owner] = left

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from tokensvc.core.clock import Clock
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.keys import MasterKeys
+from tokensvc.core.labels import NO_LABELS, Labels, matches, validate
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import DelegationToken, TokenInformation
 
@@ -84,14 +85,18 @@ class TokenManager:
         requester: KafkaPrincipal,
         renewers: Sequence[KafkaPrincipal],
         max_lifetime_ms: int,
+        labels: Iterable[tuple[str, str]] = NO_LABELS,
     ) -> DelegationToken:
         """A new token for ``owner`` requested by ``requester``, under the current key.
 
         ``max_lifetime_ms <= 0`` means the server's maximum; a larger request is
         capped at it. The first expiry is one default renew period after issue,
-        never past the max lifetime.
+        never past the max lifetime. ``labels`` must follow the label rules
+        (:func:`tokensvc.core.labels.validate`: INVALID_REQUEST naming the label);
+        the token keeps them for its whole life.
         """
         self._check_enabled()
+        checked = validate(labels)
         for principal in (owner, *renewers):
             if not principal.is_user:
                 raise KafkaError(
@@ -113,6 +118,7 @@ class TokenManager:
             expiry_timestamp=min(max_timestamp, issue + self._renew_period_ms),
             max_timestamp=max_timestamp,
             key_id=self._keys.current_id,
+            labels=checked,
         )
         return self.token_for(info)
 
@@ -153,8 +159,10 @@ class TokenManager:
         principal: KafkaPrincipal,
         owners: Sequence[KafkaPrincipal] | None,
         may_describe: Callable[[TokenInformation], bool],
+        selector: Labels = NO_LABELS,
     ) -> list[DelegationToken]:
-        """The tokens ``principal`` may see, filtered by ``owners``.
+        """The tokens ``principal`` may see, filtered by ``owners`` and by the label
+        ``selector`` (every label of it must be on the token).
 
         ``owners`` None means every owner; an empty list means none. A token is
         shown when one of ``owners`` is its owner, requester or renewer, and the
@@ -169,6 +177,8 @@ class TokenManager:
         for token in tokens:
             info = token.info
             if wanted is not None and not any(info.owner_or_renewer(o) for o in wanted):
+                continue
+            if not matches(info.labels, selector):
                 continue
             if info.owner_or_renewer(principal) or may_describe(info):
                 shown.append(token)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass, field, replace
 
+from tokensvc.core.labels import NO_LABELS, Labels
 from tokensvc.core.principal import KafkaPrincipal
 
 
@@ -25,6 +26,9 @@ class TokenInformation:
     # Identifier of the master key this token's HMAC is computed with (see
     # tokensvc.core.keys.key_id); never the key itself.
     key_id: str = ""
+    # The token's labels, ``(key, value)`` sorted by key (tokensvc.core.labels): set at
+    # create, never changed; one shared tuple for every token of a label set.
+    labels: Labels = NO_LABELS
 
     def owner_or_renewer(self, principal: KafkaPrincipal) -> bool:
         p = principal.without_token_flag()

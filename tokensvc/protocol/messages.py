@@ -34,6 +34,11 @@ def _principal(name: str) -> Struct:
     return Struct(name, f("PrincipalType", STRING), f("PrincipalName", STRING))
 
 
+def _labels(name: str, since: int = 0) -> Array:
+    """A token's labels (tokensvc's tagged fields): ``[{Key, Value}]``."""
+    return Array(Struct(name, f("Key", STRING, since), f("Value", STRING, since)))
+
+
 # --- ApiVersions (18) ------------------------------------------------------
 
 API_VERSIONS_REQUEST = Struct(
@@ -164,12 +169,16 @@ DESCRIBE_CLUSTER_RESPONSE = Struct(
 
 # --- Delegation tokens (38-41) ---------------------------------------------
 
+# Tagged fields of tokensvc's own on the flexible v2+ (docs/protocol.md): the labels of the
+# new token; the answer repeats them (null: the broker does not know labels) and says why
+# they were refused. A client that sends no tag gets exactly Kafka's bytes.
 CREATE_DELEGATION_TOKEN_REQUEST = Struct(
     "CreateDelegationTokenRequest",
     f("OwnerPrincipalType", STRING, 3, nullable=3),
     f("OwnerPrincipalName", STRING, 3, nullable=3),
     f("Renewers", Array(_principal("CreatableRenewers"))),
     f("MaxLifetimeMs", INT64_T),
+    f("Labels", _labels("CreatableTokenLabel", 2), 2, default=[], tag=0),
 )
 
 CREATE_DELEGATION_TOKEN_RESPONSE = Struct(
@@ -185,6 +194,8 @@ CREATE_DELEGATION_TOKEN_RESPONSE = Struct(
     f("TokenId", STRING),
     f("Hmac", BYTES),
     f("ThrottleTimeMs", INT32_T),
+    f("Labels", _labels("CreatedTokenLabel", 2), 2, nullable=2, default=None, tag=0),
+    f("ErrorMessage", STRING, 2, nullable=2, default=None, tag=1),
 )
 
 RENEW_DELEGATION_TOKEN_REQUEST = Struct(
@@ -202,7 +213,7 @@ RENEW_DELEGATION_TOKEN_RESPONSE = Struct(
 
 # Tagged fields of tokensvc's own on the flexible v2 (Kafka skips unknown tags, so every
 # Kafka client's view is unchanged): revocation without HMACs -- every token of an owner,
-# or tokens by id -- with a dry run; the answer lists what was (or would be) revoked, the
+# or tokens by id, or by label (with an owner or alone) -- with a dry run; the answer lists what was (or would be) revoked, the
 # ids not found, and the owner's tokens created while the revocation ran.
 EXPIRE_DELEGATION_TOKEN_REQUEST = Struct(
     "ExpireDelegationTokenRequest",
@@ -211,6 +222,7 @@ EXPIRE_DELEGATION_TOKEN_REQUEST = Struct(
     f("RevokeOwner", _principal("RevokeOwnerPrincipal"), 2, nullable=2, default=None, tag=0),
     f("RevokeTokenIds", Array(STRING), 2, default=[], tag=1),
     f("RevokeDryRun", BOOL, 2, default=False, tag=2),
+    f("RevokeLabels", _labels("RevokeLabel", 2), 2, default=[], tag=3),
 )
 
 EXPIRE_DELEGATION_TOKEN_RESPONSE = Struct(
@@ -229,9 +241,14 @@ EXPIRE_DELEGATION_TOKEN_RESPONSE = Struct(
     f("RevokeMessage", STRING, 2, nullable=2, default=None, tag=3),
 )
 
+# Tagged fields of tokensvc's own on the flexible v2+: a label selector (every label must
+# be on the token) and whether the answer shows each token's labels. A client that sends
+# neither gets exactly Kafka's bytes.
 DESCRIBE_DELEGATION_TOKEN_REQUEST = Struct(
     "DescribeDelegationTokenRequest",
     f("Owners", Array(_principal("DescribeDelegationTokenOwner")), nullable=0),
+    f("LabelSelector", _labels("DescribeTokenLabel", 2), 2, default=[], tag=0),
+    f("IncludeLabels", BOOL, 2, default=False, tag=1),
 )
 
 DESCRIBE_DELEGATION_TOKEN_RESPONSE = Struct(
@@ -249,8 +266,10 @@ DESCRIBE_DELEGATION_TOKEN_RESPONSE = Struct(
         f("TokenId", STRING),
         f("Hmac", BYTES),
         f("Renewers", Array(_principal("DescribedDelegationTokenRenewer"))),
+        f("Labels", _labels("DescribedTokenLabel", 2), 2, default=[], tag=0),
     ))),
     f("ThrottleTimeMs", INT32_T),
+    f("ErrorMessage", STRING, 2, nullable=2, default=None, tag=0),
 )
 
 # --- ACLs (29-31) ----------------------------------------------------------
@@ -436,6 +455,7 @@ ENVELOPE_RESPONSE = Struct(
         f("ExpiryTimestamp", INT64_T),
         f("MaxTimestamp", INT64_T),
         f("KeyId", STRING),
+        f("Labels", _labels("CommittedTokenLabel"), default=[], tag=0),
     )), default=[], tag=1),
 )
 

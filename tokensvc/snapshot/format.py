@@ -7,24 +7,29 @@ restarts loads it, checks it against ZooKeeper (:func:`identity_refusal`,
 after its sequence, by reading those tokens from ZooKeeper again. Anything wrong means
 the full load.
 
-Layout (version 1; integers big-endian unless said otherwise)::
+Layout (version 2; integers big-endian unless said otherwise)::
 
     8 bytes   magic b"TSVCSNAP"
-    2 bytes   format version (1)
+    2 bytes   format version (2)
     4 bytes   header length H
     H bytes   header, ASCII JSON: sequence, identity, count N, written_ms,
               principals [[type, name, token flag], ...], renewer_sets [[i, ...], ...],
-              key_ids [...], ids_bytes L
+              key_ids [...], label_sets [[[key, value], ...], ...] (entry 0 is the empty
+              set), ids_bytes L
     L bytes   the N token ids, UTF-8 (lone surrogates passed), joined by NUL (a znode
               name never holds one)
-    N x 4 x 4 owner, requester, renewer set and key id of each token: indexes into the
-              header's tables, four columns of unsigned 32-bit little-endian
+    N x 5 x 4 owner, requester, renewer set, key id and label set of each token: indexes
+              into the header's tables, five columns of unsigned 32-bit little-endian
     N x 3 x 8 issue, expiry and max timestamps: three columns of signed 64-bit
               little-endian
     32 bytes  SHA-256 of everything before it
 
-Columns, not records: decoding a million tokens is a split of the ids, seven
+Columns, not records: decoding a million tokens is a split of the ids, eight
 ``array.frombytes`` and one ``map`` building the tokens, no Python loop per field.
+Version 2 added the label sets (a token's labels, tokensvc.core.labels; the header's
+JSON escapes any non-ASCII character). A version-1 file has no labels, so it is refused
+(``version``): its tokens would come back without them, and the catch-up re-reads only
+tokens changed since, so the full load must run once.
 
 What it never holds: an HMAC, a SCRAM credential, a key. Tokens carry the public id of
 the master key they were made under (``key_id``); their HMACs are computed again from
@@ -49,14 +54,15 @@ from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tokensvc.core.labels import NO_LABELS, LabelError, Labels, validate
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
 
 MAGIC = b"TSVCSNAP"
-VERSION = 1
+VERSION = 2
 _PREFIX = struct.Struct(">8sHI")
 _DIGEST = 32
-_INDEX_COLUMNS = 4
+_INDEX_COLUMNS = 5
 _TIME_COLUMNS = 3
 _BYTES_PER_TOKEN = _INDEX_COLUMNS * 4 + _TIME_COLUMNS * 8
 _LITTLE = sys.byteorder == "little"
@@ -98,6 +104,7 @@ def encode(sequence: int, identity: Identity, tokens: Sequence[TokenInformation]
     principals: dict[KafkaPrincipal, int] = {}
     renewer_sets: dict[tuple[KafkaPrincipal, ...], int] = {}
     key_ids: dict[str, int] = {}
+    label_sets: dict[Labels, int] = {NO_LABELS: 0}
 
     def principal(p: KafkaPrincipal) -> int:
         found = principals.get(p)
@@ -109,6 +116,7 @@ def encode(sequence: int, identity: Identity, tokens: Sequence[TokenInformation]
     requesters: list[int] = []
     renewers: list[int] = []
     keys: list[int] = []
+    labels: list[int] = []
     for info in tokens:
         owners.append(principal(info.owner))
         requesters.append(principal(info.token_requester))
@@ -120,6 +128,10 @@ def encode(sequence: int, identity: Identity, tokens: Sequence[TokenInformation]
         if found is None:
             found = key_ids[info.key_id] = len(key_ids)
         keys.append(found)
+        found = label_sets.get(info.labels)
+        if found is None:
+            found = label_sets[info.labels] = len(label_sets)
+        labels.append(found)
     sets = [[principal(p) for p in members] for members in renewer_sets]
     ids = "\x00".join(info.token_id for info in tokens).encode("utf-8", "surrogatepass")
     header = json.dumps({
@@ -130,6 +142,7 @@ def encode(sequence: int, identity: Identity, tokens: Sequence[TokenInformation]
         "principals": [[p.principal_type, p.name, p.token_authenticated] for p in principals],
         "renewer_sets": sets,
         "key_ids": list(key_ids),
+        "label_sets": [[list(pair) for pair in labelled] for labelled in label_sets],
         "ids_bytes": len(ids),
     }, separators=(",", ":")).encode("ascii")
     parts = [
@@ -140,6 +153,7 @@ def encode(sequence: int, identity: Identity, tokens: Sequence[TokenInformation]
         _column("I", requesters),
         _column("I", renewers),
         _column("I", keys),
+        _column("I", labels),
         _column("q", (info.issue_timestamp for info in tokens)),
         _column("q", (info.expiry_timestamp for info in tokens)),
         _column("q", (info.max_timestamp for info in tokens)),
@@ -211,6 +225,7 @@ def decode(data: bytes) -> Snapshot:
         raise _malformed(f"{body_end - start} bytes of tokens where {count} tokens with "
                          f"{ids_bytes} bytes of ids take {ids_bytes + count * _BYTES_PER_TOKEN}")
     principals, renewer_sets, key_ids = _tables(header)
+    label_sets = _label_sets(header)
     try:
         text = bytes(view[start:start + ids_bytes]).decode("utf-8", "surrogatepass")
         ids = text.split("\x00") if count else []
@@ -221,7 +236,8 @@ def decode(data: bytes) -> Snapshot:
     start += ids_bytes
     columns = []
     for code, limit in (("I", len(principals)), ("I", len(principals)),
-                        ("I", len(renewer_sets)), ("I", len(key_ids))):
+                        ("I", len(renewer_sets)), ("I", len(key_ids)),
+                        ("I", len(label_sets))):
         col = _read_column(code, view, start, count)
         if count and max(col) >= limit:
             raise _malformed("a token names a table entry that does not exist")
@@ -230,7 +246,7 @@ def decode(data: bytes) -> Snapshot:
     for _ in range(_TIME_COLUMNS):
         columns.append(_read_column("q", view, start, count))
         start += count * 8
-    owners, requesters, renewers, keys, issued, expiring, maxes = columns
+    owners, requesters, renewers, keys, labelled, issued, expiring, maxes = columns
     # Every token made here lives on in the cache: a collection meanwhile would only
     # walk them again and again (as zk.layout.decode_tokens, the collector is paused).
     paused = gc.isenabled()
@@ -240,7 +256,7 @@ def decode(data: bytes) -> Snapshot:
             TokenInformation, ids,
             map(principals.__getitem__, owners), map(principals.__getitem__, requesters),
             map(renewer_sets.__getitem__, renewers), issued, expiring, maxes,
-            map(key_ids.__getitem__, keys),
+            map(key_ids.__getitem__, keys), map(label_sets.__getitem__, labelled),
         ))
     finally:
         if paused:
@@ -271,6 +287,22 @@ def _tables(header: Mapping[str, object]) -> tuple[
     if not all(type(k) is str for k in raw_keys):
         raise _malformed("a key id is not a string")
     return principals, renewer_sets, list(raw_keys)
+
+
+def _label_sets(header: Mapping[str, object]) -> list[Labels]:
+    raw = header.get("label_sets")
+    if type(raw) is not list or not raw or raw[0] != []:
+        raise _malformed("the header's label sets are not a list starting with the empty set")
+    sets: list[Labels] = []
+    for members in raw:
+        if type(members) is not list or not all(
+                type(p) is list and len(p) == 2 for p in members):
+            raise _malformed("a label set is not a list of [key, value]")
+        try:
+            sets.append(validate((p[0], p[1]) for p in members))
+        except LabelError as exc:
+            raise _malformed(f"a label set breaks the label rules ({exc.message})") from None
+    return sets
 
 
 # --- may this snapshot be used? ------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from tokensvc.authz.acl import AclOperation, ResourceType
 from tokensvc.broker.handlers.base import ApiHandler, replay_recorded
 from tokensvc.core.errors import Errors, KafkaError
+from tokensvc.core.labels import NO_LABELS, LabelError, Labels, validate
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import DelegationToken, TokenInformation
 
@@ -29,6 +30,20 @@ log = logging.getLogger("tokensvc.broker.tokens")
 
 def _principal(ptype: str | None, name: str | None) -> KafkaPrincipal:
     return KafkaPrincipal(ptype or "", name or "")
+
+
+def _labels_of(body: dict, field: str, what: str = "labels") -> Labels:
+    """The label set in the request's tagged field ``field`` (LabelError if it breaks a
+    rule: tokensvc.core.labels)."""
+    raw = body.get(field) or []
+    if not raw:
+        return NO_LABELS
+    return validate(((item.get("Key"), item.get("Value")) for item in raw), what=what)
+
+
+def _label_fields(labels: Labels) -> dict:
+    """Audit fields of a token's labels (a JSON object; absent when it has none)."""
+    return {"labels": dict(labels)} if labels else {}
 
 
 def _session_check(services: Services, ctx: RequestContext) -> Errors | None:
@@ -74,9 +89,13 @@ NEAR_LIMIT_SHARE = 0.8
 # --- CreateDelegationToken -------------------------------------------------
 
 
-def create_error(version: int, error: Errors, requester: KafkaPrincipal | None = None) -> dict:
+def create_error(version: int, error: Errors, requester: KafkaPrincipal | None = None,
+                 message: str | None = None) -> dict:
+    """A refused create; ``message`` (tokensvc's ``ErrorMessage`` tag, v2+) says why when
+    the refusal is about labels -- only a client that sent labels gets it."""
     p = requester or KafkaPrincipal("", "")
     return {
+        "ErrorMessage": message,
         "ErrorCode": int(error),
         "PrincipalType": p.principal_type,
         "PrincipalName": p.name,
@@ -111,12 +130,26 @@ def _create_checks(services: Services, ctx: RequestContext, body: dict) -> tuple
     return Errors.NONE, owner
 
 
+def _label_refusal(services: Services, ctx: RequestContext, body: dict,
+                   owner: KafkaPrincipal) -> tuple[Labels, dict | None]:
+    """The request's labels, or the refusal of a create whose labels break a rule
+    (INVALID_REQUEST naming the label; audited without the labels, which are not valid)."""
+    try:
+        return _labels_of(body, "Labels"), None
+    except LabelError as exc:
+        _audit(services, ctx, "create", exc.error, owner=str(owner), token_id=None,
+               reason="invalid_labels")
+        return NO_LABELS, create_error(ctx.api_version, exc.error, ctx.principal.without_token_flag(),
+                                       exc.message)
+
+
 def precheck_create(services: Services, ctx: RequestContext, body: dict) -> dict | None:
     error, owner = _create_checks(services, ctx, body)
     if error:
         _audit(services, ctx, "create", error, owner=str(owner), token_id=None)
         return create_error(ctx.api_version, error, ctx.principal)
-    return None
+    _, refused = _label_refusal(services, ctx, body, owner)
+    return refused
 
 
 async def handle_create(services: Services, ctx: RequestContext, body: dict) -> dict:
@@ -125,6 +158,9 @@ async def handle_create(services: Services, ctx: RequestContext, body: dict) -> 
     if error:
         _audit(services, ctx, "create", error, owner=str(owner), token_id=None)
         return create_error(ctx.api_version, error, requester)
+    labels, refused = _label_refusal(services, ctx, body, owner)
+    if refused is not None:
+        return refused
     renewers = [_principal(r["PrincipalType"], r["PrincipalName"]) for r in body.get("Renewers") or []]
     limit = services.config.delegation_token_max_per_owner
     held = services.tokens.owned_count(owner)
@@ -136,7 +172,8 @@ async def handle_create(services: Services, ctx: RequestContext, body: dict) -> 
         return create_error(ctx.api_version, Errors.POLICY_VIOLATION, requester)
     services.tokens.creating(owner, +1)
     try:
-        token = services.tokens.manager.create(owner, requester, renewers, int(body.get("MaxLifetimeMs", -1)))
+        token = services.tokens.manager.create(owner, requester, renewers,
+                                               int(body.get("MaxLifetimeMs", -1)), labels)
         await services.tokens.create(ctx, token.info)
     except KafkaError as exc:
         _audit(services, ctx, "create", exc.error, owner=str(owner), token_id=None)
@@ -159,6 +196,7 @@ async def handle_create(services: Services, ctx: RequestContext, body: dict) -> 
         renewers=[str(r) for r in info.renewers],
         expiry_ms=info.expiry_timestamp,
         max_ms=info.max_timestamp,
+        **_label_fields(info.labels),
     )
     return create_response(token)
 
@@ -178,6 +216,9 @@ def create_response(token: DelegationToken) -> dict:
         "TokenId": info.token_id,
         "Hmac": token.hmac,
         "ThrottleTimeMs": 0,
+        # tokensvc's tag, only for a labelled token (whose creator sent labels): what the
+        # token carries. A client that sent none gets Kafka's bytes.
+        "Labels": [{"Key": k, "Value": v} for k, v in info.labels] if info.labels else None,
     }
 
 
@@ -242,7 +283,8 @@ async def handle_expire(services: Services, ctx: RequestContext, body: dict) -> 
     if error:
         _audit(services, ctx, "expire", error, owner=None, token_id=None)
         return _expiry_error(ctx.api_version, error)
-    if body.get("RevokeOwner") is not None or body.get("RevokeTokenIds"):
+    if (body.get("RevokeOwner") is not None or body.get("RevokeTokenIds")
+            or body.get("RevokeLabels")):
         return await handle_revoke(services, ctx, body)
     token = _lookup(services, body)
     try:
@@ -287,19 +329,38 @@ def _may_revoke(services: Services, ctx: RequestContext) -> Callable[[TokenInfor
     return allowed
 
 
+def _selected(services: Services, owner: KafkaPrincipal | None,
+              selector: Labels) -> list[TokenInformation]:
+    """The live tokens a revocation by owner and/or labels names (the cache's indexes)."""
+    if selector:
+        return services.tokens.selected(owner, selector)
+    return services.tokens.owned_by(owner)
+
+
 async def handle_revoke(services: Services, ctx: RequestContext, body: dict) -> dict:
-    """Expire every token of an owner, or tokens by id, now. Refused as a whole (nothing
-    changes) when the caller may not revoke one of them; a dry run changes nothing."""
+    """Expire every token of an owner, every token carrying some labels (of an owner, when
+    both are given), or tokens by id, now. Refused as a whole (nothing changes) when the
+    caller may not revoke one of them; a dry run changes nothing."""
     owner_field = body.get("RevokeOwner")
     ids = list(dict.fromkeys(body.get("RevokeTokenIds") or []))
     dry_run = bool(body.get("RevokeDryRun"))
-    if owner_field is not None and ids:
-        return _revoke_error(Errors.INVALID_REQUEST, "give an owner or token ids, not both")
+    try:
+        selector = _labels_of(body, "RevokeLabels", "label selector")
+    except LabelError as exc:
+        _audit(services, ctx, "revoke", exc.error, owner=None, token_id=None,
+               reason="invalid_labels")
+        return _revoke_error(exc.error, exc.message)
+    if ids and (owner_field is not None or selector):
+        return _revoke_error(Errors.INVALID_REQUEST,
+                             "give an owner and/or labels, or token ids, not both")
     owner = (_principal(owner_field.get("PrincipalType"), owner_field.get("PrincipalName"))
              if owner_field is not None else None)
-    reason = "revoked_by_owner" if owner is not None else "revoked_by_id"
-    if owner is not None:
-        infos, not_found = services.tokens.owned_by(owner), []
+    reason = ("revoked_by_label" if selector else
+              "revoked_by_owner" if owner is not None else "revoked_by_id")
+    scope = {"selector": dict(selector)} if selector else {}
+    selecting = owner is not None or bool(selector)
+    if selecting:
+        infos, not_found = _selected(services, owner, selector), []
     else:
         infos = [i for i in (services.tokens.info(t) for t in ids) if i is not None]
         known = {i.token_id for i in infos}
@@ -309,7 +370,7 @@ async def handle_revoke(services: Services, ctx: RequestContext, body: dict) -> 
     if denied:
         _audit(services, ctx, "revoke", Errors.DELEGATION_TOKEN_AUTHORIZATION_FAILED,
                owner=str(owner) if owner else None, token_id=None, count=len(denied),
-               reason=reason)
+               reason=reason, **scope)
         return _revoke_error(Errors.DELEGATION_TOKEN_AUTHORIZATION_FAILED,
                              f"not allowed to revoke {len(denied)} of the {len(infos)} tokens "
                              "(needs ALL on their DelegationToken resource)")
@@ -320,17 +381,20 @@ async def handle_revoke(services: Services, ctx: RequestContext, body: dict) -> 
             by_id = {i.token_id: i for i in infos}
             for info_id in await services.tokens.revoke(ctx, infos):
                 revoked[info_id] = by_id[info_id]
-            if owner is not None:
-                # Tokens the owner created while the deletes ran: revoked too, once more;
-                # any created after that pass are reported, never left unsaid.
-                again = [i for i in services.tokens.owned_by(owner) if i.token_id not in revoked]
+            if selecting:
+                # Tokens of the owner / with the labels created while the deletes ran:
+                # revoked too, once more (the permission rule again: a token the caller
+                # may not revoke is left and reported); any created after that pass are
+                # reported, never left unsaid.
+                again = [i for i in _selected(services, owner, selector)
+                         if i.token_id not in revoked and allowed(i)]
                 by_id = {i.token_id: i for i in again}
                 for info_id in await services.tokens.revoke(ctx, again):
                     revoked[info_id] = by_id[info_id]
-                created_after = [i.token_id for i in services.tokens.owned_by(owner)]
+                created_after = [i.token_id for i in _selected(services, owner, selector)]
         except KafkaError as exc:
             _audit(services, ctx, "revoke", exc.error, owner=str(owner) if owner else None,
-                   token_id=None, count=len(revoked), reason=reason)
+                   token_id=None, count=len(revoked), reason=reason, **scope)
             return _revoke_error(exc.error, f"revocation stopped after {len(revoked)} tokens")
     listed = list(revoked.values()) if not dry_run else infos
     answer = {
@@ -346,7 +410,7 @@ async def handle_revoke(services: Services, ctx: RequestContext, body: dict) -> 
     }
     for info in ([] if dry_run else listed):
         _audit(services, ctx, "revoke", Errors.NONE, owner=str(info.owner),
-               token_id=info.token_id, reason=reason)
+               token_id=info.token_id, reason=reason, **_label_fields(info.labels), **scope)
     if not dry_run:
         await services.tokens.record(ctx, answer)
     return answer
@@ -361,8 +425,8 @@ def _token_fields(token: DelegationToken | None) -> dict:
 # --- DescribeDelegationToken -----------------------------------------------
 
 
-def _describe_error(version: int, error: Errors) -> dict:
-    return {"ErrorCode": int(error), "Tokens": [], "ThrottleTimeMs": 0}
+def _describe_error(version: int, error: Errors, message: str | None = None) -> dict:
+    return {"ErrorCode": int(error), "Tokens": [], "ThrottleTimeMs": 0, "ErrorMessage": message}
 
 
 async def handle_describe(services: Services, ctx: RequestContext, body: dict) -> dict:
@@ -374,6 +438,13 @@ async def handle_describe(services: Services, ctx: RequestContext, body: dict) -
     owners = None
     if owners_field is not None:
         owners = [_principal(o.get("PrincipalType"), o.get("PrincipalName")) for o in owners_field]
+    try:
+        selector = _labels_of(body, "LabelSelector", "label selector")
+    except LabelError as exc:
+        _audit(services, ctx, "describe", exc.error, owner=None, token_id=None, count=0,
+               reason="invalid_labels")
+        return _describe_error(ctx.api_version, exc.error, exc.message)
+    scope = {"selector": dict(selector)} if selector else {}
 
     def may_describe(info: TokenInformation) -> bool:
         return services.authz.authorize(
@@ -387,11 +458,14 @@ async def handle_describe(services: Services, ctx: RequestContext, body: dict) -
     allowed = may_describe_any if services.authz.allows_everything(ctx) else may_describe
 
     try:
-        described = await services.tokens.describe(ctx.principal, owners, allowed, ctx.api_version)
+        described = await services.tokens.describe(
+            ctx.principal, owners, allowed, ctx.api_version, selector,
+            bool(body.get("IncludeLabels")))
     except KafkaError as exc:
-        _audit(services, ctx, "describe", exc.error, owner=None, token_id=None, count=0)
+        _audit(services, ctx, "describe", exc.error, owner=None, token_id=None, count=0, **scope)
         return _describe_error(ctx.api_version, exc.error)
-    _audit(services, ctx, "describe", Errors.NONE, owner=None, token_id=None, count=described.count)
+    _audit(services, ctx, "describe", Errors.NONE, owner=None, token_id=None,
+           count=described.count, **scope)
     return {"ErrorCode": 0, "Tokens": described.tokens, "ThrottleTimeMs": 0}
 
 
