@@ -280,9 +280,14 @@ def test_kafka_clients_describe_parses_every_token_as_tokensvc_describes_it(
     java: JavaProgram, cluster: LocalCluster
 ) -> None:
     with _admin(cluster) as admin:
-        made = [admin.create_token(renewers=["User:java-reader"]),
-                admin.create_token(owner="User:java-described-owner"),
+        # Labelled (the largest labels allowed on one of them): the Java client must
+        # still parse every token of the describe answer.
+        made = [admin.create_token(renewers=["User:java-reader"],
+                                   labels={"job": "java-matrix", "team": "payments"}),
+                admin.create_token(owner="User:java-described-owner",
+                                   labels={f"k{i:02d}": "v" * 255 for i in range(16)}),
                 admin.create_token(max_lifetime_ms=3_600_000)]
+        assert dict(made[0].labels) == {"job": "java-matrix", "team": "payments"}
         expected = {t.token_id: {
             "token_id": t.token_id, "owner": str(t.owner), "requester": str(t.requester),
             "renewers": sorted(str(r) for r in t.renewers), "issue_ms": t.issue_ms,
