@@ -46,6 +46,7 @@ from tokensvc.broker.groupcommit import GroupCommit
 from tokensvc.broker.handlers import HANDLERS, sasl
 from tokensvc.broker.handlers.sasl import HostNoticeLimiter
 from tokensvc.broker.ledger import WriteLedger, new_request_key
+from tokensvc.broker.loopwatch import LoopWatch, StallMeter
 from tokensvc.broker.metrics import BrokerMetrics
 from tokensvc.broker.server import BrokerServer
 from tokensvc.broker.services import (
@@ -190,6 +191,10 @@ class Broker:
         self.broker_id = config.broker_id
         self.clock = clock or SystemClock()
         self.metrics = BrokerMetrics()
+        # The stall meter (event-loop lag, GIL hold): its thread starts with the loop.
+        self.stall_meter = StallMeter()
+        self.metrics.stalls(self.stall_meter)
+        self.loop_watch: LoopWatch | None = None
         self.cache = TokenCache(config.master_keys)
         self.manager = TokenManager(
             config.master_keys,
@@ -258,6 +263,8 @@ class Broker:
         self._executor = ThreadPoolExecutor(max_workers=ZK_WORKER_THREADS,
                                             thread_name_prefix="zk-call")
         loop.set_default_executor(self._executor)
+        self.loop_watch = LoopWatch(loop, self.stall_meter)
+        self.loop_watch.start()
         self.sessions = SessionRegistry(
             loop,
             reauth_ms=self.config.connections_max_reauth_ms,
@@ -444,6 +451,8 @@ class Broker:
         if self._zk is not None:
             await asyncio.to_thread(self._close_zk)
         self.metrics.close()
+        if self.loop_watch is not None:
+            self.loop_watch.close()
         self.audit.close()
         self.derivations.close()
         if self._executor is not None:
