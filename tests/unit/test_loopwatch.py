@@ -103,3 +103,14 @@ def test_broker_metrics_export_both_histograms():
     text = generate_latest(metrics.registry).decode()
     assert "# TYPE tokensvc_event_loop_lag_seconds histogram" in text
     assert "# TYPE tokensvc_gil_hold_seconds histogram" in text
+    assert "# TYPE tokensvc_event_loop_lag_cpu_seconds histogram" in text
+
+
+def test_lag_without_cpu_behind_it_is_the_machine_not_the_broker():
+    meter = StallMeter(0.005)
+    meter.ran(0.0, 0.050, cpu_s=0.002)  # 50 ms late, the process ran 2 ms: starved
+    meter.ran(1.0, 1.049, cpu_s=0.060)  # 50 ms late, the process ran all along: a stall
+    cpu = dict(meter.lag_cpu.cumulative())
+    assert cpu[0.002] == 1  # the starved sample
+    assert cpu[0.05] == 2  # the stall, capped at its lag
+    assert meter.lag_cpu.largest == pytest.approx(0.049)

@@ -22,9 +22,15 @@ Owns two measurements, taken by one sampling thread (:class:`LoopWatch`) every
   (that would need a sampling profiler); that the loop lag moves with it, or not, tells
   a GIL stall from work on the loop.
 
-Both go into :class:`StallHistogram` (the pure core: buckets, count, sum, largest;
+* **the lag's CPU share** -- of each lag sample, the CPU time the process used
+  meanwhile (``time.process_time``, capped at the lag): a machine that gives the broker
+  no CPU (two cores shared by ZooKeeper, three brokers and a load generator) makes lag
+  with no CPU behind it; the broker's own stall makes lag with its CPU behind it.
+
+They go into :class:`StallHistogram` (the pure core: buckets, count, sum, largest;
 no clock of its own) and are exported by :mod:`tokensvc.broker.metrics` as
-``tokensvc_event_loop_lag_seconds`` and ``tokensvc_gil_hold_seconds``.
+``tokensvc_event_loop_lag_seconds``, ``tokensvc_event_loop_lag_cpu_seconds`` and
+``tokensvc_gil_hold_seconds``.
 
 Why a thread and not a timer on the loop: a timer measures the loop alone, and a
 C call holding the GIL for 200 ms would show as lag without telling it from the
@@ -89,13 +95,22 @@ class StallHistogram:
 class StallMeter:
     """The bookkeeping of one sampling thread: the grid of instants, and which histogram
     each measurement goes to. Pure: the caller hands it every time (seconds on one
-    monotonic clock)."""
+    monotonic clock, and the process's CPU time on its own clock).
+
+    ``lag_cpu`` takes, for each lag sample, the CPU time the whole process used from the
+    moment the thread went to sleep for that instant until the loop ran the callback,
+    capped at the lag: close to the lag, the broker's own work (on the loop or in a
+    thread holding the GIL) made it; close to zero, the process was waiting for a CPU
+    the machine did not give it. It may exceed the true share by up to one interval of
+    CPU (the sleep before the instant is counted too).
+    """
 
     def __init__(self, interval_s: float = SAMPLE_INTERVAL_S) -> None:
         if interval_s <= 0:
             raise ValueError("interval_s must be positive")
         self.interval_s = interval_s
         self.lag = StallHistogram()
+        self.lag_cpu = StallHistogram()
         self.gil = StallHistogram()
 
     def first_due(self, now: float) -> float:
@@ -109,9 +124,12 @@ class StallMeter:
         missed = int((now - due) // self.interval_s)
         return due + (missed + 1) * self.interval_s
 
-    def ran(self, due: float, now: float) -> None:
-        """The loop ran the callback asked for at ``due`` at ``now``."""
-        self.lag.observe(now - due)
+    def ran(self, due: float, now: float, cpu_s: float = 0.0) -> None:
+        """The loop ran the callback asked for at ``due`` at ``now``; the process used
+        ``cpu_s`` of CPU since the thread went to sleep for ``due``."""
+        lag = now - due
+        self.lag.observe(lag)
+        self.lag_cpu.observe(min(max(lag, 0.0), cpu_s))
 
 
 class LoopWatch:
@@ -120,10 +138,12 @@ class LoopWatch:
     ``start()`` from the loop's thread, ``close()`` from any thread (idempotent)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, meter: StallMeter, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 cpu_clock: Callable[[], float] = time.process_time) -> None:
         self._loop = loop
         self.meter = meter
         self._clock = clock
+        self._cpu_clock = cpu_clock
         self._stop = threading.Event()
         self._landed = threading.Event()  # the callback in flight ran (or none was sent)
         self._landed.set()
@@ -139,14 +159,15 @@ class LoopWatch:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=2.0)
 
-    def _ran(self, due: float) -> None:
-        self.meter.ran(due, self._clock())
+    def _ran(self, due: float, cpu_before: float) -> None:
+        self.meter.ran(due, self._clock(), self._cpu_clock() - cpu_before)
         self._landed.set()
 
     def _run(self) -> None:
-        clock, meter = self._clock, self.meter
+        clock, cpu_clock, meter = self._clock, self._cpu_clock, self.meter
         due = meter.first_due(clock())
         while not self._stop.is_set():
+            cpu_before = cpu_clock()
             pause = due - clock()
             if pause > 0 and self._stop.wait(pause):
                 return
@@ -155,7 +176,7 @@ class LoopWatch:
             if self._landed.is_set():
                 self._landed.clear()
                 try:
-                    self._loop.call_soon_threadsafe(self._ran, due)
+                    self._loop.call_soon_threadsafe(self._ran, due, cpu_before)
                 except RuntimeError:  # the loop is closed: the broker is gone
                     return
             due = next_due

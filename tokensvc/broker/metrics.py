@@ -139,8 +139,8 @@ class LoopCounts(Collector):
 
 
 class _Stalls:
-    """``tokensvc_event_loop_lag_seconds`` and ``tokensvc_gil_hold_seconds`` from the stall
-    meter (:mod:`tokensvc.broker.loopwatch`), read at scrape time."""
+    """``tokensvc_event_loop_lag_seconds``, ``tokensvc_event_loop_lag_cpu_seconds`` and
+    ``tokensvc_gil_hold_seconds`` from the stall meter (:mod:`tokensvc.broker.loopwatch`), read at scrape time."""
 
     def __init__(self, meter: StallMeter) -> None:
         self._meter = meter
@@ -159,6 +159,11 @@ class _Stalls:
             "tokensvc_event_loop_lag_seconds",
             "How late the event loop ran a callback asked for now (sampled every 5 ms)",
             self._meter.lag)
+        yield self._family(
+            "tokensvc_event_loop_lag_cpu_seconds",
+            "Of each event-loop lag sample, the CPU time the broker process used meanwhile "
+            "(at most the lag; near 0: the process waited for a CPU, not for its own work)",
+            self._meter.lag_cpu)
         yield self._family(
             "tokensvc_gil_hold_seconds",
             "How long a sampling thread waited past its wake-up for the GIL (or a CPU): "
@@ -256,7 +261,7 @@ class BrokerMetrics:
         self.registry.register(_TopOwners(fn))
 
     def stalls(self, meter: StallMeter) -> None:
-        """Export the stall meter's two histograms (event-loop lag, GIL hold)."""
+        """Export the stall meter's histograms (event-loop lag, its CPU share, GIL hold)."""
         self.registry.register(_Stalls(meter))
 
     def gauge(self, name: str, doc: str, fn: Callable[[], float]) -> None:
