@@ -48,6 +48,7 @@ from tokensvc.broker.handlers.sasl import HostNoticeLimiter
 from tokensvc.broker.ledger import WriteLedger, new_request_key
 from tokensvc.broker.loopwatch import LoopWatch, StallMeter
 from tokensvc.broker.metrics import BrokerMetrics
+from tokensvc.broker.offloop import encode_response_segments_async
 from tokensvc.broker.server import BrokerServer
 from tokensvc.broker.services import (
     AclService,
@@ -67,7 +68,7 @@ from tokensvc.core.keys import AUDIT_FINGERPRINT_LABEL, SCRAM_SALT_LABEL, derive
 from tokensvc.core.manager import TokenManager
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
-from tokensvc.protocol import encode_response, encode_response_segments
+from tokensvc.protocol import encode_response
 from tokensvc.scram.formatter import ScramCredential, ScramMechanism, TokenSalt
 from tokensvc.snapshot import format as snapshot_format
 from tokensvc.snapshot.files import SnapshotFile, SnapshotWriter
@@ -625,7 +626,7 @@ class Broker:
         except Exception:
             log.exception("%s failed", handler.name)
             response = handler.error_for(version, Errors.UNKNOWN_SERVER_ERROR, body)
-        segments = encode_response_segments(ctx.header, response)
+        segments = await encode_response_segments_async(ctx.header, response)
         encoded = segments[0] if len(segments) == 1 else segments
         return encoded, int(response.get("ErrorCode", 0) or 0)
 
