@@ -300,11 +300,16 @@ class WritePath:
 
     async def record_alone(self, ctx: RequestContext, api: int, outcome: Any) -> None:
         """Record a request that changed nothing (so a retry is answered the same)."""
-        op = self.record(ctx, api, outcome)
-        if op is None:
+        if ctx.write is None:
             return
+
+        def put() -> None:
+            # The record's JSON is made in the thread too: a revocation's lists ten
+            # thousand tokens (one piece of C holding the GIL on the loop otherwise).
+            self.records.put(self.record(ctx, api, outcome))
+
         try:
-            await asyncio.to_thread(self.records.put, op)
+            await asyncio.to_thread(put)
         except self._exists as exc:
             raise AlreadyApplied(str(exc)) from None
         except self._unknown as exc:
