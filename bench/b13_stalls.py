@@ -64,6 +64,7 @@ from bench.b9_scale import _describe_all
 from bench.suite import BenchContext, Outcome, Target
 from bench.wire import CREATE_TOKEN, WireError, create_token_body, open_logged_in
 from tokensvc.admin import AdminClient, tokens_absent
+from tokensvc.broker.loopwatch import STALL_BUCKETS
 from tokensvc.client_config import load_client_config
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.keys import key_id
@@ -440,8 +441,13 @@ def measure(ctx: BenchContext, scale: Scale) -> dict[str, Any]:
     return results
 
 
-def _worst(results: dict[str, Any]) -> tuple[float | None, str]:
-    """The largest lag bound of any broker in any phase but rest, and where."""
+def _ms(bound: float | str) -> float:
+    """A bucket bound in ms; above the last bucket (5 s) that bound (JSON has no infinity)."""
+    return STALL_BUCKETS[-1] * 1000 if bound == "inf" else float(bound)
+
+
+def _worst(results: dict[str, Any], histogram: str = "lag") -> tuple[float | None, str]:
+    """The largest bound of ``histogram`` on any broker in any phase but rest, and where."""
     worst, where = None, ""
     for name, figures in results["phases"].items():
         if name == "rest":
@@ -449,9 +455,11 @@ def _worst(results: dict[str, Any]) -> tuple[float | None, str]:
         for key, value in figures.items():
             if not key.startswith("broker_"):
                 continue
-            bound = value["lag"].get("max_ms_at_most")
-            bound = float("inf") if bound == "inf" else bound
-            if bound is not None and (worst is None or bound > worst):
+            raw = value[histogram].get("max_ms_at_most")
+            if raw is None:
+                continue
+            bound = _ms(raw)
+            if worst is None or bound > worst:
                 worst, where = bound, f"{name} on {key}"
     return worst, where
 
@@ -460,8 +468,9 @@ def run(ctx: BenchContext) -> Outcome:
     scale = Scale.of(ctx.quick)
     results = measure(ctx, scale)
     worst, where = _worst(results)
+    own, own_where = _worst(results, "lag_cpu")
     rest = results["phases"]["rest"]
-    rest_worst = max((v["lag"].get("max_ms_at_most", 0) for k, v in rest.items()
+    rest_worst = max((_ms(v["lag"].get("max_ms_at_most", 0)) for k, v in rest.items()
                       if k.startswith("broker_") and v["lag"].get("samples")), default=None)
     return Outcome(
         ID, TITLE,
@@ -471,7 +480,10 @@ def run(ctx: BenchContext) -> Outcome:
         ratio_label="largest lag during admin work / at rest",
         targets=[Target(f"loop lag <= {TARGET_MS:.0f} ms on every broker in every phase "
                         f"at {scale.tokens:,} tokens (worst <= {worst} ms: {where})",
-                        None if worst is None else worst <= TARGET_MS)],
+                        None if worst is None else worst <= TARGET_MS),
+                 Target(f"the part with the broker's own CPU behind it <= {TARGET_MS:.0f} ms "
+                        f"(worst <= {own} ms: {own_where}; the rest is a host without CPU "
+                        "to spare)", None if own is None else own <= TARGET_MS)],
         details=results,
     )
 
