@@ -145,8 +145,9 @@ class LoopWatch:
         self._clock = clock
         self._cpu_clock = cpu_clock
         self._stop = threading.Event()
-        self._landed = threading.Event()  # the callback in flight ran (or none was sent)
-        self._landed.set()
+        # A callback is in flight: set by the thread, cleared by the loop when it ran (a
+        # plain attribute: one writer each way, no lock for the loop to take).
+        self._in_flight = False
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -162,7 +163,7 @@ class LoopWatch:
 
     def _ran(self, due: float, cpu_before: float) -> None:
         self.meter.ran(due, self._clock(), self._cpu_clock() - cpu_before)
-        self._landed.set()
+        self._in_flight = False
 
     def _run(self) -> None:
         clock, cpu_clock, meter = self._clock, self._cpu_clock, self.meter
@@ -178,8 +179,8 @@ class LoopWatch:
                     return
             now = clock()
             next_due = meter.woke(due, now)
-            if self._landed.is_set():
-                self._landed.clear()
+            if not self._in_flight:
+                self._in_flight = True
                 try:
                     self._loop.call_soon_threadsafe(self._ran, due, cpu_before)
                 except RuntimeError:  # the loop is closed: the broker is gone
