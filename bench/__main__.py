@@ -36,6 +36,7 @@ BENCHMARKS = (
     "bench.b9_scale",
     "bench.b11_agent",
     "bench.b12_revoke",
+    "bench.b13_stalls",
     "bench.b6_audit_report",  # last: the heaviest, and it needs no broker
 )
 AUTHZ_ID = "authz"

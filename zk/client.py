@@ -461,3 +461,37 @@ def open_client(settings: ZkSettings) -> KazooClient:
     _start(client, settings, settings.connect, timeout)
     _log_session_timeout(client, settings)
     return client
+
+
+# ZooKeeperServer derives a session's password from its id with java.util.Random seeded
+# with ``id ^ 0xB3415C00`` (16 bytes): ZooKeeper's own behaviour since 3.0, relied on only
+# by :func:`expire_session` below (benchmarks that expire another process's session).
+_PASSWORD_SECRET = 0xB3415C00
+_JAVA_MULTIPLIER = 0x5DEECE66D
+_JAVA_MASK = (1 << 48) - 1
+
+
+def _session_password(session_id: int) -> bytes:
+    seed = ((session_id ^ _PASSWORD_SECRET) ^ _JAVA_MULTIPLIER) & _JAVA_MASK
+    out = bytearray()
+    while len(out) < 16:
+        seed = (seed * _JAVA_MULTIPLIER + 0xB) & _JAVA_MASK
+        value = seed >> 16  # Random.next(32)
+        for _ in range(min(16 - len(out), 4)):
+            out.append(value & 0xFF)
+            value >>= 8
+    return bytes(out)
+
+
+def expire_session(settings: ZkSettings, session_id: int) -> None:
+    """Expire the session ``session_id`` (another process's, e.g. a broker's: the
+    ephemeral owner of its ``/brokers/ids`` znode) for real: a client takes the session
+    over with its password and closes it, so the owner's next contact is told the session
+    expired. For benchmarks and tests; a broker never calls it."""
+    thief = KazooClient(hosts=settings.hosts, client_id=(session_id, _session_password(session_id)),
+                        timeout=settings.session_timeout_ms / 1000.0)
+    try:
+        thief.start(timeout=settings.connection_timeout_ms / 1000.0)
+    finally:
+        thief.stop()
+        thief.close()

@@ -84,6 +84,9 @@ __all__ = ["MIN_LISTING_INTERVAL_S", "TOKENS_ROOT", "CommittedOrder", "SnapshotS
 # Named as before the module was filed as token_sync: runbooks quote "zk.sync:" lines.
 log = logging.getLogger("zk.sync")
 
+# Follower states applied per hold of the committed order's lock.
+FOLLOW_CHUNK = 256
+
 TOKENS_ROOT = NotificationRoot("tokens", layout.TOKEN_CHANGES, layout.TOKEN_CHANGE_PREFIX)
 
 
@@ -131,6 +134,14 @@ class CommittedOrder:
       the caller waits for the follower instead), because the load may have read the
       token before that write; when the load ends the follower's mark is the load's.
 
+    The follower's states of one listing are applied :data:`FOLLOW_CHUNK` at a time,
+    each chunk under the lock (ten thousand removes in one hold kept the event loop,
+    which applies committed states, waiting for hundreds of milliseconds). Between two
+    chunks a committed state at N <= M is skipped for a token whose follower state is
+    already in (read after the listing through M, it is at least as new) and applied
+    (and pending) for one still to come (whose follower state then replaces it, being
+    newer); the mark advances to M after the last chunk.
+
     Pure: no I/O and no clock; ``tests/unit/test_committed_order.py`` drives it.
     """
 
@@ -140,6 +151,10 @@ class CommittedOrder:
         self._through = -1
         self._loading = True  # until the first load has finished
         self._pending: dict[str, int] = {}
+        # While a listing through M is being applied in chunks: M, and the tokens whose
+        # follower states are in already.
+        self._following = -1
+        self._followed: set[str] = set()
         self.applied = 0  # committed states put into the cache (or already covered)
         self.refused = 0  # committed states refused during a load
 
@@ -165,6 +180,8 @@ class CommittedOrder:
             self.applied += 1
             if sequence <= self._through or self._pending.get(token_id, -1) >= sequence:
                 return True
+            if sequence <= self._following and token_id in self._followed:
+                return True  # the follower's state, read after this write, is in
             if info is None:
                 self._cache.remove(token_id)
             else:
@@ -173,16 +190,27 @@ class CommittedOrder:
             return True
 
     def follow(self, listed_through: int, current: dict[str, TokenInformation | None]) -> None:
-        """Apply the states the follower read after listing through ``listed_through``."""
-        with self._lock:
-            for token_id, info in current.items():
-                if self._pending.get(token_id, -1) > listed_through:
-                    continue
-                if info is None:
-                    self._cache.remove(token_id)
-                else:
-                    self._cache.upsert(info)
-            self._advance(listed_through)
+        """Apply the states the follower read after listing through ``listed_through``
+        (:data:`FOLLOW_CHUNK` per hold of the lock)."""
+        items = list(current.items())
+        try:
+            for lo in range(0, len(items), FOLLOW_CHUNK):
+                with self._lock:
+                    self._following = listed_through
+                    for token_id, info in items[lo:lo + FOLLOW_CHUNK]:
+                        if self._pending.get(token_id, -1) > listed_through:
+                            continue
+                        if info is None:
+                            self._cache.remove(token_id)
+                        else:
+                            self._cache.upsert(info)
+                        self._followed.add(token_id)
+            with self._lock:
+                self._advance(listed_through)
+        finally:
+            with self._lock:
+                self._following = -1
+                self._followed = set()
 
     def begin_load(self) -> None:
         with self._lock:

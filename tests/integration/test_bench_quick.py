@@ -20,7 +20,7 @@ from bench.__main__ import AUTHZ_ID, BENCHMARKS
 
 ROOT = Path(__file__).resolve().parents[2]
 # Every registered benchmark (B1-B9 at least, plus those added since: B11 the token agent,
-# B12 revocation).
+# B12 revocation, B13 event-loop stalls).
 BENCH_IDS = {importlib.import_module(name).ID for name in BENCHMARKS}
 
 
@@ -39,7 +39,7 @@ def test_quick_suite_completes_and_writes_every_benchmark(tmp_path: Path) -> Non
     assert latest["quick"] is True
     results = {r["id"]: r for r in latest["results"]}
     assert BENCH_IDS <= set(results), sorted(results)
-    assert {f"B{n}" for n in range(1, 10)} | {"B11", "B12"} <= BENCH_IDS
+    assert {f"B{n}" for n in range(1, 10)} | {"B11", "B12", "B13"} <= BENCH_IDS
     assert len(BENCHMARKS) == len(BENCH_IDS)
     assert set(results) <= BENCH_IDS | {AUTHZ_ID}
     for bench_id in BENCH_IDS:

@@ -96,3 +96,59 @@ def test_the_follower_applies_tokens_without_a_newer_pending_state():
     assert expiry(cache, "t1") == 100  # pending at 14 > 12: kept
     assert expiry(cache, "t2") == 70
     assert order.through == 12 and order.pending == 1
+
+
+class _BetweenChunks:
+    """The order's lock, running ``between`` once before the follower's second chunk
+    takes it (what a committed write on the event loop can do meanwhile)."""
+
+    def __init__(self, lock, between) -> None:
+        self._lock = lock
+        self._between = between
+        self._takes = 0
+
+    def __enter__(self):
+        self._takes += 1
+        if self._takes == 2 and self._between is not None:
+            between, self._between = self._between, None
+            between()
+            self._takes += 1  # the committed write took the lock once itself
+        return self._lock.__enter__()
+
+    def __exit__(self, *exc):
+        return self._lock.__exit__(*exc)
+
+
+def test_between_chunks_a_committed_state_older_than_an_applied_follower_state_is_skipped(
+        monkeypatch):
+    import zk.token_sync
+
+    monkeypatch.setattr(zk.token_sync, "FOLLOW_CHUNK", 1)
+    cache, order = loaded()
+    # The follower listed through 20 and read t1 deleted (at 15) and t2 renewed; the
+    # answer of the write that renewed t1 at 12 arrives between the two chunks.
+    order._lock = _BetweenChunks(order._lock, lambda: order.apply("t1", info("t1", 100), 12))
+    order.follow(20, {"t1": None, "t2": info("t2", 200)})
+    assert cache.info("t1") is None  # not brought back by the older committed state
+    assert expiry(cache, "t2") == 200
+    assert order.through == 20 and order.pending == 0
+
+
+def test_between_chunks_a_committed_state_of_a_token_still_to_come_is_served_then_replaced(
+        monkeypatch):
+    import zk.token_sync
+
+    monkeypatch.setattr(zk.token_sync, "FOLLOW_CHUNK", 1)
+    cache, order = loaded()
+    seen: list[int | None] = []
+
+    def committed_write() -> None:
+        assert order.apply("t2", info("t2", 150), 14)
+        seen.append(expiry(cache, "t2"))  # served at once (read-your-writes)
+
+    order._lock = _BetweenChunks(order._lock, committed_write)
+    # The follower's state of t2 was read after the listing through 20: newer than 14.
+    order.follow(20, {"t1": info("t1", 100), "t2": info("t2", 200)})
+    assert seen == [150]
+    assert expiry(cache, "t2") == 200
+    assert order.through == 20 and order.pending == 0

@@ -58,7 +58,9 @@ from tokensvc.broker.handlers import tokens as token_handlers
 from tokensvc.broker.handlers.base import ApiHandler
 from tokensvc.broker.handlers.sasl import HostNoticeLimiter
 from tokensvc.broker.ledger import WriteLedger, new_request_key
+from tokensvc.broker.loopwatch import LoopWatch, StallMeter
 from tokensvc.broker.metrics import BrokerMetrics
+from tokensvc.broker.offloop import encode_response_segments_async
 from tokensvc.broker.server import BrokerServer
 from tokensvc.broker.services import (
     AclService,
@@ -79,7 +81,7 @@ from tokensvc.core.keys import AUDIT_FINGERPRINT_LABEL, SCRAM_SALT_LABEL, derive
 from tokensvc.core.manager import TokenManager
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
-from tokensvc.protocol import encode_response, encode_response_segments
+from tokensvc.protocol import encode_response
 from tokensvc.scram.formatter import ScramCredential, ScramMechanism, TokenSalt
 from tokensvc.snapshot import format as snapshot_format
 from tokensvc.snapshot.files import SnapshotFile, SnapshotWriter
@@ -215,6 +217,10 @@ class Broker:
         self.clock: Clock = clock or CorrectedClock(ClusterTimeEstimator())
         self.clock_gate: ClockGate | None = None
         self.metrics = BrokerMetrics()
+        # The stall meter (event-loop lag, GIL hold): its thread starts with the loop.
+        self.stall_meter = StallMeter()
+        self.metrics.stalls(self.stall_meter)
+        self.loop_watch: LoopWatch | None = None
         self.cache = TokenCache(config.master_keys)
         self.manager = TokenManager(
             config.master_keys,
@@ -286,6 +292,8 @@ class Broker:
         self._executor = ThreadPoolExecutor(max_workers=ZK_WORKER_THREADS,
                                             thread_name_prefix="zk-call")
         loop.set_default_executor(self._executor)
+        self.loop_watch = LoopWatch(loop, self.stall_meter)
+        self.loop_watch.start()
         self.sessions = SessionRegistry(
             loop,
             reauth_ms=self.config.connections_max_reauth_ms,
@@ -482,6 +490,8 @@ class Broker:
         if self._zk is not None:
             await asyncio.to_thread(self._close_zk)
         self.metrics.close()
+        if self.loop_watch is not None:
+            self.loop_watch.close()
         self.audit.close()
         self.derivations.close()
         if self._executor is not None:
@@ -712,7 +722,7 @@ class Broker:
         except Exception:
             log.exception("%s failed", handler.name)
             response = handler.error_for(version, Errors.UNKNOWN_SERVER_ERROR, body)
-        segments = encode_response_segments(ctx.header, response)
+        segments = await encode_response_segments_async(ctx.header, response)
         encoded = segments[0] if len(segments) == 1 else segments
         return encoded, int(response.get("ErrorCode", 0) or 0)
 

@@ -17,8 +17,9 @@ import contextlib
 import itertools
 import ssl
 
+from tokensvc.broker.offloop import decode_response_async
 from tokensvc.core.errors import Errors
-from tokensvc.protocol import FrameDecoder, RequestHeader, decode_response, encode_request, frame
+from tokensvc.protocol import FrameDecoder, RequestHeader, encode_request, frame
 from tokensvc.scram.client import ScramClient
 from tokensvc.scram.formatter import ScramMechanism
 
@@ -149,7 +150,7 @@ class BrokerChannel:
                     fut, api_key, version = entry
                     if not fut.done():
                         try:
-                            _, body = decode_response(api_key, version, payload)
+                            _, body = await decode_response_async(api_key, version, payload)
                         except Exception as exc:  # noqa: BLE001 - handed to the waiter
                             fut.set_exception(ChannelClosed(f"bad response: {exc}"))
                         else:

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from tokensvc.broker.channel import BrokerChannel
 from tokensvc.broker.context import WriteTicket, client_request_key, committed_token_of
 from tokensvc.broker.decoding import decode_client_request
+from tokensvc.broker.offloop import LARGE_ITEMS
 from tokensvc.broker.services import TOKENS_ROOT
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import decode_response, encode_response, response_error_code
@@ -264,7 +265,13 @@ class EnvelopeForwarder:
         data = bytes(response["ResponseData"])
         inner_error = _top_level_error(ctx, data)
         versions = [(v["Root"], int(v["Sequence"])) for v in response.get("CommittedVersions") or []]
-        applied = self._apply_committed(response.get("CommittedTokens") or [])
+        committed = response.get("CommittedTokens") or []
+        if len(committed) > LARGE_ITEMS:
+            # A revocation's ten thousand states: in a thread, so the loop keeps serving
+            # (the cache and the committed order are thread-safe; the answer waits).
+            applied = await asyncio.to_thread(self._apply_committed, committed)
+        else:
+            applied = self._apply_committed(committed)
         versions = [v for v in versions if v not in applied]
         if versions:
             self.waited_for_cache += 1

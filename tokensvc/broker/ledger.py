@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokensvc.audit.writer import AuditUnavailable
 from tokensvc.broker.context import WriteTicket
+from tokensvc.broker.offloop import encode_response_async
 from tokensvc.broker.services import AlreadyApplied, OutcomeUnknown
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.protocol import encode_response
@@ -188,7 +189,9 @@ class WriteLedger:
                 log.exception("%s failed", handler.name)
                 return _answer(ctx, handler.error_for(ctx.api_version,
                                                        Errors.UNKNOWN_SERVER_ERROR, body))
-            return _answer(ctx, response)
+            # A revocation's answer lists every token: encoded off the loop when large.
+            return (await encode_response_async(ctx.header, response),
+                    int(response.get("ErrorCode", 0) or 0))
 
     async def _replay(
         self, ctx: RequestContext, handler: ApiHandler, record: Any, deadline: float,

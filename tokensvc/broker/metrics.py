@@ -34,6 +34,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from tokensvc.broker.loopwatch import StallHistogram, StallMeter
 from tokensvc.core.errors import Errors
 from tokensvc.snapshot.files import LOAD_RESULTS as SNAPSHOT_LOAD_RESULTS
 from tokensvc.snapshot.files import WRITE_RESULTS as SNAPSHOT_WRITE_RESULTS
@@ -137,6 +138,39 @@ class LoopCounts(Collector):
         yield logins
 
 
+class _Stalls:
+    """``tokensvc_event_loop_lag_seconds``, ``tokensvc_event_loop_lag_cpu_seconds`` and
+    ``tokensvc_gil_hold_seconds`` from the stall meter (:mod:`tokensvc.broker.loopwatch`), read at scrape time."""
+
+    def __init__(self, meter: StallMeter) -> None:
+        self._meter = meter
+
+    @staticmethod
+    def _family(name: str, doc: str, hist: StallHistogram) -> HistogramMetricFamily:
+        family = HistogramMetricFamily(name, doc)
+        total = hist.sum
+        buckets = [("+Inf" if bound == float("inf") else floatToGoString(bound), count)
+                   for bound, count in hist.cumulative()]
+        family.add_metric([], buckets, sum_value=total)
+        return family
+
+    def collect(self) -> Iterable[Metric]:
+        yield self._family(
+            "tokensvc_event_loop_lag_seconds",
+            "How late the event loop ran a callback asked for now (sampled every 5 ms)",
+            self._meter.lag)
+        yield self._family(
+            "tokensvc_event_loop_lag_cpu_seconds",
+            "Of each event-loop lag sample, the CPU time the broker process used meanwhile "
+            "(at most the lag; near 0: the process waited for a CPU, not for its own work)",
+            self._meter.lag_cpu)
+        yield self._family(
+            "tokensvc_gil_hold_seconds",
+            "How long a sampling thread waited past its wake-up for the GIL (or a CPU): "
+            "one stretch of the GIL held by another thread",
+            self._meter.gil)
+
+
 class _TopOwners:
     def __init__(self, fn: Callable[[], list[tuple[Any, int]]]) -> None:
         self._fn = fn
@@ -225,6 +259,10 @@ class BrokerMetrics:
         """``tokensvc_owner_tokens{owner}``: live tokens of the largest owners only (owner
         names are principals the operators chose: the bounded list keeps the series few)."""
         self.registry.register(_TopOwners(fn))
+
+    def stalls(self, meter: StallMeter) -> None:
+        """Export the stall meter's histograms (event-loop lag, its CPU share, GIL hold)."""
+        self.registry.register(_Stalls(meter))
 
     def gauge(self, name: str, doc: str, fn: Callable[[], float]) -> None:
         g = Gauge(name, doc, registry=self.registry)

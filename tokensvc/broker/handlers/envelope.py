@@ -32,6 +32,7 @@ request that is not a write, or import ``zk``.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 from typing import TYPE_CHECKING
 
@@ -39,6 +40,7 @@ from tokensvc.authz.acl import AclOperation, ResourceType
 from tokensvc.broker.context import RequestContext, WriteTicket, committed_token_fields
 from tokensvc.broker.decoding import decode_client_request
 from tokensvc.broker.handlers.base import ApiHandler
+from tokensvc.broker.offloop import LARGE_ITEMS
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.protocol import ProtocolError
 from tokensvc.protocol.principal_serde import deserialize_principal
@@ -147,11 +149,18 @@ async def handle_envelope(services: Services, ctx: RequestContext, body: dict) -
         return _error(ctx.api_version, Errors.NOT_CONTROLLER)
     committed = inner.write.committed if inner.write is not None else []
     tokens = inner.write.tokens if inner.write is not None else []
+
+    def fields() -> list[dict]:
+        return [committed_token_fields(t) for t in tokens]
+
+    # A revocation's ten thousand states: built in a thread (the response is then
+    # encoded in one too, tokensvc.broker.offloop).
     return {
         "ResponseData": response,
         "ErrorCode": 0,
         "CommittedVersions": [{"Root": root, "Sequence": seq} for root, seq in committed],
-        "CommittedTokens": [committed_token_fields(t) for t in tokens],
+        "CommittedTokens": (await asyncio.to_thread(fields) if len(tokens) > LARGE_ITEMS
+                            else fields()),
     }
 
 
