@@ -79,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--verbose", action="store_true", help="log what the suite starts")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a broker setting for every cluster the suite starts (repeatable)")
+    parser.add_argument("--insecure-zookeeper", action="store_true",
+                        help="start the local clusters' ZooKeeper open (plain port, no SASL, "
+                             "no ACLs): the secure default's cost, measured against this")
     args = parser.parse_args(argv)
     settings = {}
     for item in args.set:
@@ -98,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
 
     started = now_utc()
     clock = time.monotonic()
-    ctx = BenchContext(args.quick, broker_settings=settings)
+    ctx = BenchContext(args.quick, broker_settings=settings,
+                       insecure_zookeeper=args.insecure_zookeeper)
     outcomes: list[Outcome] = []
     try:
         for bench_id, title, run in plan(only):

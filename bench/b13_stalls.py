@@ -394,7 +394,7 @@ def measure(ctx: BenchContext, scale: Scale) -> dict[str, Any]:
         stage = Stage(cluster, zk.pid)
         config = load_client_config(cluster.info["admin"]["properties"])
         admin = cluster.info["admin"]
-        handle = env.ClusterHandle(cluster, cluster.info["zookeeper"]["connect"],
+        handle = env.ClusterHandle(cluster, cluster.zk_settings(),
                                    admin["username"], admin["password"])
         controller, others = handle.roles()
         results["controller"] = controller

@@ -141,11 +141,11 @@ def _run(ctx: BenchContext, handle: env.ClusterHandle) -> Outcome:
     # Enough token details for the raw writer never to run out.
     budget = max(50_000, int(measured * sizes.b2_seconds * 4))
     raw = zkraw.raw_create_rate(
-        handle.zk_connect, env.make_tokens(ctx.master_key, budget), concurrency,
+        handle.zk, env.make_tokens(ctx.master_key, budget), concurrency,
         sizes.b2_seconds,
     )
     isolated = zkraw.raw_create_rate(
-        f"{handle.zk_connect.split('/', 1)[0]}/bench-raw-{time.monotonic_ns()}",
+        zkraw.sibling(handle.zk, f"bench-raw-{time.monotonic_ns()}"),
         env.make_tokens(ctx.master_key, budget),
         concurrency,
         sizes.b2_seconds,

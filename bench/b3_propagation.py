@@ -49,22 +49,22 @@ def run(ctx: BenchContext) -> Outcome:
     handle = env.cluster3(ctx)
     controller, others = handle.roles()
     create_id, login_id = others[0], others[-1]
-    backlog = zkraw.pending_notifications(handle.zk_connect)
+    backlog = zkraw.pending_notifications(handle.zk)
     latencies, attempts = asyncio.run(sample_propagation(
         handle.address(create_id), handle.address(login_id), handle.admin_user,
         handle.admin_password, samples,
     ))
     # The same again behind a backlog of notifications, as a burst of writes leaves one
     # for 15 minutes: reported in the details, not judged.
-    zkraw.raw_create_rate(handle.zk_connect, env.make_tokens(ctx.master_key, BACKLOG[ctx.quick]),
+    zkraw.raw_create_rate(handle.zk, env.make_tokens(ctx.master_key, BACKLOG[ctx.quick]),
                           32, 120.0)
-    backlog_after = zkraw.pending_notifications(handle.zk_connect)
+    backlog_after = zkraw.pending_notifications(handle.zk)
     behind, _ = asyncio.run(sample_propagation(
         handle.address(create_id), handle.address(login_id), handle.admin_user,
         handle.admin_password, max(10, samples // 4),
     ))
     watch = zkraw.watch_latencies(
-        f"{handle.zk_connect.split('/', 1)[0]}/bench-watch-{time.monotonic_ns()}",
+        zkraw.sibling(handle.zk, f"bench-watch-{time.monotonic_ns()}"),
         samples, PAUSE_S,
     )
     measured = env.summary(latencies)

@@ -26,6 +26,7 @@ from tokensvc.cluster import LocalCluster
 from tokensvc.core.keys import key_id, token_hmac
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
+from zk.client import ZkSettings
 from zk.server import ManagedZooKeeper
 
 DAY_MS = 86_400_000
@@ -50,9 +51,14 @@ class ClusterHandle:
     """A running local cluster and what benchmarks need to reach it."""
 
     cluster: LocalCluster
-    zk_connect: str
+    # How to open its ZooKeeper as its brokers do (TLS and SASL on the secure default).
+    zk: ZkSettings
     admin_user: str
     admin_password: str
+
+    @property
+    def zk_connect(self) -> str:
+        return self.zk.connect
 
     def address(self, broker_id: int) -> str:
         return self.cluster.broker_info(broker_id)["listeners"]["SASL_PLAINTEXT"]
@@ -60,7 +66,7 @@ class ClusterHandle:
     def controller(self, timeout: float = 30.0) -> int:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            found = zkraw.controller_id(self.zk_connect)
+            found = zkraw.controller_id(self.zk)
             if found is not None:
                 return found
             time.sleep(0.1)
@@ -89,11 +95,11 @@ def start_cluster(
         zookeeper=zookeeper,
         overrides=broker_overrides(ctx, extra),
         die_with_parent=True,
+        insecure_zookeeper=ctx.insecure_zookeeper,
     )
     stack.callback(cluster.down)
     admin = cluster.info["admin"]
-    return ClusterHandle(cluster, cluster.info["zookeeper"]["connect"], admin["username"],
-                         admin["password"])
+    return ClusterHandle(cluster, cluster.zk_settings(), admin["username"], admin["password"])
 
 
 def cluster3(ctx: BenchContext) -> ClusterHandle:

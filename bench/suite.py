@@ -128,8 +128,12 @@ class BenchContext:
     """
 
     def __init__(self, quick: bool, workdir: Path | None = None,
-                 broker_settings: dict[str, str] | None = None) -> None:
+                 broker_settings: dict[str, str] | None = None,
+                 insecure_zookeeper: bool = False) -> None:
         self.quick = quick
+        # ``--insecure-zookeeper``: the suite's local clusters start their ZooKeeper open
+        # (plain port, no SASL, no ACLs), to measure what the secure default costs.
+        self.insecure_zookeeper = insecure_zookeeper
         # ``--set KEY=VALUE``: extra broker settings for every cluster the suite starts
         # (e.g. an A/B of ``zookeeper.max.staleness.ms=-1``).
         self.broker_settings = dict(broker_settings or {})

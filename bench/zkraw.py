@@ -20,6 +20,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from tokensvc.core.token import TokenInformation
@@ -31,10 +32,26 @@ PIPELINE_WINDOW = 4_000
 BATCH = 200
 
 
+# A benchmark reaches ZooKeeper with a connect string (a ZooKeeper the suite started
+# itself, open) or with the settings of a local cluster's secure ZooKeeper
+# (``LocalCluster.zk_settings()``: its TLS files and SASL login).
+Target = ZkSettings | str
+
+
+def settings(target: Target) -> ZkSettings:
+    return target if isinstance(target, ZkSettings) else ZkSettings(target)
+
+
+def sibling(target: Target, chroot: str) -> ZkSettings:
+    """The same ensemble and credentials, another chroot."""
+    found = settings(target)
+    return replace(found, connect=f"{found.hosts}/{chroot.strip('/')}")
+
+
 @contextlib.contextmanager
-def client(connect: str) -> Iterator[Any]:
-    """A started client on ``connect`` (chroot created), stopped on exit."""
-    zk = open_client(ZkSettings(connect))
+def client(target: Target) -> Iterator[Any]:
+    """A started client on ``target`` (chroot created), stopped on exit."""
+    zk = open_client(settings(target))
     try:
         yield zk
     finally:
@@ -53,7 +70,7 @@ def _drain(results: deque, keep: int) -> None:
                 raise RuntimeError(f"ZooKeeper transaction failed: {failures[0]!r}")
 
 
-def write_tokens(connect: str, infos: Iterable[TokenInformation]) -> int:
+def write_tokens(connect: Target, infos: Iterable[TokenInformation]) -> int:
     """Create one znode per token without change notifications (brokers started
     afterwards load them): ``BATCH`` creates per transaction, transactions pipelined.
     Returns how many were written."""
@@ -78,7 +95,7 @@ def write_tokens(connect: str, infos: Iterable[TokenInformation]) -> int:
     return written
 
 
-def rewrite_tokens(connect: str, infos: Sequence[TokenInformation]) -> None:
+def rewrite_tokens(connect: Target, infos: Sequence[TokenInformation]) -> None:
     """Overwrite existing token znodes, each in one transaction with its change
     notification (what the controller does on renew), pipelined."""
     with client(connect) as zk:
@@ -93,7 +110,7 @@ def rewrite_tokens(connect: str, infos: Sequence[TokenInformation]) -> None:
         _drain(results, 0)
 
 
-def controller_id(connect: str) -> int | None:
+def controller_id(connect: Target) -> int | None:
     """The broker id in ``/controller``, None when there is no controller."""
     with client(connect) as zk:
         found = zk.exists(layout.CONTROLLER)
@@ -169,7 +186,7 @@ def raw_create_rate(
         }
 
 
-def watch_latencies(connect: str, samples: int, pause_s: float) -> list[float]:
+def watch_latencies(connect: Target, samples: int, pause_s: float) -> list[float]:
     """Seconds from a writer's acknowledged create (token + change notification, as the
     controller commits) until a second session's children watch on the notifications
     fires -- the floor under any broker's propagation."""
@@ -202,7 +219,7 @@ def watch_latencies(connect: str, samples: int, pause_s: float) -> list[float]:
 
 
 @contextlib.contextmanager
-def deletion_times(connect: str, token_ids: Sequence[str]) -> Iterator[dict[str, float]]:
+def deletion_times(connect: Target, token_ids: Sequence[str]) -> Iterator[dict[str, float]]:
     """While the block runs, record the wall-clock time (``time.time()``) at which each
     token znode of ``token_ids`` is deleted, from an exists watch of a separate session."""
     times: dict[str, float] = {}
@@ -218,7 +235,7 @@ def deletion_times(connect: str, token_ids: Sequence[str]) -> Iterator[dict[str,
 
 
 
-def pending_notifications(connect: str) -> int:
+def pending_notifications(connect: Target) -> int:
     """How many token change notifications ZooKeeper holds (each broker lists them all
     on every change it follows, so propagation grows with this until the purge)."""
     with client(connect) as zk:
