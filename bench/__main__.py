@@ -82,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--insecure-zookeeper", action="store_true",
                         help="start the local clusters' ZooKeeper open (plain port, no SASL, "
                              "no ACLs): the secure default's cost, measured against this")
+    parser.add_argument("--label-tokens", action="store_true",
+                        help="B1 and B2 create every token with 4 labels of 32 bytes")
     args = parser.parse_args(argv)
     settings = {}
     for item in args.set:
@@ -102,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     started = now_utc()
     clock = time.monotonic()
     ctx = BenchContext(args.quick, broker_settings=settings,
-                       insecure_zookeeper=args.insecure_zookeeper)
+                       insecure_zookeeper=args.insecure_zookeeper,
+                       label_tokens=args.label_tokens)
     outcomes: list[Outcome] = []
     try:
         for bench_id, title, run in plan(only):

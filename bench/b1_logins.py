@@ -49,6 +49,7 @@ from bench.load import (
 )
 from bench.suite import BenchContext, Outcome, Target, ratio
 from bench.wire import (
+    BENCH_LABELS,
     CREATE_TOKEN,
     WireConnection,
     WireError,
@@ -75,13 +76,15 @@ TARGET_RATIO = 0.3
 IDLE_CONNECTIONS = 1_000
 
 
-async def create_tokens(address: str, user: str, password: str, count: int) -> list[dict]:
-    """Create ``count`` tokens through the broker at ``address``; their CreateDelegationToken
-    responses (token id and HMAC)."""
+async def create_tokens(address: str, user: str, password: str, count: int,
+                        labels: dict[str, str] | None = None) -> list[dict]:
+    """Create ``count`` tokens (with ``labels``) through the broker at ``address``; their
+    CreateDelegationToken responses (token id and HMAC)."""
     conn = await open_logged_in(address, user, password)
     try:
+        body = create_token_body(labels=labels)
         responses = await asyncio.gather(
-            *(conn.request(CREATE_TOKEN, 3, create_token_body()) for _ in range(count))
+            *(conn.request(CREATE_TOKEN, 3, body) for _ in range(count))
         )
     finally:
         conn.close()
@@ -419,7 +422,8 @@ def run(ctx: BenchContext) -> Outcome:
     broker_id = others[0]
     address = handle.address(broker_id)
     responses = asyncio.run(
-        create_tokens(address, handle.admin_user, handle.admin_password, TOKEN_POOL)
+        create_tokens(address, handle.admin_user, handle.admin_password, TOKEN_POOL,
+                      labels=BENCH_LABELS if ctx.label_tokens else None)
     )
     tokens = credentials_of(responses)
     asyncio.run(wait_until_login_works(address, tokens))

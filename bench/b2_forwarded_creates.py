@@ -31,7 +31,13 @@ from typing import Any
 from bench import env, zkraw
 from bench.load import Window, WorkerReport, run_processes, until
 from bench.suite import BenchContext, Outcome, Target, ratio
-from bench.wire import CREATE_TOKEN, WireError, create_token_body, open_logged_in
+from bench.wire import (
+    BENCH_LABELS,
+    CREATE_TOKEN,
+    WireError,
+    create_token_body,
+    open_logged_in,
+)
 
 ID = "B2"
 TITLE = "forwarded token creates/s (non-controller broker)"
@@ -46,7 +52,7 @@ async def create_workload(window: Window, params: dict[str, Any]) -> WorkerRepor
         await open_logged_in(params["address"], params["user"], params["password"])
         for _ in range(params["concurrency"])
     ]
-    body = create_token_body()
+    body = create_token_body(labels=params.get("labels"))
 
     async def loop(conn) -> None:
         while time.time() < window.end:
@@ -124,6 +130,7 @@ def _run(ctx: BenchContext, handle: env.ClusterHandle) -> Outcome:
             "user": handle.admin_user,
             "password": handle.admin_password,
             "concurrency": concurrency,
+            "labels": BENCH_LABELS if ctx.label_tokens else None,
         },
         processes=1,
         warmup_s=1.0,

@@ -129,8 +129,10 @@ class BenchContext:
 
     def __init__(self, quick: bool, workdir: Path | None = None,
                  broker_settings: dict[str, str] | None = None,
-                 insecure_zookeeper: bool = False) -> None:
+                 insecure_zookeeper: bool = False, label_tokens: bool = False) -> None:
         self.quick = quick
+        # ``--label-tokens``: B1's and B2's tokens carry 4 labels of 32 bytes.
+        self.label_tokens = label_tokens
         # ``--insecure-zookeeper``: the suite's local clusters start their ZooKeeper open
         # (plain port, no SASL, no ACLs), to measure what the secure default costs.
         self.insecure_zookeeper = insecure_zookeeper

@@ -150,11 +150,20 @@ async def open_logged_in(
     return conn
 
 
-def create_token_body(max_lifetime_ms: int = -1) -> dict:
-    """A CreateDelegationToken v3 body for a token owned by the caller, no renewers."""
-    return {
+# ``--label-tokens``: the labels every token B1 and B2 create carries (4 labels, values
+# of 32 bytes: the case docs/performance.md measures).
+BENCH_LABELS = {f"bench/k{i}": f"{i}" * 32 for i in range(4)}
+
+
+def create_token_body(max_lifetime_ms: int = -1, labels: dict[str, str] | None = None) -> dict:
+    """A CreateDelegationToken v3 body for a token owned by the caller, no renewers;
+    ``labels`` go in tokensvc's tagged field."""
+    body = {
         "OwnerPrincipalType": None,
         "OwnerPrincipalName": None,
         "Renewers": [],
         "MaxLifetimeMs": max_lifetime_ms,
     }
+    if labels:
+        body["Labels"] = [{"Key": k, "Value": v} for k, v in sorted(labels.items())]
+    return body
