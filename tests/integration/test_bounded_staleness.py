@@ -27,11 +27,11 @@ from tests.support.wait import poll_until
 from tokensvc.broker.channel import ChannelAuthError
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
+from tokensvc.protocol.api import ApiKey
 from zk.server import ManagedZooKeeper
 
 pytestmark = pytest.mark.slow
 
-CREATE, DESCRIBE_ACLS = 38, 29
 ANY_ACL = {"ResourceTypeFilter": 1, "ResourceNameFilter": None, "PatternTypeFilter": 1,
            "PrincipalFilter": None, "HostFilter": None, "Operation": 1, "PermissionType": 1}
 REQUEST_TIMEOUT_MS = 2000
@@ -63,7 +63,7 @@ def _stale(audit: Path) -> list[dict]:
 
 def _token(address: tuple[str, int]) -> tuple[str, str]:
     with WireClient(address, *ADMIN) as admin:
-        created = admin.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+        created = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
     assert created["ErrorCode"] == 0
     return created["TokenId"], base64.b64encode(created["Hmac"]).decode("ascii")
 
@@ -91,7 +91,7 @@ def test_default_fails_closed_while_zookeeper_is_unreachable(
         token_id, hmac = _token(address)
         assert _login_error(address, token_id, hmac, token=True) is None
         session = WireClient(address, token_id, hmac, token=True, timeout=15.0)
-        assert session.request(DESCRIBE_ACLS, 3, ANY_ACL)["ErrorCode"] == 0
+        assert session.request(ApiKey.DESCRIBE_ACLS, 3, ANY_ACL)["ErrorCode"] == 0
         # A healthy broker never trips the gate.
         assert _stale(audit) == []
 
@@ -102,7 +102,7 @@ def test_default_fails_closed_while_zookeeper_is_unreachable(
         for name, secret, token in ((token_id, hmac, True), (*ADMIN, False)):
             message = _login_error(address, name, secret, token)
             assert message is not None and "view of ZooKeeper not confirmed" in message
-        described = session.request(DESCRIBE_ACLS, 3, ANY_ACL)
+        described = session.request(ApiKey.DESCRIBE_ACLS, 3, ANY_ACL)
         assert described["ErrorCode"] == int(Errors.REQUEST_TIMED_OUT)
         assert Errors.REQUEST_TIMED_OUT.retriable
         session.close()
@@ -138,7 +138,7 @@ def test_minus_one_answers_from_the_cache_while_zookeeper_is_unreachable(
         assert broker.broker.freshness.fresh()  # disabled: always answers from the cache
         assert _login_error(address, token_id, hmac, token=True) is None
         assert _login_error(address, *ADMIN) is None
-        assert session.request(DESCRIBE_ACLS, 3, ANY_ACL)["ErrorCode"] == 0
+        assert session.request(ApiKey.DESCRIBE_ACLS, 3, ANY_ACL)["ErrorCode"] == 0
         session.close()
         assert _stale(audit) == []
         assert broker.broker.freshness.rounds == 0

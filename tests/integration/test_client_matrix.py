@@ -55,8 +55,8 @@ from tokensvc.admin.results import AdminError
 from tokensvc.client_config import client_config_from_properties
 from tokensvc.core.errors import Errors
 from tokensvc.kafka_python_token import token_login_config
+from tokensvc.protocol.api import ApiKey
 
-CREATE, EXPIRE = 38, 40
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 PASSWORDS = {"admin": "admin-secret", "broker": "broker-secret", "alice": "alice-secret"}
 # Correctness bounds, not speed targets (propagation speed is benchmark B3).
@@ -81,7 +81,7 @@ def _bootstrap(broker: InProcessBroker) -> str:
 
 def _create_token(broker: InProcessBroker) -> dict:
     with WireClient(broker.address(), "alice", PASSWORDS["alice"]) as alice:
-        created = alice.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+        created = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
     assert created["ErrorCode"] == 0, created
     return created
 
@@ -96,7 +96,7 @@ def _wait_known_everywhere(brokers: list[InProcessBroker], token_id: str) -> Non
 
 def _expire_through(broker: InProcessBroker, token: dict) -> None:
     with WireClient(broker.address(), "alice", PASSWORDS["alice"]) as owner:
-        expired = owner.request(EXPIRE, 2, {"Hmac": token["Hmac"], "ExpiryTimePeriodMs": 0})
+        expired = owner.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": token["Hmac"], "ExpiryTimePeriodMs": 0})
     assert expired["ErrorCode"] == 0, expired
 
 
@@ -229,7 +229,7 @@ class KafkaPythonPlugin(KafkaPython):
 
 
 class _CreateDelegationTokenResponseV1(Response):
-    API_KEY = CREATE
+    API_KEY = ApiKey.CREATE_DELEGATION_TOKEN
     API_VERSION = 1
     SCHEMA = Schema(
         ("error_code", Int16), ("principal_type", String("utf-8")),
@@ -242,7 +242,7 @@ class _CreateDelegationTokenResponseV1(Response):
 class _CreateDelegationTokenRequestV1(RequestStruct):
     """Kafka's CreateDelegationToken v1 (aiokafka defines no delegation-token messages)."""
 
-    API_KEY = CREATE
+    API_KEY = ApiKey.CREATE_DELEGATION_TOKEN
     API_VERSION = 1
     RESPONSE_TYPE = _CreateDelegationTokenResponseV1
     SCHEMA = Schema(
@@ -253,7 +253,7 @@ class _CreateDelegationTokenRequestV1(RequestStruct):
 
 
 class _CreateDelegationToken(Request[_CreateDelegationTokenRequestV1]):
-    API_KEY = CREATE
+    API_KEY = ApiKey.CREATE_DELEGATION_TOKEN
 
     def build(
         self, request_struct_class: type[_CreateDelegationTokenRequestV1]

@@ -13,8 +13,8 @@ from tests.support.wait import retry
 from tokensvc.cluster import LocalCluster
 from tokensvc.config_loader import TOKENS_DISABLED
 from tokensvc.core.errors import Errors
+from tokensvc.protocol.api import ApiKey
 
-CREATE, DESCRIBE = 38, 41
 MAX_LIFETIME_MS = 600_000
 
 
@@ -37,7 +37,7 @@ def test_short_max_lifetime_starts_three_brokers_and_tokens_expire_at_max(
         for broker_id in cluster.broker_ids():
             with _admin(cluster, broker_id) as admin:
                 for asked in (-1, 0, MAX_LIFETIME_MS * 10, 300_000):
-                    token = admin.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": asked})
+                    token = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": asked})
                     assert token["ErrorCode"] == Errors.NONE
                     lifetime = 300_000 if asked == 300_000 else MAX_LIFETIME_MS
                     assert token["MaxTimestampMs"] == token["IssueTimestampMs"] + lifetime
@@ -47,7 +47,7 @@ def test_short_max_lifetime_starts_three_brokers_and_tokens_expire_at_max(
         def every_broker_describes_them() -> None:
             for broker_id in cluster.broker_ids():
                 with _admin(cluster, broker_id) as admin:
-                    described = admin.request(DESCRIBE, 3, {"Owners": None})
+                    described = admin.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None})
                 seen = {t["TokenId"]: t for t in described["Tokens"]}
                 assert seen.keys() >= created.keys()
                 for token_id, token in created.items():
@@ -69,7 +69,7 @@ def test_empty_secret_starts_with_tokens_disabled_said_once(tmp_path: Path, zk_c
                          overrides={"delegation.token.secret.key": ""},
                          die_with_parent=True) as cluster:
         with _admin(cluster, 1) as admin:
-            answer = admin.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+            answer = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
         assert answer["ErrorCode"] == Errors.DELEGATION_TOKEN_AUTH_DISABLED
         log = Path(cluster.broker_info(1)["log"]).read_text()
     assert log.count(TOKENS_DISABLED) == 1

@@ -25,8 +25,8 @@ from tokensvc.core.config import BrokerConfig
 from tokensvc.core.keys import key_id, token_hmac
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
+from tokensvc.protocol.api import ApiKey
 
-DESCRIBE = 41
 TOKENS = 40_000
 MASTER_KEY = "test-master-key"
 SLOW_SLICE_S = 0.02
@@ -65,7 +65,7 @@ def test_a_login_sent_during_a_describe_all_is_answered_before_it_ends(zookeeper
         described: dict = {}
         with WireClient(broker.address(), "admin", "admin-secret", timeout=300) as admin:
             describing = threading.Thread(
-                target=lambda: described.update(admin.request(DESCRIBE, 3, {"Owners": None}))
+                target=lambda: described.update(admin.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None}))
             )
             describing.start()
             poll_until(lambda: "slice" in order, timeout=60)

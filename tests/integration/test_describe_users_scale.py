@@ -21,10 +21,10 @@ from tests.support.client import WireClient
 from tests.support.inproc import InProcessBroker, bootstrap_user, broker_properties
 from tests.support.wait import poll_until
 from tokensvc.core.config import BrokerConfig
+from tokensvc.protocol.api import ApiKey
 from tokensvc.scram.formatter import ScramMechanism, derive_credential
 from zk.credential_store import USERS_PATH, encode_user_config
 
-DESCRIBE_USER_SCRAM = 50
 USERS = 5_000
 
 
@@ -66,7 +66,7 @@ def test_a_login_sent_during_a_describe_of_every_user_is_answered_before_it_ends
         with WireClient(broker.address(), "admin", "admin-secret", timeout=300) as admin:
             describing = threading.Thread(
                 target=lambda: described.update(
-                    admin.request(DESCRIBE_USER_SCRAM, 0, {"Users": None})
+                    admin.request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"Users": None})
                 )
             )
             describing.start()

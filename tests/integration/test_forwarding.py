@@ -30,12 +30,12 @@ from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.protocol import RequestHeader, decode_response, encode_request
+from tokensvc.protocol.api import ApiKey
 from tokensvc.protocol.principal_serde import serialize_principal
 from tokensvc.scram.formatter import ScramMechanism
 from zk.requests import RequestRecords
 from zk.token_store import TokenStore
 
-CREATE, RENEW, EXPIRE, DESCRIBE, ENVELOPE = 38, 39, 40, 41, 58
 LOCALHOST = bytes([127, 0, 0, 1])
 USERS = [("admin", "admin-secret"), ("broker", "broker-secret"), ("alice", "alice-secret"),
          ("bob", "bob-secret")]
@@ -114,7 +114,7 @@ def as_broker(broker: InProcessBroker) -> WireClient:
 
 def inner_create(response: dict, correlation_id: int = 4242) -> dict:
     assert response["ErrorCode"] == 0, response
-    got_id, body = decode_response(CREATE, 3, bytes(response["ResponseData"]))
+    got_id, body = decode_response(ApiKey.CREATE_DELEGATION_TOKEN, 3, bytes(response["ResponseData"]))
     assert got_id == correlation_id
     return body
 
@@ -124,9 +124,9 @@ ALICE = KafkaPrincipal.user("alice")
 
 def send_create_envelope(broker, request_key, principal: KafkaPrincipal = ALICE, *,
                          first: bool = False) -> dict:
-    body = envelope(CREATE, 3, create_body(), principal, request_key=request_key, first=first)
+    body = envelope(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_body(), principal, request_key=request_key, first=first)
     with as_broker(broker) as peer:
-        return inner_create(peer.request(ENVELOPE, 0, body))
+        return inner_create(peer.request(ApiKey.ENVELOPE, 0, body))
 
 
 # --- the forwarding broker ------------------------------------------------------------------
@@ -136,7 +136,7 @@ def test_create_on_a_non_controller_is_forwarded_and_counted_per_client_id(clust
     client_id = unique("fwd-create")
     with WireClient(follower(cluster).address(), "alice", "alice-secret",
                     client_id=client_id) as alice:
-        created = alice.request(CREATE, 3, create_body())
+        created = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_body())
     assert created["ErrorCode"] == 0
     assert forwarded_count(follower(cluster), client_id) == 1
     assert forwarded_count(controller(cluster), client_id) == 0
@@ -148,9 +148,9 @@ def test_token_and_credential_writes_are_forwarded_by_a_non_controller(cluster, 
     client_id = unique("fwd-all")
     with WireClient(follower(cluster).address(), "alice", "alice-secret",
                     client_id=client_id) as alice:
-        created = alice.request(CREATE, 3, create_body())
-        renewed = alice.request(RENEW, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 60_000})
-        expired = alice.request(EXPIRE, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
+        created = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_body())
+        renewed = alice.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 60_000})
+        expired = alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
     assert [created["ErrorCode"], renewed["ErrorCode"], expired["ErrorCode"]] == [0, 0, 0]
     assert store.get(created["TokenId"]) is None
 
@@ -173,7 +173,7 @@ def test_a_request_refused_by_the_local_checks_is_not_forwarded(cluster):
     client_id = unique("fwd-plain")
     with WireClient(follower(cluster).address("PLAINTEXT"), security_protocol="PLAINTEXT",
                     client_id=client_id) as anonymous:
-        refused = anonymous.request(CREATE, 3, create_body())
+        refused = anonymous.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_body())
     assert refused["ErrorCode"] == Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
     assert forwarded_count(follower(cluster), client_id) == 0
 
@@ -181,8 +181,8 @@ def test_a_request_refused_by_the_local_checks_is_not_forwarded(cluster):
 def test_forwarded_response_reaches_the_client_unchanged(cluster):
     with WireClient(controller(cluster).address(), "bob", "bob-secret") as direct, \
             WireClient(follower(cluster).address(), "bob", "bob-secret") as forwarded:
-        a = direct.request(CREATE, 3, create_body(MaxLifetimeMs=3_600_000))
-        b = forwarded.request(CREATE, 3, create_body(MaxLifetimeMs=3_600_000))
+        a = direct.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_body(MaxLifetimeMs=3_600_000))
+        b = forwarded.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_body(MaxLifetimeMs=3_600_000))
     assert a.keys() == b.keys()
     for field in ("ErrorCode", "PrincipalType", "PrincipalName", "TokenRequesterPrincipalName"):
         assert a[field] == b[field]
@@ -202,14 +202,14 @@ def test_envelope_is_handled_as_the_original_principal(cluster):
 def test_envelope_carrying_a_token_authenticated_principal_may_not_create_tokens(cluster):
     principal = KafkaPrincipal("User", "alice", token_authenticated=True)
     with as_broker(controller(cluster)) as peer:
-        response = peer.request(ENVELOPE, 0, envelope(CREATE, 3, create_body(), principal))
+        response = peer.request(ApiKey.ENVELOPE, 0, envelope(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_body(), principal))
     assert inner_create(response)["ErrorCode"] == Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
 
 
 def test_envelope_from_a_user_without_cluster_action_is_cluster_authorization_failed(cluster):
     with WireClient(controller(cluster).address("BROKER"), "alice", "alice-secret") as alice:
         response = alice.request(
-            ENVELOPE, 0, envelope(CREATE, 3, create_body(), KafkaPrincipal.user("alice"))
+            ApiKey.ENVELOPE, 0, envelope(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_body(), KafkaPrincipal.user("alice"))
         )
     assert response["ErrorCode"] == Errors.CLUSTER_AUTHORIZATION_FAILED
     assert response["ResponseData"] is None
@@ -219,41 +219,41 @@ def test_envelope_on_a_client_listener_is_refused_and_the_connection_closed(clus
     with WireClient(controller(cluster).address(), "broker", "broker-secret",
                     mechanism="SCRAM-SHA-512") as peer:
         response = peer.request(
-            ENVELOPE, 0, envelope(CREATE, 3, create_body(), KafkaPrincipal.user("alice"))
+            ApiKey.ENVELOPE, 0, envelope(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_body(), KafkaPrincipal.user("alice"))
         )
         assert response["ErrorCode"] == Errors.CLUSTER_AUTHORIZATION_FAILED
         with pytest.raises(ConnectionError):
-            peer.request(DESCRIBE, 3, {"Owners": None})
+            peer.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None})
 
 
 def test_envelope_to_a_broker_that_is_not_the_controller_is_not_controller(cluster):
     with as_broker(follower(cluster)) as peer:
         response = peer.request(
-            ENVELOPE, 0, envelope(CREATE, 3, create_body(), KafkaPrincipal.user("alice"))
+            ApiKey.ENVELOPE, 0, envelope(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_body(), KafkaPrincipal.user("alice"))
         )
     assert response["ErrorCode"] == Errors.NOT_CONTROLLER
 
 
 def test_unreadable_principal_is_principal_deserialization_failure(cluster):
-    body = envelope(CREATE, 3, create_body(), KafkaPrincipal.user("alice"),
+    body = envelope(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_body(), KafkaPrincipal.user("alice"),
                     principal_bytes=b"\x00\x00\xff\xfe garbage")
     with as_broker(controller(cluster)) as peer:
-        response = peer.request(ENVELOPE, 0, body)
+        response = peer.request(ApiKey.ENVELOPE, 0, body)
     assert response["ErrorCode"] == Errors.PRINCIPAL_DESERIALIZATION_FAILURE
 
 
 def test_envelope_around_a_read_request_is_invalid_request(cluster):
-    body = envelope(DESCRIBE, 3, {"Owners": None}, KafkaPrincipal.user("alice"))
+    body = envelope(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None}, KafkaPrincipal.user("alice"))
     with as_broker(controller(cluster)) as peer:
-        response = peer.request(ENVELOPE, 0, body)
+        response = peer.request(ApiKey.ENVELOPE, 0, body)
     assert response["ErrorCode"] == Errors.INVALID_REQUEST
 
 
 def test_malformed_request_key_is_invalid_request(cluster):
-    body = envelope(CREATE, 3, create_body(), KafkaPrincipal.user("alice"),
+    body = envelope(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_body(), KafkaPrincipal.user("alice"),
                     request_key="../../controller")
     with as_broker(controller(cluster)) as peer:
-        response = peer.request(ENVELOPE, 0, body)
+        response = peer.request(ApiKey.ENVELOPE, 0, body)
     assert response["ErrorCode"] == Errors.INVALID_REQUEST
 
 
@@ -298,13 +298,13 @@ def test_concurrent_attempts_with_one_request_key_create_one_token(cluster, stor
     key = uuid.uuid4().hex
     before = set(store.token_ids())
     clients = [as_broker(controller(cluster)) for _ in range(4)]
-    body = envelope(CREATE, 3, create_body(), KafkaPrincipal.user("alice"), request_key=key)
+    body = envelope(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_body(), KafkaPrincipal.user("alice"), request_key=key)
     results: list[dict] = []
     barrier = threading.Barrier(len(clients))
 
     def attempt(client: WireClient) -> None:
         barrier.wait()
-        results.append(inner_create(client.request(ENVELOPE, 0, body)))
+        results.append(inner_create(client.request(ApiKey.ENVELOPE, 0, body)))
 
     threads = [threading.Thread(target=attempt, args=(c,)) for c in clients]
     for t in threads:
@@ -344,7 +344,7 @@ def test_forwarder_that_cannot_reach_the_controller_answers_request_timed_out(zk
         client_id = unique("fwd-timeout")
         with WireClient(lost.address(), "alice", "alice-secret", client_id=client_id) as alice:
             started = time.monotonic()
-            response = alice.request(CREATE, 3, create_body())
+            response = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_body())
             elapsed = time.monotonic() - started
         assert response["ErrorCode"] == Errors.REQUEST_TIMED_OUT
         assert response["TokenId"] == ""
@@ -380,10 +380,10 @@ def test_forwarded_writes_with_per_item_results_that_time_out_fail_every_item(zk
         with AdminClient("{}:{}".format(*cluster[0].address()), config, timeout_s=15) as admin:
             admin.upsert_user_scram_credential(user, ScramMechanism.SCRAM_SHA_256, "pw-1")
         with WireClient(lost.address(), "admin", "admin-secret") as wire:
-            deleted = wire.request(51, 0, {"Deletions": [{"Name": user, "Mechanism": 1}],
+            deleted = wire.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {"Deletions": [{"Name": user, "Mechanism": 1}],
                                            "Upsertions": []})
-            created = wire.request(30, 3, {"Creations": [rule, rule]})
-            removed = wire.request(31, 3, {"Filters": [rule_filter]})
+            created = wire.request(ApiKey.CREATE_ACLS, 3, {"Creations": [rule, rule]})
+            removed = wire.request(ApiKey.DELETE_ACLS, 3, {"Filters": [rule_filter]})
         assert [(r["User"], r["ErrorCode"]) for r in deleted["Results"]] == \
             [(user, Errors.REQUEST_TIMED_OUT)]
         assert [r["ErrorCode"] for r in created["Results"]] == [Errors.REQUEST_TIMED_OUT] * 2

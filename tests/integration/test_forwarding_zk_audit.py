@@ -22,13 +22,13 @@ from tests.support.inproc import InProcessBroker, broker_properties
 from tokensvc.admin import AdminClient
 from tokensvc.client_config import client_config_from_properties
 from tokensvc.core.config import BrokerConfig
+from tokensvc.protocol.api import ApiKey
 from tokensvc.scram.formatter import ScramMechanism, derive_credential
 from zk.client import ZkSettings, open_client
 from zk.credential_store import CredentialStore
 from zk.server import ManagedZooKeeper
 from zk.token_store import TokenStore
 
-CREATE, RENEW, EXPIRE = 38, 39, 40
 CHROOT = "/only-controller-writes"
 WATCHED = ("/delegation_token/tokens", "/delegation_token/requests", "/config/users")
 WRITES = {"create", "delete", "setData", "setAcl"}
@@ -109,13 +109,13 @@ def test_writes_sent_to_non_controllers_are_done_by_the_controller_identity_alon
         swept_ids = []
         for follower in others:
             with WireClient(follower.address(), "alice", "alice-secret") as alice:
-                created = alice.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
-                renewed = alice.request(RENEW, 2, {"Hmac": created["Hmac"],
+                created = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+                renewed = alice.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"],
                                                    "RenewPeriodMs": 60_000})
-                kept = alice.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
-                expired = alice.request(EXPIRE, 2, {"Hmac": created["Hmac"],
+                kept = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+                expired = alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"],
                                                     "ExpiryTimePeriodMs": -1})
-                short = alice.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": 1})
+                short = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": 1})
             assert [r["ErrorCode"] for r in (created, renewed, kept, expired, short)] == [0] * 5
             swept_ids.append(short["TokenId"])
             config = client_config_from_properties({

@@ -27,11 +27,11 @@ from tests.support.inproc import (
 )
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.protocol import RequestHeader, decode_response, encode_request
+from tokensvc.protocol.api import ApiKey
 from tokensvc.protocol.principal_serde import serialize_principal
 from zk.requests import RequestRecords
 from zk.token_store import TokenStore
 
-CREATE, RENEW, ENVELOPE = 38, 39, 58
 USERS = [("admin", "admin-secret"), ("broker", "broker-secret"), ("alice", "alice-secret")]
 ALICE = KafkaPrincipal.user("alice")
 
@@ -54,7 +54,7 @@ def zk(zk_chroot):
 
 
 def _create_envelope(correlation_id: int, key: str) -> dict:
-    inner = encode_request(RequestHeader(CREATE, 3, correlation_id, "original-client"),
+    inner = encode_request(RequestHeader(ApiKey.CREATE_DELEGATION_TOKEN, 3, correlation_id, "original-client"),
                            {"Renewers": [], "MaxLifetimeMs": -1})
     return {"RequestData": inner, "RequestPrincipal": serialize_principal(ALICE),
             "ClientHostAddress": bytes([127, 0, 0, 1]), "RequestKey": key,
@@ -63,7 +63,7 @@ def _create_envelope(correlation_id: int, key: str) -> dict:
 
 def _inner(response: dict) -> tuple[int, dict]:
     assert response["ErrorCode"] == 0, response
-    return decode_response(CREATE, 3, bytes(response["ResponseData"]))
+    return decode_response(ApiKey.CREATE_DELEGATION_TOKEN, 3, bytes(response["ResponseData"]))
 
 
 def test_envelopes_on_one_connection_run_together_and_each_gets_its_own_answer(cluster, zk):
@@ -77,7 +77,7 @@ def test_envelopes_on_one_connection_run_together_and_each_gets_its_own_answer(c
                                   mechanism="SCRAM-SHA-512", client_id="broker-9")
         try:
             return await asyncio.gather(*(
-                peer.request(ENVELOPE, 0, _create_envelope(1000 + i, keys[i]), timeout=30)
+                peer.request(ApiKey.ENVELOPE, 0, _create_envelope(1000 + i, keys[i]), timeout=30)
                 for i in range(count)))
         finally:
             await peer.close()
@@ -109,14 +109,14 @@ def test_a_failed_write_in_a_batch_is_answered_alone_and_the_others_commit(clust
         peer = await open_channel(ctl.address("BROKER"), "broker", "broker-secret",
                                   mechanism="SCRAM-SHA-512", client_id="broker-9")
         try:
-            first = await peer.request(ENVELOPE, 0, _create_envelope(1, "repeated-key-gc"),
+            first = await peer.request(ApiKey.ENVELOPE, 0, _create_envelope(1, "repeated-key-gc"),
                                        timeout=30)
             # The same key again, wrongly marked first, amid fresh creates: its write fails
             # in the batch (the record exists); the others must not fail with it.
             keys = [uuid.uuid4().hex for _ in range(count)]
             keys[5] = "repeated-key-gc"
             rest = await asyncio.gather(*(
-                peer.request(ENVELOPE, 0, _create_envelope(100 + i, keys[i]), timeout=30)
+                peer.request(ApiKey.ENVELOPE, 0, _create_envelope(100 + i, keys[i]), timeout=30)
                 for i in range(count)))
             return first, rest
         finally:
@@ -142,13 +142,13 @@ def test_concurrent_creates_and_renews_through_a_non_controller_all_succeed_once
         done = []
         try:
             for _ in range(per_client):
-                created = await session.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1},
+                created = await session.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1},
                                                 timeout=30)
                 assert created["ErrorCode"] == 0, created
                 usable = await token_logs_in(fwd.address(), created["TokenId"], created["Hmac"],
                                              client_id="broker-9")
                 renewed = await session.request(
-                    RENEW, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 3_600_000}, timeout=30)
+                    ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 3_600_000}, timeout=30)
                 assert renewed["ErrorCode"] == 0, renewed
                 done.append((created["TokenId"], created["ExpiryTimestampMs"],
                              renewed["ExpiryTimestampMs"], usable))

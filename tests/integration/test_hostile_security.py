@@ -35,9 +35,9 @@ from tests.support.inproc import (
 from tests.support.wait import retry as eventually
 from tokensvc.audit.events import name_fingerprint
 from tokensvc.core.errors import Errors
+from tokensvc.protocol.api import ApiKey
 from zk.token_store import TokenStore
 
-CREATE, RENEW, EXPIRE, DESCRIBE = 38, 39, 40, 41
 DELAY_MS = 300
 PASSWORDS = {"admin": "admin-secret", "broker": "broker-secret", "alice": "alice-secret",
              "bob": "bob-secret", "mallory": "mallory-secret"}
@@ -64,7 +64,7 @@ def _password(created: dict) -> str:
 
 def _create(broker: InProcessBroker, user: str, **body) -> dict:
     with WireClient(broker.address(), user, PASSWORDS[user]) as client:
-        created = client.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1, **body})
+        created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1, **body})
     assert created["ErrorCode"] == 0
     return created
 
@@ -76,10 +76,10 @@ def _token_session(broker: InProcessBroker, created: dict) -> WireClient:
 
 def _token_requests(created: dict) -> list[tuple[str, int, int, dict]]:
     return [
-        ("create", CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1}),
-        ("renew", RENEW, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 3_600_000}),
-        ("expire", EXPIRE, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1}),
-        ("describe", DESCRIBE, 3, {"Owners": None}),
+        ("create", ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1}),
+        ("renew", ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 3_600_000}),
+        ("expire", ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1}),
+        ("describe", ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None}),
     ]
 
 
@@ -119,13 +119,13 @@ def test_a_user_who_is_neither_owner_nor_renewer_can_neither_renew_nor_expire(
     before = env["store"].get(created["TokenId"])
     with eventually(lambda: WireClient(env[role].address(), "mallory", PASSWORDS["mallory"])
                     ) as mallory:
-        renew = mallory.request(RENEW, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 10**9})
-        expire = mallory.request(EXPIRE, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
+        renew = mallory.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 10**9})
+        expire = mallory.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
     assert renew["ErrorCode"] == Errors.DELEGATION_TOKEN_OWNER_MISMATCH
     assert expire["ErrorCode"] == Errors.DELEGATION_TOKEN_OWNER_MISMATCH
     assert env["store"].get(created["TokenId"]) == before
     with WireClient(env[role].address(), "bob", PASSWORDS["bob"]) as bob:
-        renewed = eventually(lambda: _ok(bob.request(RENEW, 2, {"Hmac": created["Hmac"],
+        renewed = eventually(lambda: _ok(bob.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"],
                                                               "RenewPeriodMs": 60_000})))
     assert renewed["ExpiryTimestampMs"] > 0
 

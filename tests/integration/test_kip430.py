@@ -17,8 +17,8 @@ from tests.support.inproc import InProcessBroker, add_user, bootstrap_user, brok
 from tokensvc.authz.acl import AclOperation, ResourceType, supported_operations
 from tokensvc.authz.authorizer import ALL_OPERATIONS_BITFIELD, NOT_REQUESTED_BITFIELD
 from tokensvc.core.config import BrokerConfig
+from tokensvc.protocol.api import ApiKey
 
-METADATA, CREATE_ACLS, DESCRIBE_CLUSTER = 3, 30, 60
 CLUSTER_OPS = {op.name for op in supported_operations(ResourceType.CLUSTER)}
 
 
@@ -38,7 +38,7 @@ def broker(zookeeper) -> Iterator[InProcessBroker]:
         bootstrap_user(connect, user, f"{user}-secret")
     running = _start(connect)
     with WireClient(running.address(), "admin", "admin-secret") as admin:
-        response = admin.request(CREATE_ACLS, 3, {"Creations": [
+        response = admin.request(ApiKey.CREATE_ACLS, 3, {"Creations": [
             _cluster_acl("User:alice", AclOperation.ALTER),
             _cluster_acl("User:alice", AclOperation.IDEMPOTENT_WRITE),
             _cluster_acl("User:alice", AclOperation.ALTER_CONFIGS),
@@ -95,7 +95,7 @@ def test_user_sees_exactly_its_granted_operations_and_the_implied_ones(broker):
 
 def describe_cluster_bitfield(broker: InProcessBroker, user: str) -> int:
     with WireClient(broker.address(), user, f"{user}-secret") as client:
-        response = client.request(DESCRIBE_CLUSTER, 0, {"IncludeClusterAuthorizedOperations": True})
+        response = client.request(ApiKey.DESCRIBE_CLUSTER, 0, {"IncludeClusterAuthorizedOperations": True})
     assert response["ErrorCode"] == 0
     return response["ClusterAuthorizedOperations"]
 
@@ -123,11 +123,11 @@ def test_confluent_names_every_cluster_operation_tokensvc_reports():
 ])
 def test_metadata_reports_the_bitfield_only_when_asked(broker, user, expected):
     with WireClient(broker.address(), user, f"{user}-secret") as client:
-        asked = client.request(METADATA, 10, {
+        asked = client.request(ApiKey.METADATA, 10, {
             "Topics": [], "AllowAutoTopicCreation": False,
             "IncludeClusterAuthorizedOperations": True, "IncludeTopicAuthorizedOperations": False,
         })
-        not_asked = client.request(METADATA, 10, {
+        not_asked = client.request(ApiKey.METADATA, 10, {
             "Topics": [], "AllowAutoTopicCreation": False,
             "IncludeClusterAuthorizedOperations": False, "IncludeTopicAuthorizedOperations": False,
         })
@@ -140,7 +140,7 @@ def test_new_cluster_acl_shows_up_in_the_next_answer(broker):
     add_user([broker], user, f"{user}-secret")
     assert describe_cluster_bitfield(broker, user) == 0
     with WireClient(broker.address(), "admin", "admin-secret") as admin:
-        response = admin.request(CREATE_ACLS, 3, {"Creations": [
+        response = admin.request(ApiKey.CREATE_ACLS, 3, {"Creations": [
             _cluster_acl(f"User:{user}", AclOperation.CLUSTER_ACTION)]})
     assert [r["ErrorCode"] for r in response["Results"]] == [0]
     assert confluent_operations(broker, user) == {"CLUSTER_ACTION"}

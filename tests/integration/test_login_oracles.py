@@ -45,11 +45,10 @@ from tokensvc.audit.events import FINGERPRINT_PREFIX, name_fingerprint
 from tokensvc.audit.rules import ReferenceAudit, RuleSettings
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import RequestHeader, decode_response, encode_request, frame
+from tokensvc.protocol.api import ApiKey
 from tokensvc.scram.formatter import ScramMechanism, client_proof
 from tokensvc.scram.messages import ServerFirstMessage
 
-SASL_HANDSHAKE, SASL_AUTHENTICATE, CREATE_ACLS, DELETE_ACLS = 17, 36, 30, 31
-CREATE_TOKEN, ALTER_SCRAM = 38, 51
 # Names of one length (a token id's, 22): the classes must differ by what they are only.
 KNOWN_USER = "known-user-22-char-nam"
 UNKNOWN_USER = "unknown-user-22-char-n"
@@ -108,11 +107,11 @@ def client_first(address: tuple[str, int], mechanism: str, name: str,
     """(server-first message, nanoseconds of the client-first round trip) on a new connection."""
     conn = RawConnection(address)
     try:
-        handshake = conn.call(SASL_HANDSHAKE, 1, {"Mechanism": mechanism})
+        handshake = conn.call(ApiKey.SASL_HANDSHAKE, 1, {"Mechanism": mechanism})
         assert handshake["ErrorCode"] == 0
         message = f"n,,n={name},r={secrets.token_urlsafe(18)}{extensions}".encode()
         started = time.perf_counter_ns()
-        answer = conn.call(SASL_AUTHENTICATE, 2, {"AuthBytes": message})
+        answer = conn.call(ApiKey.SASL_AUTHENTICATE, 2, {"AuthBytes": message})
         elapsed = time.perf_counter_ns() - started
     finally:
         conn.close()
@@ -122,7 +121,7 @@ def client_first(address: tuple[str, int], mechanism: str, name: str,
 
 def create_token(broker: InProcessBroker, user: str) -> dict:
     with WireClient(broker.address(), user, PASSWORDS[user]) as client:
-        created = client.request(CREATE_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+        created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
     assert created["ErrorCode"] == 0, created
     return created
 
@@ -247,10 +246,10 @@ def test_a_super_users_token_session_may_not_alter_credentials_or_acls(
     wait_known_everywhere(cluster["brokers"], token["TokenId"])
     broker = cluster[role]
     with token_session(broker, token) as session:
-        altered = session.request(ALTER_SCRAM, 0, {
+        altered = session.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {
             "Deletions": [], "Upsertions": [scram_upsertion("alice", "stolen-password")]})
-        created = session.request(CREATE_ACLS, 2, {"Creations": [ACL_CREATION]})
-        deleted = session.request(DELETE_ACLS, 2, {"Filters": [ACL_FILTER]})
+        created = session.request(ApiKey.CREATE_ACLS, 2, {"Creations": [ACL_CREATION]})
+        deleted = session.request(ApiKey.DELETE_ACLS, 2, {"Filters": [ACL_FILTER]})
     assert [r["ErrorCode"] for r in altered["Results"]] == [NOT_ALLOWED]
     assert "delegation.token.session.alter.access.enable" in altered["Results"][0]["ErrorMessage"]
     assert [r["ErrorCode"] for r in created["Results"]] == [NOT_ALLOWED]
@@ -258,7 +257,7 @@ def test_a_super_users_token_session_may_not_alter_credentials_or_acls(
     # Nothing changed: alice's password still works, the ACL does not exist.
     WireClient(broker.address(), "alice", PASSWORDS["alice"]).close()
     with WireClient(cluster["controller"].address(), "admin", PASSWORDS["admin"]) as admin:
-        described = admin.request(29, 2, ACL_FILTER)
+        described = admin.request(ApiKey.DESCRIBE_ACLS, 2, ACL_FILTER)
     assert described["ErrorCode"] == 0 and described["Resources"] == []
 
     def audited() -> None:
@@ -278,7 +277,7 @@ def test_the_setting_restores_kafkas_behaviour_for_token_sessions(
                          delegation_token_session_alter_access_enable="true") as (broker,):
         token = create_token(broker, "admin")
         with token_session(broker, token) as session:
-            altered = session.request(ALTER_SCRAM, 0, {
+            altered = session.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {
                 "Deletions": [], "Upsertions": [scram_upsertion("bob", "new-bob-password")]})
         assert [r["ErrorCode"] for r in altered["Results"]] == [0]
         WireClient(broker.address(), "bob", "new-bob-password", mechanism="SCRAM-SHA-256").close()
@@ -292,7 +291,7 @@ def test_a_user_named_like_a_live_token_id_is_refused(cluster: dict, role: str) 
     token = create_token(cluster["controller"], "alice")
     wait_known_everywhere(cluster["brokers"], token["TokenId"])
     with WireClient(cluster[role].address(), "admin", PASSWORDS["admin"]) as admin:
-        altered = admin.request(ALTER_SCRAM, 0, {
+        altered = admin.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {
             "Deletions": [], "Upsertions": [scram_upsertion(token["TokenId"], "squatter")]})
     (result,) = altered["Results"]
     assert result["ErrorCode"] == int(Errors.UNACCEPTABLE_CREDENTIAL)
@@ -361,17 +360,17 @@ def librdkafka_login(address: tuple[str, int], user: str, password: str) -> dict
     mechanism = ScramMechanism.SCRAM_SHA_256
     conn = RawConnection(address)
     try:
-        assert conn.call(SASL_HANDSHAKE, 1, {"Mechanism": mechanism.mechanism_name})["ErrorCode"] == 0
+        assert conn.call(ApiKey.SASL_HANDSHAKE, 1, {"Mechanism": mechanism.mechanism_name})["ErrorCode"] == 0
         cnonce = secrets.token_urlsafe(18)
         bare = f"n={user},r={cnonce}"
-        first = conn.call(SASL_AUTHENTICATE, 2, {"AuthBytes": f"n,,{bare}".encode()})
+        first = conn.call(ApiKey.SASL_AUTHENTICATE, 2, {"AuthBytes": f"n,,{bare}".encode()})
         server_first = bytes(first["AuthBytes"]).decode()
         parsed = ServerFirstMessage.parse(server_first)
         without_proof = f"c=biws,r={cnonce}{parsed.nonce}"
         salted = mechanism.salted_password(password, parsed.salt, parsed.iterations)
         proof = client_proof(mechanism, salted, f"{bare},{server_first},{without_proof}".encode())
         final = f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
-        return conn.call(SASL_AUTHENTICATE, 2, {"AuthBytes": final})
+        return conn.call(ApiKey.SASL_AUTHENTICATE, 2, {"AuthBytes": final})
     finally:
         conn.close()
 

@@ -31,12 +31,12 @@ from tests.support.client import recv_exact
 from tests.support.wait import poll_until, retry
 from tokensvc.cluster import LocalCluster
 from tokensvc.protocol import RequestHeader, decode_response, encode_request, frame
+from tokensvc.protocol.api import ApiKey
 from tokensvc.scram.client import ScramClient
 from tokensvc.scram.formatter import ScramMechanism
 from zk.credential_store import bootstrap_user
 
 MB = 1024 * 1024
-SASL_HANDSHAKE, SASL_AUTHENTICATE, API_VERSIONS = 17, 36, 18
 USER, PASSWORD = "no-acls", "no-acls-secret"
 RECEIVE_BUFFER = 4096  # tokensvc.broker.connection.RECEIVE_BUFFER_BYTES
 
@@ -119,12 +119,12 @@ def _logged_in(cluster: LocalCluster, user: str = USER, password: str = PASSWORD
     sock = socket.create_connection(_address(cluster), timeout=10)
     mechanism = ScramMechanism.SCRAM_SHA_512
     try:
-        assert _call(sock, SASL_HANDSHAKE, 1,
+        assert _call(sock, ApiKey.SASL_HANDSHAKE, 1,
                      {"Mechanism": mechanism.mechanism_name})["ErrorCode"] == 0
         client = ScramClient(mechanism, user, password)
-        first = _call(sock, SASL_AUTHENTICATE, 2, {"AuthBytes": client.first_message()})
+        first = _call(sock, ApiKey.SASL_AUTHENTICATE, 2, {"AuthBytes": client.first_message()})
         assert first["ErrorCode"] == 0, first
-        final = _call(sock, SASL_AUTHENTICATE, 2,
+        final = _call(sock, ApiKey.SASL_AUTHENTICATE, 2,
                       {"AuthBytes": client.final_message(first["AuthBytes"])})
         assert final["ErrorCode"] == 0, final
     except BaseException:
@@ -284,7 +284,7 @@ def test_client_that_does_not_read_its_responses_stops_being_read_and_is_served_
     # it once 256 KB of responses wait (plus what the kernel's socket buffers take).
     count = 60_000
     requests = b"".join(
-        frame(encode_request(RequestHeader(API_VERSIONS, 3, corr, "membounds"), {}))
+        frame(encode_request(RequestHeader(ApiKey.API_VERSIONS, 3, corr, "membounds"), {}))
         for corr in range(count)
     )
     sock = socket.socket()

@@ -33,11 +33,10 @@ from tokensvc.authz.acl import (
 from tokensvc.broker.channel import ChannelAuthError
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
+from tokensvc.protocol.api import ApiKey
 from zk.acl_store import AclStore
 from zk.client import ZkSettings, open_client
 
-CREATE, RENEW, EXPIRE = 38, 39, 40
-DESCRIBE_CLUSTER = 60
 OPERATIONS_DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 # Every metric family a broker exposes (exposition names; counters add ``_total``).
@@ -121,7 +120,7 @@ def login(broker: InProcessBroker, user: str = "alice", password: str = "alice-s
 
 def create_token(broker: InProcessBroker, **kw) -> dict:
     with login(broker, **kw) as client:
-        created = client.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+        created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
     assert created["ErrorCode"] == 0
     return created
 
@@ -146,8 +145,8 @@ def test_requests_and_latency_count_each_request_by_api_and_error(brokers):
     before = scrape(broker)
     with login(broker) as alice:
         for _ in range(3):
-            alice.request(DESCRIBE_CLUSTER, 0, {"IncludeClusterAuthorizedOperations": False})
-        missing = alice.request(RENEW, 2, {"Hmac": b"\x01" * 64, "RenewPeriodMs": -1})
+            alice.request(ApiKey.DESCRIBE_CLUSTER, 0, {"IncludeClusterAuthorizedOperations": False})
+        missing = alice.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": b"\x01" * 64, "RenewPeriodMs": -1})
     assert missing["ErrorCode"] != 0
     after = scrape(broker)
     ok = {"api": "DescribeCluster", "error": "NONE"}
@@ -244,7 +243,7 @@ def test_expiry_sweeps_run_on_the_controller_and_count_removed_tokens(brokers):
     before = scrape(ctrl)
     created = create_token(ctrl)
     with login(ctrl) as alice:
-        moved = alice.request(EXPIRE, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": 1})
+        moved = alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": 1})
     assert moved["ErrorCode"] == 0
     eventually(lambda: _swept(ctrl, before))
     assert scrape(follower(brokers))("tokensvc_expiry_sweeps") == 0
@@ -266,7 +265,7 @@ def test_revoked_token_sessions_are_counted(brokers):
     session = WireClient(broker.address(), created["TokenId"], hmac, token=True)
     try:
         with login(broker) as alice:
-            expired = alice.request(EXPIRE, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
+            expired = alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
         assert expired["ErrorCode"] == 0
         eventually(lambda: _true(
             scrape(broker)("tokensvc_sessions_revoked_total") == before + 1))

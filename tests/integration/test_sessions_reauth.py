@@ -28,11 +28,10 @@ from tokensvc.broker.channel import ChannelClosed
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
 from tokensvc.kafka_python_token import token_login_config
+from tokensvc.protocol.api import ApiKey
 from tokensvc.scram.client import ScramClient
 from tokensvc.scram.formatter import ScramMechanism
 
-CREATE, RENEW, EXPIRE = 38, 39, 40
-DESCRIBE_CLUSTER = 60
 REAUTH_MS = 1_500
 DAY_MS = 86_400_000
 
@@ -84,7 +83,7 @@ def audited(broker: InProcessBroker, timeout: float = 5.0, **match: Any) -> list
 
 def create_token(broker: InProcessBroker) -> dict:
     with WireClient(broker.address(), "alice", "alice-secret") as alice:
-        created = alice.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+        created = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
     assert created["ErrorCode"] == 0
     return created
 
@@ -101,24 +100,24 @@ def reauthenticate(
     token: bool = False,
 ) -> dict:
     """KIP-368 over the live connection: SaslHandshake v1, then SaslAuthenticate v2 twice."""
-    handshake = client.request(17, 1, {"Mechanism": mechanism})
+    handshake = client.request(ApiKey.SASL_HANDSHAKE, 1, {"Mechanism": mechanism})
     if handshake["ErrorCode"]:
         return handshake
     scram = ScramClient(
         ScramMechanism.from_name(mechanism), username, password,
         extensions={"tokenauth": "true"} if token else {},
     )
-    first = client.request(36, 2, {"AuthBytes": scram.first_message()})
+    first = client.request(ApiKey.SASL_AUTHENTICATE, 2, {"AuthBytes": scram.first_message()})
     if first["ErrorCode"]:
         return first
-    final = client.request(36, 2, {"AuthBytes": scram.final_message(first["AuthBytes"])})
+    final = client.request(ApiKey.SASL_AUTHENTICATE, 2, {"AuthBytes": scram.final_message(first["AuthBytes"])})
     if final["ErrorCode"] == 0:
         scram.verify_server_final(final["AuthBytes"])
     return final
 
 
 def describe_cluster(client: WireClient) -> dict:
-    return client.request(DESCRIBE_CLUSTER, 0, {"IncludeClusterAuthorizedOperations": False})
+    return client.request(ApiKey.DESCRIBE_CLUSTER, 0, {"IncludeClusterAuthorizedOperations": False})
 
 
 def test_token_login_lifetime_is_the_time_left_until_the_token_expiry(brokers):
@@ -129,7 +128,7 @@ def test_token_login_lifetime_is_the_time_left_until_the_token_expiry(brokers):
     finally:
         session.close()
     with WireClient(brokers[2].address(), "alice", "alice-secret") as alice:
-        moved = alice.request(EXPIRE, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": 5_000})
+        moved = alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": 5_000})
     assert moved["ErrorCode"] == 0
     session = token_login(brokers[2], created)
     try:

@@ -25,8 +25,8 @@ from tokensvc import devcerts
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import RequestHeader, encode_request, frame
+from tokensvc.protocol.api import ApiKey
 
-CREATE, RENEW, EXPIRE, DESCRIBE = 38, 39, 40, 41
 CLIENT_SUBJECT = "CN=alice,O=tokensvc development"
 
 
@@ -86,7 +86,7 @@ def _ssl_client(
 
 
 def _create(client: WireClient) -> dict:
-    return client.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+    return client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
 
 
 def test_two_way_tls_principal_is_the_client_certificate_subject(
@@ -94,7 +94,7 @@ def test_two_way_tls_principal_is_the_client_certificate_subject(
 ) -> None:
     with _ssl_client(two_way, certs, certs.client) as alice:
         created = _create(alice)
-        described = alice.request(DESCRIBE, 3, {"Owners": None})
+        described = alice.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None})
     assert created["ErrorCode"] == 0
     assert (created["PrincipalType"], created["PrincipalName"]) == ("User", CLIENT_SUBJECT)
     assert created["TokenRequesterPrincipalName"] == CLIENT_SUBJECT
@@ -106,7 +106,7 @@ def test_two_way_tls_principal_is_the_client_certificate_subject(
 def test_two_way_tls_refuses_a_client_without_a_certificate(
     two_way: InProcessBroker, certs: devcerts.DevCertificates
 ) -> None:
-    api_versions = frame(encode_request(RequestHeader(18, 3, 1, "tls-test"), {}))
+    api_versions = frame(encode_request(RequestHeader(ApiKey.API_VERSIONS, 3, 1, "tls-test"), {}))
     raw = socket.create_connection(two_way.address("SSL"), timeout=5)
     with _context(certs, None).wrap_socket(raw, server_hostname="127.0.0.1") as tls:
         # With TLS 1.3 the client's handshake completes before the broker checks for a
@@ -129,9 +129,9 @@ def test_one_way_tls_gets_request_not_allowed_for_every_token_request(
     client_cert = certs.client if with_certificate else None
     with _ssl_client(one_way, certs, client_cert) as anonymous:
         created = _create(anonymous)
-        renewed = anonymous.request(RENEW, 2, {"Hmac": b"\x00" * 64, "RenewPeriodMs": -1})
-        expired = anonymous.request(EXPIRE, 2, {"Hmac": b"\x00" * 64, "ExpiryTimePeriodMs": -1})
-        described = anonymous.request(DESCRIBE, 3, {"Owners": None})
+        renewed = anonymous.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": b"\x00" * 64, "RenewPeriodMs": -1})
+        expired = anonymous.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": b"\x00" * 64, "ExpiryTimePeriodMs": -1})
+        described = anonymous.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None})
     not_allowed = Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
     assert created["ErrorCode"] == not_allowed
     assert renewed["ErrorCode"] == not_allowed

@@ -2,7 +2,7 @@
 whose inter-broker user is NOT a super user (so forwarding itself needs CLUSTER_ACTION).
 
 - creating a token for another owner needs CREATE_TOKENS on that User resource;
-- describing others' tokens needs DESCRIBE on the DelegationToken resource or
+- describing others' tokens needs ApiKey.DESCRIBE_DELEGATION_TOKEN on the DelegationToken resource or
   DESCRIBE_TOKENS on the owner's User resource;
 - renewers must be User: principals;
 - a forwarded request (EnvelopeRequest) needs CLUSTER_ACTION on the cluster.
@@ -29,9 +29,9 @@ from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.protocol import RequestHeader, decode_response, encode_request
+from tokensvc.protocol.api import ApiKey
 from tokensvc.protocol.principal_serde import serialize_principal
 
-CREATE_ACLS, CREATE, RENEW, DESCRIBE, ENVELOPE = 30, 38, 39, 41, 58
 LOCALHOST = bytes([127, 0, 0, 1])
 
 
@@ -74,7 +74,7 @@ def grant(cluster, principal: str, rtype: ResourceType, name: str, op: AclOperat
     """Create one ALLOW ACL as the super user, then wait until every broker applied it."""
     ctl = controller(cluster)
     with login(ctl, "admin") as admin:
-        response = admin.request(CREATE_ACLS, 3, {"Creations": [{
+        response = admin.request(ApiKey.CREATE_ACLS, 3, {"Creations": [{
             "ResourceType": int(rtype), "ResourceName": name, "ResourcePatternType": int(pattern),
             "Principal": principal, "Host": "*", "Operation": int(op), "PermissionType": 3}]})
     assert [r["ErrorCode"] for r in response["Results"]] == [0]
@@ -93,13 +93,13 @@ def create_token(client: WireClient, owner: str | None = None, renewers=()) -> d
             "MaxLifetimeMs": -1}
     if owner is not None:
         body.update(OwnerPrincipalType="User", OwnerPrincipalName=owner)
-    return client.request(CREATE, 3, body)
+    return client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, body)
 
 
 def visible_token_ids(client: WireClient, owners: list[str] | None = None) -> set[str]:
     body = {"Owners": None if owners is None else [
         {"PrincipalType": "User", "PrincipalName": o} for o in owners]}
-    response = client.request(DESCRIBE, 3, body)
+    response = client.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, body)
     assert response["ErrorCode"] == 0, response
     return {t["TokenId"] for t in response["Tokens"]}
 
@@ -202,7 +202,7 @@ def test_renewers_must_be_user_principals(cluster):
     assert refused["ErrorCode"] == Errors.INVALID_PRINCIPAL_TYPE
     assert created["ErrorCode"] == 0
     with login(controller(cluster), renewer) as client:
-        renewed = client.request(RENEW, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 60_000})
+        renewed = client.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 60_000})
     assert renewed["ErrorCode"] == 0
 
 
@@ -210,7 +210,7 @@ def test_renewers_must_be_user_principals(cluster):
 
 
 def _envelope_create(principal: KafkaPrincipal) -> dict:
-    data = encode_request(RequestHeader(CREATE, 3, 77, "original-client"),
+    data = encode_request(RequestHeader(ApiKey.CREATE_DELEGATION_TOKEN, 3, 77, "original-client"),
                           {"Renewers": [], "MaxLifetimeMs": -1})
     return {"RequestData": data, "RequestPrincipal": serialize_principal(principal),
             "ClientHostAddress": LOCALHOST}
@@ -220,14 +220,14 @@ def test_forwarded_request_needs_cluster_action_on_the_cluster(cluster):
     peer, owner = new_user(cluster, "peer"), new_user(cluster, "owner")
     envelope = _envelope_create(KafkaPrincipal.user(owner))
     with WireClient(controller(cluster).address("BROKER"), peer, password(peer)) as client:
-        refused = client.request(ENVELOPE, 0, envelope)
+        refused = client.request(ApiKey.ENVELOPE, 0, envelope)
         assert refused["ErrorCode"] == Errors.CLUSTER_AUTHORIZATION_FAILED
         assert refused["ResponseData"] is None
         grant(cluster, f"User:{peer}", ResourceType.CLUSTER, "kafka-cluster",
               AclOperation.CLUSTER_ACTION)
-        accepted = client.request(ENVELOPE, 0, envelope)
+        accepted = client.request(ApiKey.ENVELOPE, 0, envelope)
     assert accepted["ErrorCode"] == 0
-    correlation_id, inner = decode_response(CREATE, 3, bytes(accepted["ResponseData"]))
+    correlation_id, inner = decode_response(ApiKey.CREATE_DELEGATION_TOKEN, 3, bytes(accepted["ResponseData"]))
     assert correlation_id == 77
     assert inner["ErrorCode"] == 0
     assert inner["PrincipalName"] == owner

@@ -34,14 +34,13 @@ from tokensvc.broker.channel import BrokerChannel
 from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.protocol import RequestHeader, encode_request
+from tokensvc.protocol.api import ApiKey
 from tokensvc.protocol.principal_serde import serialize_principal
 from tokensvc.scram.formatter import ScramMechanism
 from zk import layout
 from zk.credential_store import CHANGES_PATH
 from zk.errors import StoreUnavailable
 
-CREATE, RENEW, EXPIRE, DESCRIBE = 38, 39, 40, 41
-CREATE_ACLS, ALTER_SCRAM, ENVELOPE = 30, 51, 58
 ROUNDS = 1_000
 CONCURRENCY = 8
 USERS = [("admin", "admin-secret"), ("broker", "broker-secret"), ("alice", "alice-secret"),
@@ -98,7 +97,7 @@ async def _follower_sessions(cluster, username: str,
 
 
 async def _create(session: BrokerChannel) -> dict:
-    return await session.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1}, timeout=15)
+    return await session.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1}, timeout=15)
 
 
 def test_create_then_login_on_the_same_non_controller_succeeds_every_time(cluster):
@@ -128,11 +127,11 @@ def test_renew_then_describe_on_the_same_non_controller_shows_the_new_expiry(clu
                 at, t = i % len(targets), i % len(tokens)
                 async with locks[t]:  # renews of one token in order: each must be visible
                     renewed = await sessions[at].request(
-                        RENEW, 2, {"Hmac": tokens[t]["Hmac"], "RenewPeriodMs": 3_600_000 + i},
+                        ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": tokens[t]["Hmac"], "RenewPeriodMs": 3_600_000 + i},
                         timeout=15)
                     assert renewed["ErrorCode"] == 0, renewed
                     described = await sessions[at].request(
-                        DESCRIBE, 3, {"Owners": [{"PrincipalType": "User", "PrincipalName": "bob"}]},
+                        ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": [{"PrincipalType": "User", "PrincipalName": "bob"}]},
                         timeout=15)
                 shown = {d["TokenId"]: d["ExpiryTimestamp"] for d in described["Tokens"]}
                 return shown.get(tokens[t]["TokenId"]) == renewed["ExpiryTimestampMs"]
@@ -152,7 +151,7 @@ def test_expire_then_login_on_the_same_non_controller_is_refused_every_time(clus
                 created = await _create(sessions[at])
                 assert created["ErrorCode"] == 0, created
                 expired = await sessions[at].request(
-                    EXPIRE, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1}, timeout=15)
+                    ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1}, timeout=15)
                 assert expired["ErrorCode"] == 0, expired
                 return await token_logs_in(targets[at], created["TokenId"], created["Hmac"],
                                            client_id="write-path")
@@ -213,23 +212,23 @@ def _payload(zk, path: str) -> str | None:
 def test_a_renew_and_an_expire_whose_commit_answer_was_lost_apply_once(cluster, zk):
     ctl, (fwd, _) = controller(cluster), followers(cluster)
     with WireClient(fwd.address(), "alice", "alice-secret") as alice:
-        created = alice.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+        created = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
         token_id = created["TokenId"]
         before = _token_changes(zk, token_id)
         with LoseOneAnswer(ctl.broker.token_store, "commit_many") as lossy:
-            renewed = alice.request(RENEW, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 7_200_000})
+            renewed = alice.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 7_200_000})
         assert renewed["ErrorCode"] == 0
         assert lossy.calls == 1  # the retry found the record: the renew ran once
         assert _token_changes(zk, token_id) == before + 1
         stored = layout.decode_token(zk.get(layout.token_path(created["TokenId"]))[0])
         assert stored.expiry_timestamp == renewed["ExpiryTimestampMs"]
-        described = alice.request(DESCRIBE, 3, {"Owners": None})
+        described = alice.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None})
         assert {d["TokenId"]: d["ExpiryTimestamp"] for d in described["Tokens"]}[
             created["TokenId"]] == renewed["ExpiryTimestampMs"]
 
         before = _token_changes(zk, token_id)
         with LoseOneAnswer(ctl.broker.token_store, "commit_many") as lossy:
-            expired = alice.request(EXPIRE, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
+            expired = alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
         assert expired["ErrorCode"] == 0  # not DELEGATION_TOKEN_NOT_FOUND
         assert lossy.calls == 1
         assert _token_changes(zk, token_id) == before + 1
@@ -245,7 +244,7 @@ def test_an_acl_write_and_a_credential_write_whose_commit_answer_was_lost_apply_
     with WireClient(fwd.address(), "admin", "admin-secret") as admin:
         before = _changes(zk, "/kafka-acl-changes")
         with LoseOneAnswer(ctl.broker.acl_store, "add") as lossy:
-            created = admin.request(CREATE_ACLS, 2, {"Creations": [creation]})
+            created = admin.request(ApiKey.CREATE_ACLS, 2, {"Creations": [creation]})
         assert [r["ErrorCode"] for r in created["Results"]] == [0]
         assert lossy.calls == 1
         assert _changes(zk, "/kafka-acl-changes") == before + 1
@@ -255,7 +254,7 @@ def test_an_acl_write_and_a_credential_write_whose_commit_answer_was_lost_apply_
                      "Iterations": 4096, "Salt": b"s" * 16, "SaltedPassword": b"p" * 32}
         before = _changes(zk, CHANGES_PATH)
         with LoseOneAnswer(ctl.broker.credential_store, "alter_with_tokens") as lossy:
-            altered = admin.request(ALTER_SCRAM, 0, {"Deletions": [], "Upsertions": [upsertion]})
+            altered = admin.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {"Deletions": [], "Upsertions": [upsertion]})
         assert altered["Results"] == [{"User": user, "ErrorCode": 0, "ErrorMessage": None}]
         assert lossy.calls == 1
         assert _changes(zk, CHANGES_PATH) == before + 1
@@ -267,7 +266,7 @@ def test_an_acl_write_and_a_credential_write_whose_commit_answer_was_lost_apply_
 
 
 def _forged_create(owner: str) -> dict:
-    inner = encode_request(RequestHeader(CREATE, 3, 99, "forger"), {
+    inner = encode_request(RequestHeader(ApiKey.CREATE_DELEGATION_TOKEN, 3, 99, "forger"), {
         "OwnerPrincipalType": "User", "OwnerPrincipalName": owner,
         "Renewers": [], "MaxLifetimeMs": -1,
     })
@@ -279,7 +278,7 @@ def _forged_create(owner: str) -> dict:
 
 def test_a_token_session_cannot_mint_tokens_through_an_envelope_on_any_broker(cluster, zk):
     with WireClient(followers(cluster)[0].address(), "admin", "admin-secret") as admin:
-        stolen = admin.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+        stolen = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
     password = base64.b64encode(stolen["Hmac"]).decode()
     tokens_before = set(zk.get_children(layout.TOKENS))
     answers = []
@@ -288,7 +287,7 @@ def test_a_token_session_cannot_mint_tokens_through_an_envelope_on_any_broker(cl
             for owner in ("admin", "alice"):
                 with WireClient(b.address(listener), stolen["TokenId"], password, token=True,
                                 mechanism="SCRAM-SHA-256") as thief:
-                    answers.append(thief.request(ENVELOPE, 0, _forged_create(owner)))
+                    answers.append(thief.request(ApiKey.ENVELOPE, 0, _forged_create(owner)))
     assert [a["ErrorCode"] for a in answers] == [Errors.CLUSTER_AUTHORIZATION_FAILED] * 12
     assert all(a["ResponseData"] is None for a in answers)
     assert set(zk.get_children(layout.TOKENS)) == tokens_before

@@ -10,8 +10,7 @@ import pytest
 
 from tokensvc.broker.channel import BrokerChannel, ChannelClosed
 from tokensvc.protocol import FrameDecoder, decode_request, encode_response, frame
-
-API_VERSIONS = 18
+from tokensvc.protocol.api import ApiKey
 
 
 class Peer:
@@ -68,7 +67,7 @@ def test_answers_in_reverse_order_reach_their_own_requests():
     async def scenario():
         peer, channel = await _pair()
         try:
-            calls = [asyncio.ensure_future(channel.request(API_VERSIONS, 0, {}, timeout=10))
+            calls = [asyncio.ensure_future(channel.request(ApiKey.API_VERSIONS, 0, {}, timeout=10))
                      for _ in range(5)]
             await peer.wait_for(5)
             assert channel.in_flight == 5
@@ -88,7 +87,7 @@ def test_requests_beyond_the_bound_wait_for_a_slot():
     async def scenario():
         peer, channel = await _pair(max_in_flight=2)
         try:
-            calls = [asyncio.ensure_future(channel.request(API_VERSIONS, 0, {}, timeout=10))
+            calls = [asyncio.ensure_future(channel.request(ApiKey.API_VERSIONS, 0, {}, timeout=10))
                      for _ in range(5)]
             await peer.wait_for(2)
             for _ in range(20):  # let the loop run: no third request may be sent
@@ -115,10 +114,10 @@ def test_a_request_that_waits_too_long_times_out_and_a_closed_channel_fails_the_
     async def scenario():
         peer, channel = await _pair(max_in_flight=1)
         try:
-            held = asyncio.ensure_future(channel.request(API_VERSIONS, 0, {}, timeout=10))
+            held = asyncio.ensure_future(channel.request(ApiKey.API_VERSIONS, 0, {}, timeout=10))
             await peer.wait_for(1)
             with pytest.raises(TimeoutError):  # waited for a slot, never sent
-                await channel.request(API_VERSIONS, 0, {}, timeout=0.05)
+                await channel.request(ApiKey.API_VERSIONS, 0, {}, timeout=0.05)
             assert len(peer.requests) == 1
             await channel.close()
             with pytest.raises(ChannelClosed):

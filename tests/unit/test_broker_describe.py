@@ -24,10 +24,10 @@ from tokensvc.protocol import (
     encode_response,
     encode_response_segments,
 )
+from tokensvc.protocol.api import ApiKey
 
 KEY = "describe-master-key"
 PEOPLE = [KafkaPrincipal.user(n) for n in ("ann", "bob", "cyd", "dée", "e" * 40)]
-DESCRIBE = 41
 
 
 def _cache(count: int, seed: int) -> TokenCache:
@@ -81,9 +81,9 @@ def test_describe_bytes_equal_the_schema_encoding_of_kafkas_rule(version, owners
     me = PEOPLE[2]
     expected = _manager().describe(cache.tokens(), me, owners, _may_describe)
     described = asyncio.run(describe_tokens(cache, me, owners, _may_describe, version))
-    header = RequestHeader(DESCRIBE, version, 7, "test")
+    header = RequestHeader(ApiKey.DESCRIBE_DELEGATION_TOKEN, version, 7, "test")
     ours = encode_response(header, {"ErrorCode": 0, "Tokens": described.tokens, "ThrottleTimeMs": 0})
-    _, decoded = decode_response(DESCRIBE, version, ours)
+    _, decoded = decode_response(ApiKey.DESCRIBE_DELEGATION_TOKEN, version, ours)
     expected_ids = sorted(t.info.token_id for t in expected)
     assert sorted(t["TokenId"] for t in decoded["Tokens"]) == expected_ids
     assert described.count == len(expected)
@@ -129,7 +129,7 @@ def test_a_sliced_describe_is_encoded_as_segments_that_reuse_the_slices():
     me = PEOPLE[2]
     described = asyncio.run(describe_tokens(cache, me, None, _may_describe, 3, budget_s=0.0))
     assert len(described.tokens.parts) > 1
-    header = RequestHeader(DESCRIBE, 3, 9, "test")
+    header = RequestHeader(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, 9, "test")
     body = {"ErrorCode": 0, "Tokens": described.tokens, "ThrottleTimeMs": 0}
     segments = encode_response_segments(header, body)
     assert b"".join(segments) == encode_response(header, body)

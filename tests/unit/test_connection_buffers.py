@@ -12,6 +12,7 @@ from tokensvc.broker.handlers.cluster import api_versions_body
 from tokensvc.broker.precomputed import HANDSHAKE_ERRORS, PrecomputedResponses
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import SUPPORTED, FrameTooLargeError, RequestHeader, encode_response, frame
+from tokensvc.protocol.api import ApiKey
 
 
 def feed(rx: ReceiveBuffer, data: bytes) -> None:
@@ -193,13 +194,13 @@ def test_pool_without_cap_always_reserves() -> None:
 def test_precomputed_api_versions_equal_the_codec_encoding(version: int) -> None:
     responses = PrecomputedResponses(["SCRAM-SHA-256", "SCRAM-SHA-512"])
     corr = 0x12345678
-    expected = frame(encode_response(RequestHeader(18, version, corr, "c"), api_versions_body()))
+    expected = frame(encode_response(RequestHeader(ApiKey.API_VERSIONS, version, corr, "c"), api_versions_body()))
     assert responses.api_versions(version, corr) == expected
 
 
 def test_precomputed_unsupported_api_versions_is_the_v0_error_answer() -> None:
     responses = PrecomputedResponses(["SCRAM-SHA-512"])
-    expected = frame(encode_response(RequestHeader(18, 0, -5, None),
+    expected = frame(encode_response(RequestHeader(ApiKey.API_VERSIONS, 0, -5, None),
                                      api_versions_body(Errors.UNSUPPORTED_VERSION)))
     assert responses.api_versions_unsupported(-5) == expected
 
@@ -210,5 +211,5 @@ def test_precomputed_handshake_equals_the_codec_encoding(version: int, error: Er
     mechanisms = ["SCRAM-SHA-256", "SCRAM-SHA-512"]
     responses = PrecomputedResponses(mechanisms)
     body = {"ErrorCode": int(error), "Mechanisms": mechanisms}
-    expected = frame(encode_response(RequestHeader(17, version, 77, "c"), body))
+    expected = frame(encode_response(RequestHeader(ApiKey.SASL_HANDSHAKE, version, 77, "c"), body))
     assert responses.handshake(version, error, 77) == expected

@@ -19,9 +19,9 @@ from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
 from tokensvc.protocol import RequestHeader, decode_response, encode_request, encode_response
+from tokensvc.protocol.api import ApiKey
 
-RENEW = 39
-HEADER = RequestHeader(RENEW, 2, 5, "cli")
+HEADER = RequestHeader(ApiKey.RENEW_DELEGATION_TOKEN, 2, 5, "cli")
 PAYLOAD = encode_request(HEADER, {"Hmac": b"h", "RenewPeriodMs": 1})
 ANSWER = encode_response(HEADER, {"ErrorCode": 0, "ExpiryTimestampMs": 123, "ThrottleTimeMs": 0})
 
@@ -115,7 +115,7 @@ class Harness:
 
     def forward(self) -> tuple[dict, int]:
         encoded, error = asyncio.run(self.forwarder.forward(_ctx(), RENEW_DELEGATION_TOKEN))
-        return decode_response(RENEW, 2, encoded)[1], error
+        return decode_response(ApiKey.RENEW_DELEGATION_TOKEN, 2, encoded)[1], error
 
 
 def _ok(versions):

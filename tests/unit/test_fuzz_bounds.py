@@ -28,7 +28,9 @@ from hypothesis import strategies as st
 
 from tokensvc.core.clock import FakeClock
 from tokensvc.protocol import FrameDecoder, ProtocolError, decode_request
+from tokensvc.protocol.api import ApiKey
 from tokensvc.protocol.framing import SIZE_PREFIX
+from tokensvc.protocol.primitives import encode_uvarint
 from tokensvc.scram.client import ScramClient
 from tokensvc.scram.formatter import MAX_ITERATIONS, ScramMechanism
 from tokensvc.scram.messages import ScramAuthenticationError
@@ -51,15 +53,6 @@ def _i32(v: int) -> bytes:
     return struct.pack(">i", v)
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _header(api_key: int, version: int, flexible: bool) -> bytes:
     header = _i16(api_key) + _i16(version) + _i32(1) + _i16(1) + b"c"
     return header + (b"\x00" if flexible else b"")
@@ -80,23 +73,23 @@ def _peak_bytes(fn: Callable[[], object], expected: type[Exception] = ProtocolEr
 
 LYING_PAYLOADS = {
     # DescribeDelegationToken v0: Owners array claims 2**31 - 1 elements.
-    "classic array count": _header(41, 0, False) + _i32(2**31 - 1) + b"\x00" * 64,
+    "classic array count": _header(ApiKey.DESCRIBE_DELEGATION_TOKEN, 0, False) + _i32(2**31 - 1) + b"\x00" * 64,
     # DescribeDelegationToken v3: compact array count 2**32 - 2.
-    "compact array count": _header(41, 3, True) + HUGE + b"\x00" * 64,
+    "compact array count": _header(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, True) + HUGE + b"\x00" * 64,
     # SaslAuthenticate v0: bytes field claims 2 GB.
-    "classic bytes length": _header(36, 0, False) + _i32(2**31 - 1) + b"x" * 64,
+    "classic bytes length": _header(ApiKey.SASL_AUTHENTICATE, 0, False) + _i32(2**31 - 1) + b"x" * 64,
     # SaslAuthenticate v2: compact bytes claims 4 GB.
-    "compact bytes length": _header(36, 2, True) + HUGE + b"x" * 64,
+    "compact bytes length": _header(ApiKey.SASL_AUTHENTICATE, 2, True) + HUGE + b"x" * 64,
     # SaslHandshake v1: string claims 32 KB, 10 bytes follow.
-    "string length": _header(17, 1, False) + _i16(0x7FFF) + b"x" * 10,
+    "string length": _header(ApiKey.SASL_HANDSHAKE, 1, False) + _i16(0x7FFF) + b"x" * 10,
     # ApiVersions v3: header tagged-field count 2**32 - 1.
     "header tagged-field count": _i16(18) + _i16(3) + _i32(1) + _i16(1) + b"c" + HUGE,
     # ApiVersions v3: one header tagged field claiming 4 GB.
     "tagged-field size": _i16(18) + _i16(3) + _i32(1) + _i16(1) + b"c" + b"\x01\x07" + HUGE,
     # CreateAcls v0: creations count in the billions, each element at least 11 bytes.
-    "struct array count": _header(30, 0, False) + _i32(10**9) + b"\x00" * 200,
+    "struct array count": _header(ApiKey.CREATE_ACLS, 0, False) + _i32(10**9) + b"\x00" * 200,
     # ExpireDelegationToken v2 (flexible): body tagged-field count 2**31.
-    "body tagged-field count": _header(40, 2, True) + b"\x01" + b"\x00" * 8 + _uvarint(2**31),
+    "body tagged-field count": _header(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, True) + b"\x01" + b"\x00" * 8 + encode_uvarint(2**31),
 }
 
 
@@ -110,8 +103,8 @@ def test_a_lying_length_is_refused_without_allocating_what_it_claims(payload: by
 
 def test_fifty_thousand_unknown_tagged_fields_decode_in_memory_linear_in_the_input() -> None:
     # Unknown tags only: from 10,000 up (tokensvc's own header tag is 7,500).
-    fields = b"".join(_uvarint(10_000 + i) + b"\x00" for i in range(50_000))
-    payload = (_i16(18) + _i16(3) + _i32(1) + _i16(1) + b"c" + _uvarint(50_000) + fields
+    fields = b"".join(encode_uvarint(10_000 + i) + b"\x00" for i in range(50_000))
+    payload = (_i16(18) + _i16(3) + _i32(1) + _i16(1) + b"c" + encode_uvarint(50_000) + fields
                + b"\x01\x01\x00")
     header, body = decode_request(payload)
     assert header.api_key == 18 and body["ClientSoftwareName"] == ""

@@ -22,6 +22,7 @@ from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
 from tokensvc.protocol import RequestHeader
+from tokensvc.protocol.api import ApiKey
 
 GUARD = ("/controller_epoch", 3)
 
@@ -266,7 +267,7 @@ class WriteStore:
 
 def _ctx(key: str) -> RequestContext:
     return RequestContext(
-        header=RequestHeader(38, 3, 1, "client"),
+        header=RequestHeader(ApiKey.CREATE_DELEGATION_TOKEN, 3, 1, "client"),
         principal=KafkaPrincipal.user("alice"),
         listener="BROKER",
         security_protocol="SASL_PLAINTEXT",

@@ -21,6 +21,7 @@ from tokensvc.core.keys import MasterKeys
 from tokensvc.core.manager import TokenManager
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.protocol import RequestHeader
+from tokensvc.protocol.api import ApiKey
 
 ALICE = KafkaPrincipal.user("alice")
 BOB = KafkaPrincipal.user("bob")
@@ -122,7 +123,7 @@ def test_renew_records_its_answer_as_the_outcome_of_the_write():
 def test_renew_by_a_non_renewer_is_owner_mismatch_and_writes_nothing():
     s = _services(FakeClock())
     created = _create(s)
-    refused = asyncio.run(handle_renew(s, _ctx(39, BOB), {"Hmac": created["Hmac"], "RenewPeriodMs": 1}))
+    refused = asyncio.run(handle_renew(s, _ctx(ApiKey.RENEW_DELEGATION_TOKEN, BOB), {"Hmac": created["Hmac"], "RenewPeriodMs": 1}))
     assert refused["ErrorCode"] == Errors.DELEGATION_TOKEN_OWNER_MISMATCH
     assert len(s.tokens.writes) == 1
 
@@ -142,14 +143,14 @@ def test_only_a_broker_session_on_the_inter_broker_listener_may_send_an_envelope
     s = _services(FakeClock())
     broker = KafkaPrincipal.user("broker")
     admin_token = KafkaPrincipal("User", "admin", token_authenticated=True)
-    assert sender_refusal(s, _ctx(58, broker, "BROKER")) is None
-    assert sender_refusal(s, _ctx(58, broker, "SASL_PLAINTEXT")) == "client_listener"
-    assert sender_refusal(s, _ctx(58, admin_token, "BROKER")) == "token_session"
-    assert sender_refusal(s, _ctx(58, ALICE, "BROKER")) == "not_a_broker"
+    assert sender_refusal(s, _ctx(ApiKey.ENVELOPE, broker, "BROKER")) is None
+    assert sender_refusal(s, _ctx(ApiKey.ENVELOPE, broker, "SASL_PLAINTEXT")) == "client_listener"
+    assert sender_refusal(s, _ctx(ApiKey.ENVELOPE, admin_token, "BROKER")) == "token_session"
+    assert sender_refusal(s, _ctx(ApiKey.ENVELOPE, ALICE, "BROKER")) == "not_a_broker"
     with_action = _services(FakeClock(), cluster_action=True)
-    assert sender_refusal(with_action, _ctx(58, ALICE, "BROKER")) is None
+    assert sender_refusal(with_action, _ctx(ApiKey.ENVELOPE, ALICE, "BROKER")) is None
     # CLUSTER_ACTION does not make a token session a broker.
-    assert sender_refusal(with_action, _ctx(58, admin_token, "BROKER")) == "token_session"
+    assert sender_refusal(with_action, _ctx(ApiKey.ENVELOPE, admin_token, "BROKER")) == "token_session"
 
 
 def test_the_table_routes_every_write_with_a_replay():
@@ -163,7 +164,7 @@ def test_a_refused_envelope_is_cluster_authorization_failed_and_audited():
     s.cluster = SimpleNamespace(is_controller=True)
     s.ledger = SimpleNamespace(apply=None)  # must not be reached
     admin_token = KafkaPrincipal("User", "admin", token_authenticated=True)
-    answer = asyncio.run(handle_envelope(s, _ctx(58, admin_token, "BROKER"), {}))
+    answer = asyncio.run(handle_envelope(s, _ctx(ApiKey.ENVELOPE, admin_token, "BROKER"), {}))
     assert answer == {"ResponseData": None, "ErrorCode": int(Errors.CLUSTER_AUTHORIZATION_FAILED)}
     (event,) = s.audit.events
     assert (event["type"], event["api"], event["outcome"]) == ("forward", "Envelope", "failure")
@@ -194,7 +195,7 @@ def test_passing_80_percent_of_the_limit_is_audited_once():
 
 def _revoke(services, principal=ALICE, **body) -> dict:
     fields = {"Hmac": b"", "ExpiryTimePeriodMs": -1, **body}
-    return asyncio.run(handle_expire(services, _ctx(40, principal), fields))
+    return asyncio.run(handle_expire(services, _ctx(ApiKey.EXPIRE_DELEGATION_TOKEN, principal), fields))
 
 
 def _owned(services, owner, n):

@@ -131,7 +131,7 @@ def test_create_delegation_token_request_v1_layout() -> None:
         + i32(1) + s16("User") + s16("bob")
         + i64(-1)
     )
-    assert encode_request(RequestHeader(38, 1, 9, "c"), body) == expected
+    assert encode_request(RequestHeader(ApiKey.CREATE_DELEGATION_TOKEN, 1, 9, "c"), body) == expected
     assert decode_request(expected)[1] == body
 
 
@@ -149,7 +149,7 @@ def test_create_delegation_token_request_v3_layout_with_null_owner() -> None:
         + i64(3_600_000)
         + NO_TAGS
     )
-    assert encode_request(RequestHeader(38, 3, 1, "adm"), body) == expected
+    assert encode_request(RequestHeader(ApiKey.CREATE_DELEGATION_TOKEN, 3, 1, "adm"), body) == expected
     assert decode_request(expected)[1] == body
 
 
@@ -173,9 +173,9 @@ def test_create_delegation_token_response_layouts() -> None:
         + i64(10) + i64(20) + i64(30) + cs("tok")
         + cb(hmac) + i32(5) + NO_TAGS
     )
-    assert encode_response(RequestHeader(38, 1, 3, None), body) == v1
-    assert encode_response(RequestHeader(38, 3, 3, None), body) == v3
-    assert decode_response(38, 3, v3) == (3, body)
+    assert encode_response(RequestHeader(ApiKey.CREATE_DELEGATION_TOKEN, 1, 3, None), body) == v1
+    assert encode_response(RequestHeader(ApiKey.CREATE_DELEGATION_TOKEN, 3, 3, None), body) == v3
+    assert decode_response(ApiKey.CREATE_DELEGATION_TOKEN, 3, v3) == (3, body)
 
 
 # tokensvc's tagged fields of ExpireDelegationToken v2, absent on the wire: their defaults.
@@ -186,13 +186,13 @@ def test_expire_v2_revocation_tags_layout() -> None:
     """Tag 0 the owner (a struct), tag 1 the token ids, tag 2 the dry run: each written only
     when it differs from its default, in tag order, after Kafka's own fields."""
     body = {"Hmac": b"", "ExpiryTimePeriodMs": -1, "RevokeTokenIds": ["ab"], "RevokeDryRun": True}
-    encoded = encode_request(RequestHeader(40, 2, 7, None), body)
+    encoded = encode_request(RequestHeader(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, 7, None), body)
     ids = b"\x02" + b"\x03ab"  # compact array of 1, compact string "ab"
     tags = b"\x02" + b"\x01" + bytes([len(ids)]) + ids + b"\x02\x01\x01"
     assert encoded == header_v2(40, 2, 7, None) + cb(b"") + i64(-1) + tags
     assert decode_request(encoded)[1] == {**body, "RevokeOwner": None}
     # Kafka's own v0/v1 (not flexible) cannot carry them and are unchanged.
-    v1 = encode_request(RequestHeader(40, 1, 7, "c"), {"Hmac": b"h", "ExpiryTimePeriodMs": 1})
+    v1 = encode_request(RequestHeader(ApiKey.EXPIRE_DELEGATION_TOKEN, 1, 7, "c"), {"Hmac": b"h", "ExpiryTimePeriodMs": 1})
     assert decode_request(v1)[1] == {"Hmac": b"h", "ExpiryTimePeriodMs": 1}
 
 
@@ -202,7 +202,7 @@ def test_renew_and_expire_requests_v2_layout() -> None:
     expire = header_v2(40, 2, 5, None) + cb(hmac) + i64(0) + NO_TAGS
     assert decode_request(renew)[1] == {"Hmac": hmac, "RenewPeriodMs": -1}
     assert decode_request(expire)[1] == {"Hmac": hmac, "ExpiryTimePeriodMs": 0, **NO_REVOKE}
-    assert encode_request(RequestHeader(39, 2, 4, None), {"Hmac": hmac, "RenewPeriodMs": -1}) \
+    assert encode_request(RequestHeader(ApiKey.RENEW_DELEGATION_TOKEN, 2, 4, None), {"Hmac": hmac, "RenewPeriodMs": -1}) \
         == renew
 
 
@@ -211,7 +211,7 @@ def test_describe_delegation_token_request_null_owners_means_all() -> None:
     v3 = header_v2(41, 3, 1, "c") + b"\x00" + NO_TAGS
     assert decode_request(v0)[1] == {"Owners": None}
     assert decode_request(v3)[1] == {"Owners": None}
-    assert encode_request(RequestHeader(41, 3, 1, "c"), {}) == v3
+    assert encode_request(RequestHeader(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, 1, "c"), {}) == v3
 
 
 def test_describe_delegation_token_response_v3_layout() -> None:
@@ -235,12 +235,12 @@ def test_describe_delegation_token_response_v3_layout() -> None:
         + NO_TAGS
         + i32(0) + NO_TAGS
     )
-    assert encode_response(RequestHeader(41, 3, 8, None), body) == expected
-    assert decode_response(41, 3, expected) == (8, body)
+    assert encode_response(RequestHeader(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, 8, None), body) == expected
+    assert decode_response(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, expected) == (8, body)
 
 
 def test_envelope_request_and_response_layout() -> None:
-    inner = encode_request(RequestHeader(40, 2, 3, "cli"), {"Hmac": b"h", "ExpiryTimePeriodMs": 1})
+    inner = encode_request(RequestHeader(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, 3, "cli"), {"Hmac": b"h", "ExpiryTimePeriodMs": 1})
     principal = serialize_principal(KafkaPrincipal("User", "alice"))
     request = (
         header_v2(58, 0, 12, "broker-1")
@@ -250,7 +250,7 @@ def test_envelope_request_and_response_layout() -> None:
         + NO_TAGS
     )
     header, body = decode_request(request)
-    assert header == RequestHeader(58, 0, 12, "broker-1")
+    assert header == RequestHeader(ApiKey.ENVELOPE, 0, 12, "broker-1")
     assert body == {
         "RequestData": inner, "RequestPrincipal": principal, "ClientHostAddress": b"\x7f\x00\x00\x01",
         "RequestKey": None, "FirstAttempt": False,
@@ -260,7 +260,7 @@ def test_envelope_request_and_response_layout() -> None:
 
     response = i32(12) + NO_TAGS + b"\x00" + i16(41) + NO_TAGS
     assert encode_response(header, {"ErrorCode": 41}) == response
-    assert decode_response(58, 0, response) == (
+    assert decode_response(ApiKey.ENVELOPE, 0, response) == (
         12, {"ResponseData": None, "ErrorCode": 41, "CommittedVersions": [],
          "CommittedTokens": []}
     )
@@ -270,7 +270,7 @@ def test_envelope_tagged_fields_carry_the_request_key_and_the_committed_versions
     """tokensvc's own tags: a request key (tag 0) and first-attempt flag (tag 1) in the
     request, the committed notification versions (tag 0) in the response; a peer that
     does not know them skips them (unknown tags are ignored)."""
-    inner = encode_request(RequestHeader(40, 2, 3, "cli"), {"Hmac": b"h", "ExpiryTimePeriodMs": 1})
+    inner = encode_request(RequestHeader(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, 3, "cli"), {"Hmac": b"h", "ExpiryTimePeriodMs": 1})
     base = cb(inner) + cb(b"p") + cb(b"\x7f\x00\x00\x01")
     request = (
         header_v2(58, 0, 12, "broker-1") + base
@@ -285,7 +285,7 @@ def test_envelope_tagged_fields_carry_the_request_key_and_the_committed_versions
                                         "CommittedVersions": versions})
     tagged = b"\x01" + b"\x00" + bytes([1 + 7 + 8 + 1]) + b"\x02" + cs("tokens") + i64(7) + NO_TAGS
     assert response == i32(12) + NO_TAGS + cb(b"r") + i16(0) + tagged
-    assert decode_response(58, 0, response)[1]["CommittedVersions"] == versions
+    assert decode_response(ApiKey.ENVELOPE, 0, response)[1]["CommittedVersions"] == versions
 
 
 def test_api_versions_v3_response_has_v0_header_and_tagged_features() -> None:
@@ -303,8 +303,8 @@ def test_api_versions_v3_response_has_v0_header_and_tagged_features() -> None:
         + b"\x01\x08" + i64(2)
         + b"\x03\x01" + b"\x01"
     )
-    assert encode_response(RequestHeader(18, 3, 6, None), body) == expected
-    _, decoded = decode_response(18, 3, expected)
+    assert encode_response(RequestHeader(ApiKey.API_VERSIONS, 3, 6, None), body) == expected
+    _, decoded = decode_response(ApiKey.API_VERSIONS, 3, expected)
     assert decoded["FinalizedFeaturesEpoch"] == 2
     assert decoded["ZkMigrationReady"] is True
     assert decoded["SupportedFeatures"] == []
@@ -318,7 +318,7 @@ def test_unknown_tagged_fields_are_skipped_in_header_and_body() -> None:
         + cb(b"auth") + unknown
     )
     header, body = decode_request(request)
-    assert header == RequestHeader(36, 2, 1, "c")
+    assert header == RequestHeader(ApiKey.SASL_AUTHENTICATE, 2, 1, "c")
     assert body == {"AuthBytes": b"auth"}
 
 
@@ -328,7 +328,7 @@ def test_unknown_tagged_fields_in_nested_structs_and_responses_are_skipped() -> 
         + i16(0) + b"\x02" + i16(3) + i16(0) + i16(12) + b"\x01\x40\x00"  # nested: tag 64
         + i32(0) + b"\x01" + b"\x04\x00"  # top level: unknown tag 4 next to known ones
     )
-    assert decode_response(18, 3, response) == (1, {
+    assert decode_response(ApiKey.API_VERSIONS, 3, response) == (1, {
         "ErrorCode": 0,
         "ApiKeys": [{"ApiKey": 3, "MinVersion": 0, "MaxVersion": 12}],
         "ThrottleTimeMs": 0,
@@ -338,7 +338,7 @@ def test_unknown_tagged_fields_in_nested_structs_and_responses_are_skipped() -> 
         "ZkMigrationReady": False,
     })
     renew = i32(2) + b"\x01" + b"\x05\x01z" + i16(0) + i64(9) + i32(0) + b"\x01\x06\x00"
-    assert decode_response(39, 2, renew) == (
+    assert decode_response(ApiKey.RENEW_DELEGATION_TOKEN, 2, renew) == (
         2, {"ErrorCode": 0, "ExpiryTimestampMs": 9, "ThrottleTimeMs": 0},
     )
 
@@ -346,18 +346,18 @@ def test_unknown_tagged_fields_in_nested_structs_and_responses_are_skipped() -> 
 def test_known_tagged_field_must_fill_its_declared_size() -> None:
     body = i16(0) + b"\x01" + i32(0) + b"\x01" + b"\x01\x09" + i64(2) + b"\x00"
     with pytest.raises(ProtocolError, match="FinalizedFeaturesEpoch"):
-        decode_response(18, 3, i32(1) + body)
+        decode_response(ApiKey.API_VERSIONS, 3, i32(1) + body)
 
 
 def test_decode_request_header_returns_body_offset() -> None:
     payload = header_v2(58, 0, 12, "b") + b"\x01\x00\x01" + NO_TAGS
     header, offset = decode_request_header(payload)
-    assert header == RequestHeader(58, 0, 12, "b")
+    assert header == RequestHeader(ApiKey.ENVELOPE, 0, 12, "b")
     assert offset == len(header_v2(58, 0, 12, "b"))
 
 
 def test_missing_fields_take_schema_defaults() -> None:
-    _, body = decode_response(3, 10, encode_response(RequestHeader(3, 10, 1, None), {
+    _, body = decode_response(ApiKey.METADATA, 10, encode_response(RequestHeader(ApiKey.METADATA, 10, 1, None), {
         "Topics": [{"Name": "t", "Partitions": [{}]}],
     }))
     assert body["ClusterId"] is None
@@ -368,31 +368,31 @@ def test_missing_fields_take_schema_defaults() -> None:
     assert topic["TopicAuthorizedOperations"] == -(2**31)
     assert topic["Partitions"][0]["LeaderEpoch"] == -1
     assert topic["Partitions"][0]["ReplicaNodes"] == []
-    _, request = decode_request(encode_request(RequestHeader(3, 4, 1, None), {}))
+    _, request = decode_request(encode_request(RequestHeader(ApiKey.METADATA, 4, 1, None), {}))
     assert request == {"Topics": None, "AllowAutoTopicCreation": True}
 
 
 def test_metadata_v0_request_without_topics_is_an_empty_list() -> None:
-    payload = encode_request(RequestHeader(3, 0, 1, None), {})
+    payload = encode_request(RequestHeader(ApiKey.METADATA, 0, 1, None), {})
     assert payload == header_v1(3, 0, 1, None) + i32(0)
     assert decode_request(payload)[1] == {"Topics": []}
 
 
 def test_fields_absent_from_a_version_are_ignored_on_encode() -> None:
     body = {"Mechanism": "PLAIN", "NotAField": 1, "ThrottleTimeMs": 3}
-    assert decode_request(encode_request(RequestHeader(17, 1, 1, None), body))[1] == {
+    assert decode_request(encode_request(RequestHeader(ApiKey.SASL_HANDSHAKE, 1, 1, None), body))[1] == {
         "Mechanism": "PLAIN",
     }
     only_v8 = {"Topics": [], "IncludeClusterAuthorizedOperations": True}
     assert "IncludeClusterAuthorizedOperations" not in decode_request(
-        encode_request(RequestHeader(3, 11, 1, None), only_v8))[1]
+        encode_request(RequestHeader(ApiKey.METADATA, 11, 1, None), only_v8))[1]
 
 
 def test_acl_pattern_type_defaults_to_literal_from_v1() -> None:
-    payload = encode_request(RequestHeader(29, 1, 1, None), {"ResourceTypeFilter": 2})
+    payload = encode_request(RequestHeader(ApiKey.DESCRIBE_ACLS, 1, 1, None), {"ResourceTypeFilter": 2})
     assert decode_request(payload)[1]["PatternTypeFilter"] == 3
     assert "PatternTypeFilter" not in decode_request(
-        encode_request(RequestHeader(29, 0, 1, None), {"ResourceTypeFilter": 2}))[1]
+        encode_request(RequestHeader(ApiKey.DESCRIBE_ACLS, 0, 1, None), {"ResourceTypeFilter": 2}))[1]
 
 
 def test_default_principal_data_layout() -> None:
@@ -439,8 +439,8 @@ def test_committed_tokens_ride_the_envelope_response_and_come_back_equal() -> No
     deleted = CommittedToken("tok-2", 42, None)
     body = {"ResponseData": b"x", "ErrorCode": 0, "CommittedVersions": [],
             "CommittedTokens": [committed_token_fields(created), committed_token_fields(deleted)]}
-    encoded = encode_response(RequestHeader(58, 0, 12, "broker-1"), body)
-    _, decoded = decode_response(58, 0, encoded)
+    encoded = encode_response(RequestHeader(ApiKey.ENVELOPE, 0, 12, "broker-1"), body)
+    _, decoded = decode_response(ApiKey.ENVELOPE, 0, encoded)
     assert [committed_token_of(t) for t in decoded["CommittedTokens"]] == [created, deleted]
 
 
@@ -462,5 +462,5 @@ def test_the_top_level_error_code_is_read_without_decoding_the_rest(api_key, ver
 
 
 def test_responses_whose_first_field_is_not_the_error_code_are_left_to_the_decoder():
-    encoded = encode_response(RequestHeader(30, 3, 9, "c"), {"ThrottleTimeMs": 0, "Results": []})
+    encoded = encode_response(RequestHeader(ApiKey.CREATE_ACLS, 3, 9, "c"), {"ThrottleTimeMs": 0, "Results": []})
     assert response_error_code(30, 3, encoded) is None

@@ -229,10 +229,10 @@ def test_response_bytes_match_kafka_python(api_key: ApiKey, version: int, body: 
 
 def test_api_versions_error_response_is_read_as_v0_by_kafka_python() -> None:
     body = {"ErrorCode": 35, "ApiKeys": [{"ApiKey": 18, "MinVersion": 0, "MaxVersion": 4}]}
-    v0_response = encode_response(RequestHeader(18, 0, 5, None), body)
+    v0_response = encode_response(RequestHeader(ApiKey.API_VERSIONS, 0, 5, None), body)
 
     decoded = ApiVersionsResponse.decode(v0_response, version=3, header=True)
 
     assert decoded.error_code == 35
-    assert [(k.api_key, k.min_version, k.max_version) for k in decoded.api_keys] == [(18, 0, 4)]
-    assert decode_response(18, 3, v0_response) == (5, decode_response(18, 0, v0_response)[1])
+    assert [(k.api_key, k.min_version, k.max_version) for k in decoded.api_keys] == [(ApiKey.API_VERSIONS, 0, 4)]
+    assert decode_response(ApiKey.API_VERSIONS, 3, v0_response) == (5, decode_response(ApiKey.API_VERSIONS, 0, v0_response)[1])

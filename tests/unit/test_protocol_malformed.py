@@ -27,6 +27,7 @@ from tokensvc.protocol import (
     encode_response,
     frame,
 )
+from tokensvc.protocol.api import ApiKey
 
 
 def i16(v: int) -> bytes:
@@ -101,13 +102,13 @@ def test_trailing_bytes_after_the_body_are_a_protocol_error(payload: bytes) -> N
 
 
 def test_trailing_bytes_after_a_response_are_a_protocol_error() -> None:
-    payload = encode_response(RequestHeader(39, 1, 1, None), {"ErrorCode": 0})
+    payload = encode_response(RequestHeader(ApiKey.RENEW_DELEGATION_TOKEN, 1, 1, None), {"ErrorCode": 0})
     with pytest.raises(ProtocolError, match="trailing"):
-        decode_response(39, 1, payload + b"junk")
+        decode_response(ApiKey.RENEW_DELEGATION_TOKEN, 1, payload + b"junk")
 
 
 def test_truncated_header_is_not_mistaken_for_unsupported_version() -> None:
-    for payload in (b"", b"\x00", b"\x00\x12\x00", header_v1(18, 3)[:9]):
+    for payload in (b"", b"\x00", b"\x00\x12\x00", header_v1(ApiKey.API_VERSIONS, 3)[:9]):
         with pytest.raises(ProtocolError) as info:
             decode_request(payload)
         assert not isinstance(info.value, UnsupportedVersionError)
@@ -117,10 +118,10 @@ def test_truncated_header_is_not_mistaken_for_unsupported_version() -> None:
     (0, 9),        # Produce: not spoken here
     (999, 0),
     (-1, 0),
-    (18, 5),       # ApiVersions beyond v4
-    (3, 13),
-    (60, 2),
-    (38, -1),
+    (ApiKey.API_VERSIONS, 5),       # ApiVersions beyond v4
+    (ApiKey.METADATA, 13),
+    (ApiKey.DESCRIBE_CLUSTER, 2),
+    (ApiKey.CREATE_DELEGATION_TOKEN, -1),
 ])
 def test_unknown_api_key_or_version_carries_the_header(key: int, version: int) -> None:
     payload = header_v1(key, version, corr=77, client=b"\x00\x03abc") + b"\x00" * 8
@@ -132,58 +133,58 @@ def test_unknown_api_key_or_version_carries_the_header(key: int, version: int) -
 
 def test_unsupported_version_in_encode_and_decode_response() -> None:
     with pytest.raises(UnsupportedVersionError):
-        encode_request(RequestHeader(18, 9, 1, None), {})
+        encode_request(RequestHeader(ApiKey.API_VERSIONS, 9, 1, None), {})
     with pytest.raises(UnsupportedVersionError):
         encode_response(RequestHeader(0, 0, 1, None), {})
     with pytest.raises(UnsupportedVersionError) as info:
-        decode_response(3, 99, i32(1))
+        decode_response(ApiKey.METADATA, 99, i32(1))
     assert info.value.header is None
 
 
 def test_negative_string_length_is_a_protocol_error() -> None:
     with pytest.raises(ProtocolError, match="negative string length"):
-        decode_request(header_v1(17, 1) + i16(-2))
+        decode_request(header_v1(ApiKey.SASL_HANDSHAKE, 1) + i16(-2))
 
 
 def test_null_in_non_nullable_string_is_a_protocol_error() -> None:
     with pytest.raises(ProtocolError, match="Mechanism: null"):
-        decode_request(header_v1(17, 1) + i16(-1))
+        decode_request(header_v1(ApiKey.SASL_HANDSHAKE, 1) + i16(-1))
 
 
 def test_negative_array_length_is_a_protocol_error() -> None:
     with pytest.raises(ProtocolError, match="negative array length"):
-        decode_request(header_v1(38, 1) + i32(-5) + b"\x00" * 8)
+        decode_request(header_v1(ApiKey.CREATE_DELEGATION_TOKEN, 1) + i32(-5) + b"\x00" * 8)
 
 
 def test_null_in_non_nullable_array_is_a_protocol_error() -> None:
     with pytest.raises(ProtocolError, match="Renewers: null"):
-        decode_request(header_v1(38, 1) + i32(-1) + b"\x00" * 8)
+        decode_request(header_v1(ApiKey.CREATE_DELEGATION_TOKEN, 1) + i32(-1) + b"\x00" * 8)
 
 
 def test_huge_array_length_is_refused_before_reading_elements() -> None:
     with pytest.raises(ProtocolError, match="cannot fit"):
-        decode_request(header_v1(38, 1) + i32(2**31 - 1) + b"\x00" * 8)
+        decode_request(header_v1(ApiKey.CREATE_DELEGATION_TOKEN, 1) + i32(2**31 - 1) + b"\x00" * 8)
 
 
 def test_array_of_larger_elements_than_the_bytes_left_is_refused() -> None:
     # Three renewers need at least 3 * 4 bytes (two empty classic strings each).
     with pytest.raises(ProtocolError, match="cannot fit"):
-        decode_request(header_v1(38, 1) + i32(3) + b"\x00" * 10)
+        decode_request(header_v1(ApiKey.CREATE_DELEGATION_TOKEN, 1) + i32(3) + b"\x00" * 10)
 
 
 def test_huge_compact_lengths_are_protocol_errors() -> None:
     huge = b"\xff\xff\xff\xff\x07"  # 2**32 - 1
-    flexible_header = header_v1(36, 2) + b"\x00"
+    flexible_header = header_v1(ApiKey.SASL_AUTHENTICATE, 2) + b"\x00"
     with pytest.raises(ProtocolError, match="truncated bytes"):
         decode_request(flexible_header + huge + b"\x00")
     with pytest.raises(ProtocolError, match="exceeds 32767"):
-        decode_request(header_v1(38, 3) + b"\x00" + b"\x81\x80\x02" + b"x" * 40000)
+        decode_request(header_v1(ApiKey.CREATE_DELEGATION_TOKEN, 3) + b"\x00" + b"\x81\x80\x02" + b"x" * 40000)
     with pytest.raises(ProtocolError, match="cannot fit"):
-        decode_request(header_v1(41, 3) + b"\x00" + huge + b"\x00")
+        decode_request(header_v1(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3) + b"\x00" + huge + b"\x00")
 
 
 def test_bad_varints_are_protocol_errors() -> None:
-    flexible_header = header_v1(36, 2) + b"\x00"
+    flexible_header = header_v1(ApiKey.SASL_AUTHENTICATE, 2) + b"\x00"
     with pytest.raises(ProtocolError, match="longer than 5 bytes"):
         decode_request(flexible_header + b"\x80" * 6 + b"\x01")
     with pytest.raises(ProtocolError, match="does not fit 32 bits"):
@@ -193,20 +194,20 @@ def test_bad_varints_are_protocol_errors() -> None:
 
 
 def test_too_many_tagged_fields_are_refused_before_reading_them() -> None:
-    payload = header_v1(36, 2) + b"\xff\xff\xff\xff\x07" + b"\x01" + b"\x00"
+    payload = header_v1(ApiKey.SASL_AUTHENTICATE, 2) + b"\xff\xff\xff\xff\x07" + b"\x01" + b"\x00"
     with pytest.raises(ProtocolError, match="tagged fields cannot fit"):
         decode_request(payload)
 
 
 def test_invalid_utf8_is_a_protocol_error() -> None:
     with pytest.raises(ProtocolError, match="UTF-8"):
-        decode_request(header_v1(17, 1) + i16(2) + b"\xc3\x28")
+        decode_request(header_v1(ApiKey.SASL_HANDSHAKE, 1) + i16(2) + b"\xc3\x28")
     with pytest.raises(ProtocolError, match="RequestHeader"):
-        decode_request(header_v1(17, 1, client=i16(1) + b"\xff") + i16(0))
+        decode_request(header_v1(ApiKey.SASL_HANDSHAKE, 1, client=i16(1) + b"\xff") + i16(0))
 
 
 def test_error_names_where_in_the_message_it_is() -> None:
-    payload = header_v1(38, 1) + i32(2) + i16(4) + b"User" + i16(1) + b"a" + i16(4) + b"User"
+    payload = header_v1(ApiKey.CREATE_DELEGATION_TOKEN, 1) + i32(2) + i16(4) + b"User" + i16(1) + b"a" + i16(4) + b"User"
     with pytest.raises(ProtocolError) as info:
         decode_request(payload + i16(5) + b"\xff\xff\xff\xff\xff" + b"\x00" * 8)
     assert info.value.message.startswith("CreateDelegationTokenRequest(v1).Renewers[1].PrincipalName")
@@ -219,16 +220,16 @@ def test_error_names_where_in_the_message_it_is() -> None:
 ])
 def test_bodies_that_do_not_fit_are_encode_errors(body: dict, match: str) -> None:
     with pytest.raises(EncodeError, match=match):
-        encode_request(RequestHeader(17, 1, 1, None), body)
+        encode_request(RequestHeader(ApiKey.SASL_HANDSHAKE, 1, 1, None), body)
 
 
 @pytest.mark.parametrize(("key", "version", "body"), [
-    (39, 1, {"ErrorCode": 2**15}),
-    (39, 1, {"ExpiryTimestampMs": "soon"}),
-    (38, 2, {"Hmac": "not-bytes"}),
-    (3, 12, {"Topics": [{"TopicId": b"short"}]}),
-    (3, 12, {"Brokers": {"NodeId": 1}}),
-    (41, 3, {"Tokens": ["not a dict"]}),
+    (ApiKey.RENEW_DELEGATION_TOKEN, 1, {"ErrorCode": 2**15}),
+    (ApiKey.RENEW_DELEGATION_TOKEN, 1, {"ExpiryTimestampMs": "soon"}),
+    (ApiKey.CREATE_DELEGATION_TOKEN, 2, {"Hmac": "not-bytes"}),
+    (ApiKey.METADATA, 12, {"Topics": [{"TopicId": b"short"}]}),
+    (ApiKey.METADATA, 12, {"Brokers": {"NodeId": 1}}),
+    (ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Tokens": ["not a dict"]}),
 ])
 def test_response_bodies_that_do_not_fit_are_encode_errors(key: int, version: int,
                                                            body: dict) -> None:
@@ -238,7 +239,7 @@ def test_response_bodies_that_do_not_fit_are_encode_errors(key: int, version: in
 
 def test_metadata_v0_cannot_encode_null_topics() -> None:
     with pytest.raises(EncodeError):
-        encode_request(RequestHeader(3, 0, 1, None), {"Topics": None})
+        encode_request(RequestHeader(ApiKey.METADATA, 0, 1, None), {"Topics": None})
 
 
 # --- framing -----------------------------------------------------------------

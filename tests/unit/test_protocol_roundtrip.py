@@ -141,7 +141,7 @@ REQUEST_SAMPLES: dict[ApiKey, list[tuple[int, dict]]] = {
     ApiKey.ENVELOPE: [
         (0, {
             "RequestData": encode_request(
-                RequestHeader(38, 3, 11, "client-1"),
+                RequestHeader(ApiKey.CREATE_DELEGATION_TOKEN, 3, 11, "client-1"),
                 {"OwnerPrincipalType": None, "OwnerPrincipalName": None, "MaxLifetimeMs": -1},
             ),
             "RequestPrincipal": serialize_principal(KafkaPrincipal("User", "alice")),
@@ -409,5 +409,5 @@ def test_response_round_trips(api_key: ApiKey, version: int, body: dict) -> None
 
 
 def test_request_with_null_client_id_round_trips() -> None:
-    header = RequestHeader(18, 3, 1, None)
+    header = RequestHeader(ApiKey.API_VERSIONS, 3, 1, None)
     assert decode_request(encode_request(header, {}))[0] == header

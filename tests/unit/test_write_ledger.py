@@ -17,8 +17,7 @@ from tokensvc.core.clock import FakeClock
 from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.protocol import RequestHeader, decode_response
-
-RENEW = 39
+from tokensvc.protocol.api import ApiKey
 
 
 class Unavailable(Exception):
@@ -57,7 +56,7 @@ class FakeStore:
         self.applied += 1
         self.sequence += 1
         if record is not None:
-            self.records[record[0]] = Record(RENEW, record[1])
+            self.records[record[0]] = Record(ApiKey.RENEW_DELEGATION_TOKEN, record[1])
         if self.lose_answers:
             self.lose_answers -= 1
             raise Unavailable("connection loss after the commit")
@@ -93,12 +92,12 @@ class FakeRecords:
         return (key, outcome)
 
     def put(self, op):
-        self.store.records[op[0]] = Record(RENEW, op[1])
+        self.store.records[op[0]] = Record(ApiKey.RENEW_DELEGATION_TOKEN, op[1])
 
 
 def _ctx(key: str, first: bool = True) -> RequestContext:
     return RequestContext(
-        header=RequestHeader(RENEW, 2, 77, "client"),
+        header=RequestHeader(ApiKey.RENEW_DELEGATION_TOKEN, 2, 77, "client"),
         principal=KafkaPrincipal.user("alice"),
         listener="BROKER",
         security_protocol="SASL_PLAINTEXT",
@@ -134,7 +133,7 @@ class Harness:
             expiry = body["expiry"]
             outcome = {"ErrorCode": 0, "ExpiryTimestampMs": expiry, "ThrottleTimeMs": 0}
             await self.writes.commit(ctx, self.store.renew, expiry,
-                                     record=self.writes.record(ctx, RENEW, outcome))
+                                     record=self.writes.record(ctx, ApiKey.RENEW_DELEGATION_TOKEN, outcome))
             return outcome
 
         handler = ApiHandler(
@@ -147,7 +146,7 @@ class Harness:
             self.clock.advance(int(seconds * 1000))
 
         self.ledger = WriteLedger(
-            services, {RENEW: handler}, self.writes,
+            services, {ApiKey.RENEW_DELEGATION_TOKEN: handler}, self.writes,
             lambda key: self.store.records.get(key), lambda key: True,
             request_timeout_ms=timeout_ms,
             monotonic=lambda: self.clock.now_ms() / 1000.0,
@@ -156,7 +155,7 @@ class Harness:
 
     def apply(self, ctx: RequestContext, expiry: int) -> dict:
         encoded, _error = asyncio.run(self.ledger.apply(ctx, {"expiry": expiry}))
-        return decode_response(RENEW, 2, encoded)[1]
+        return decode_response(ApiKey.RENEW_DELEGATION_TOKEN, 2, encoded)[1]
 
 
 def test_a_write_commits_its_record_and_reports_its_versions():
@@ -225,7 +224,7 @@ def test_a_write_waits_for_this_brokers_cache_before_answering():
         for _, fut in h.followers.waiting:
             fut.set_result(None)
         encoded, _ = await task
-        return done_before, decode_response(RENEW, 2, encoded)[1]
+        return done_before, decode_response(ApiKey.RENEW_DELEGATION_TOKEN, 2, encoded)[1]
 
     done_before, answer = asyncio.run(run())
     assert not done_before

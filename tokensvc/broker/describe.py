@@ -29,6 +29,7 @@ from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import DelegationToken, TokenInformation
 from tokensvc.protocol import flexible
 from tokensvc.protocol.api import ApiKey
+from tokensvc.protocol.primitives import encode_uvarint
 from tokensvc.protocol.schema import EncodedElements
 
 # How long one slice may hold the event loop, and how many tokens go between clock reads.
@@ -48,15 +49,6 @@ class Described:
     tokens: EncodedElements
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 class _Encoder:
     """Encodes DescribedDelegationToken elements of one API version."""
 
@@ -69,11 +61,11 @@ class _Encoder:
     def _string(self, text: str) -> bytes:
         data = text.encode("utf-8")
         if self.flexible:
-            return _uvarint(len(data) + 1) + data
+            return encode_uvarint(len(data) + 1) + data
         return _INT16.pack(len(data)) + data
 
     def _length(self, length: int) -> bytes:
-        return _uvarint(length + 1) if self.flexible else _INT32.pack(length)
+        return encode_uvarint(length + 1) if self.flexible else _INT32.pack(length)
 
     def _principal(self, principal: KafkaPrincipal) -> bytes:
         found = self._principals.get(principal)
