@@ -269,7 +269,7 @@ def answers_api_versions(address: str, timeout: float = 2.0) -> bool:
 class Placement:
     """Where a broker runs when not on loopback: the address its listeners bind (with
     Kafka's usual ports, see :data:`PLACED_PORTS`) and the command prefix that starts it
-    there (``ip netns exec NAME``: the partition harness, ``bench.netns``)."""
+    there (``ip netns exec NAME``: the partition harness, ``faults.netns``)."""
 
     host: str
     prefix: tuple[str, ...] = ()

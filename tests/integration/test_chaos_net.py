@@ -1,4 +1,4 @@
-"""The partition suite's short form (``bench.chaos_net``, ``./dev chaos --net``), in CI.
+"""The partition suite's short form (``faults.chaos_net``, ``./dev chaos --net``), in CI.
 
 Real processes on real links: 3 ZooKeeper nodes and 3 brokers, each in a network
 namespace of its own joined by veth pairs to a bridge, and the fault suite's writers in
@@ -24,7 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import chaos_net, netns
+from faults import chaos_net, netns
+
+pytestmark = pytest.mark.machine  # one at a time: they load the whole machine
 
 ROOT = os.geteuid() == 0 and shutil.which("ip") is not None
 needs_root = pytest.mark.skipif(not ROOT, reason="network namespaces need root and `ip`")

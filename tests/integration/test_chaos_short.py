@@ -1,4 +1,4 @@
-"""The fault suite's short form (``bench.chaos``), run in CI.
+"""The fault suite's short form (``faults.chaos``), run in CI.
 
 Real processes: a 3-node ZooKeeper ensemble and 3 brokers, clients creating, renewing
 and expiring tokens on random brokers, and the faults whose properties hold today:
@@ -26,7 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from bench import chaos
+from faults import chaos
+
+pytestmark = pytest.mark.machine  # one at a time: they load the whole machine
 
 SHORT_FAULTS = ["controller", "zk-leader", "broker"]
 

@@ -1,8 +1,8 @@
-"""The fault suite's end-state rules (bench.chaos_check), on hand-made ledgers: no I/O."""
+"""The fault suite's end-state rules (faults.chaos_check), on hand-made ledgers: no I/O."""
 
 from __future__ import annotations
 
-from bench.chaos_check import (
+from faults.chaos_check import (
     Attempt,
     ControllerSample,
     RevocationRound,

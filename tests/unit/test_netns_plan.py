@@ -1,11 +1,11 @@
-"""The partition harness's network plan (bench.netns.NetPlan): names, addresses and the
+"""The partition harness's network plan (faults.netns.NetPlan): names, addresses and the
 exact ``ip`` commands, as text; no namespace is made here."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.netns import NetError, NetPlan, overlaps
+from faults.netns import NetError, NetPlan, overlaps
 
 PLAN = NetPlan(("zk1", "b1"), subnet="10.9.8.0/24", prefix="ts")
 

@@ -1,4 +1,4 @@
-"""What the fault suite (``bench.chaos``) saw, and the rules it checks against ZooKeeper.
+"""What the fault suite (``faults.chaos``) saw, and the rules it checks against ZooKeeper.
 
 Owns: the ledger of one fault's writes as a client saw them (attempted, acknowledged,
 answered with an error, or unknown: the connection died with the request sent), the
@@ -14,7 +14,7 @@ ZooKeeper holds at the end into violations:
   creates that may have landed without an acknowledgement (unknown, or answered
   REQUEST_TIMED_OUT) explain, is a duplicate.
 
-It does no I/O and reads no clock: ``bench.chaos`` gathers the facts from outside the
+It does no I/O and reads no clock: ``faults.chaos`` gathers the facts from outside the
 brokers (ZooKeeper, logins, describes) and passes them in, so every rule is unit-tested
 on its own. It must not hold or print a token's HMAC beyond the ledger's own use.
 """
@@ -207,7 +207,7 @@ class RevocationRound:
         return self.queued_succeeded + self.fresh_succeeded + self.sessions_served
 
 
-# -- the partition suite's rules (bench.chaos_net) ---------------------------------------
+# -- the partition suite's rules (faults.chaos_net) ---------------------------------------
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,12 @@
-"""The 3-node, 3-broker cluster that the fault drivers (``bench.soak``, ``bench.chaos``) break.
+"""The 3-node, 3-broker cluster that the fault drivers (``faults.soak``, ``faults.chaos``) break.
 
 Owns what both drivers do the same way: a 3-node ZooKeeper ensemble
 (``zk.server.ZooKeeperEnsemble``) with a 3-broker ``LocalCluster`` on it (separate
 processes, tied to the starting thread by ``die_with_parent``) and a ZooKeeper client
 of the driver's own (:class:`FaultCluster`: start, close, a broker's address, the
-current controller, a describe, one token login); and the blocking Kafka-protocol
-client they drive it with (:class:`Connection`: one logged-in connection, one request
-at a time).
+current controller, a describe, one token login); and the driver's view of
+the admin client's blocking connection (:class:`Connection`: one logged-in
+connection, one request at a time, failures as :class:`ClientError`).
 
 It must not inject faults, generate load or judge anything: the drivers do. It never
 prints or keeps a password or an HMAC beyond the call that uses it.
@@ -18,23 +18,22 @@ import base64
 import contextlib
 import os
 import signal
-import socket
-import struct
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from bench import zkraw
+from tokensvc.admin.connection import BrokerConnection, ConnectionLost
+from tokensvc.admin.results import AdminError
+from tokensvc.client_config import ClientConfig
 from tokensvc.cluster import LocalCluster, Placement
 from tokensvc.core.errors import Errors
-from tokensvc.protocol import RequestHeader, decode_response, encode_request, frame
-from tokensvc.scram.client import ScramClient
+from tokensvc.protocol.api import ApiKey
 from tokensvc.scram.formatter import ScramMechanism
-from zk import layout
 from zk.client import ZkSettings, open_client
 from zk.server import ZooKeeperEnsemble
 
-SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
-CREATE, RENEW, EXPIRE, DESCRIBE = 38, 39, 40, 41
 REQUEST_TIMEOUT_S = 40.0
 MECHANISM = ScramMechanism.SCRAM_SHA_256
 
@@ -44,62 +43,34 @@ class ClientError(Exception):
 
 
 class Connection:
-    """A blocking, logged-in Kafka-protocol connection (one request at a time)."""
+    """A blocking, logged-in Kafka-protocol connection (one request at a time): the admin
+    client's :class:`~tokensvc.admin.connection.BrokerConnection` on SASL_PLAINTEXT,
+    with its failures as :class:`ClientError` ("login refused" when the broker said no)."""
 
     def __init__(self, address: tuple[str, int], username: str, password: str, *,
                  token: bool = False, cache: dict | None = None) -> None:
-        self._corr = 0
+        config = ClientConfig(security_protocol="SASL_PLAINTEXT", sasl_mechanism=MECHANISM,
+                              username=username, password=password, token_auth=token)
+        self._conn = BrokerConnection(f"{address[0]}:{address[1]}", config, client_id="soak",
+                                      salted_password_cache=cache)
         try:
-            self._sock = socket.create_connection(address, timeout=REQUEST_TIMEOUT_S)
-        except OSError as exc:
-            raise ClientError(f"connect: {exc.__class__.__name__}") from None
-        try:
-            self._login(username, password, token, cache)
-        except BaseException:
-            self.close()
-            raise
-
-    def _login(self, username: str, password: str, token: bool, cache: dict | None) -> None:
-        if self.call(SASL_HANDSHAKE, 1, {"Mechanism": MECHANISM.mechanism_name})["ErrorCode"]:
-            raise ClientError("handshake refused")
-        client = ScramClient(MECHANISM, username, password,
-                             extensions={"tokenauth": "true"} if token else {},
-                             salted_password_cache=cache)
-        first = self.call(SASL_AUTHENTICATE, 2, {"AuthBytes": client.first_message()})
-        if first["ErrorCode"]:
-            raise ClientError("login refused")
-        final = self.call(SASL_AUTHENTICATE, 2,
-                          {"AuthBytes": client.final_message(first["AuthBytes"])})
-        if final["ErrorCode"]:
-            raise ClientError("login refused")
-        client.verify_server_final(final["AuthBytes"])
+            self._conn.open(time.monotonic() + REQUEST_TIMEOUT_S)
+        except ConnectionLost as exc:
+            raise ClientError(f"connect: {exc.reason}") from None
+        except AdminError as exc:
+            refused = exc.error not in (Errors.UNSUPPORTED_SASL_MECHANISM, Errors.ILLEGAL_SASL_STATE)
+            raise ClientError(f"{'login' if refused else 'handshake'} refused: "
+                              f"{error_name(exc.error)}") from None
 
     def call(self, api_key: int, version: int, body: dict) -> dict:
-        self._corr += 1
         try:
-            self._sock.sendall(frame(encode_request(
-                RequestHeader(api_key, version, self._corr, "soak"), body)))
-            size = struct.unpack(">i", self._recv(4))[0]
-            corr, response = decode_response(api_key, version, self._recv(size))
-        except (OSError, struct.error) as exc:
-            raise ClientError(f"request: {exc.__class__.__name__}") from None
-        if corr != self._corr:
-            raise ClientError("correlation id mismatch")
-        return response
-
-    def _recv(self, size: int) -> bytes:
-        chunks = []
-        while size:
-            chunk = self._sock.recv(size)
-            if not chunk:
-                raise ConnectionError("closed by the broker")
-            chunks.append(chunk)
-            size -= len(chunk)
-        return b"".join(chunks)
+            return self._conn.request(ApiKey(api_key), body, time.monotonic() + REQUEST_TIMEOUT_S,
+                                      version)
+        except ConnectionLost as exc:
+            raise ClientError(f"request: {exc.reason}") from None
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self._sock.close()
+        self._conn.close()
 
 
 def token_password(hmac: bytes) -> str:
@@ -135,7 +106,7 @@ class FaultCluster:
         brokers under ``/chroot`` with ``overrides``, and this driver's own ZooKeeper
         client (``client_session_timeout_ms``: the session it asks for, default
         ``ZkSettings``'). ``zk_hosts``/``zk_prefixes`` and ``placements`` put the nodes
-        and brokers on hosts of their own (``bench.netns``) instead of loopback."""
+        and brokers on hosts of their own (``faults.netns``) instead of loopback."""
         tick = {"tick_ms": zk_tick_ms} if zk_tick_ms else {}
         self.ensemble = ZooKeeperEnsemble(self.directory / "zookeeper", 3, hosts=zk_hosts,
                                           prefixes=zk_prefixes, **tick)
@@ -174,17 +145,14 @@ class FaultCluster:
         return host, int(port)
 
     def controller(self) -> int | None:
-        try:
-            return layout.decode_controller(self.zk.get(layout.CONTROLLER)[0])
-        except Exception:  # noqa: BLE001 - no controller at this moment
-            return None
+        return zkraw.controller_of(self.zk)
 
     def described_token_ids(self, broker: int) -> set[str]:
         """The token ids ``broker`` describes to the admin (raises ClientError if it
         cannot be asked)."""
         conn = Connection(self.address(broker), *self.admin)
         try:
-            answer = conn.call(DESCRIBE, 3, {"Owners": None})
+            answer = conn.call(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None})
         finally:
             conn.close()
         return {t["TokenId"] for t in answer["Tokens"]}

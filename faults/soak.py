@@ -1,6 +1,6 @@
-"""``python -m bench.soak --minutes M``: a long fault soak of a 3-broker cluster (``./dev soak``).
+"""``python -m faults.soak --minutes M``: a long fault soak of a 3-broker cluster (``./dev soak``).
 
-Owns the soak: on a ``bench.fault_cluster.FaultCluster`` (a 3-node ZooKeeper ensemble and
+Owns the soak: on a ``faults.cluster.FaultCluster`` (a 3-node ZooKeeper ensemble and
 a 3-broker ``LocalCluster`` on it), a mixed client load for ``--minutes`` minutes, and a
 fault every ``--fault-every`` seconds, in rotation:
 
@@ -42,11 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.fault_cluster import (
-    CREATE,
-    DESCRIBE,
-    EXPIRE,
-    RENEW,
+from faults.cluster import (
     REQUEST_TIMEOUT_S,
     ClientError,
     Connection,
@@ -55,9 +51,10 @@ from bench.fault_cluster import (
     token_password,
 )
 from tokensvc.core.errors import Errors
+from tokensvc.protocol.api import ApiKey
 from zk.token_store import StoreError, TokenStore
 
-log = logging.getLogger("bench.soak")
+log = logging.getLogger("faults.soak")
 
 SESSION_TIMEOUT_MS = 6000
 ZK_PAUSE_S = 10.0
@@ -161,7 +158,7 @@ class Soak(FaultCluster):
             lifetime = SHORT_LIFETIME_MS if rng.random() < 0.2 else -1
             api = "create"
             try:
-                answer = conn.call(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": lifetime})
+                answer = conn.call(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": lifetime})
             except ClientError:
                 self.ledger.record(api, "connection")
                 raise
@@ -171,13 +168,13 @@ class Soak(FaultCluster):
                         answer["TokenId"], answer["Hmac"], answer["MaxTimestampMs"])
         elif roll < 0.5:
             api = "renew"
-            answer = self._call(conn, api, RENEW, 2,
+            answer = self._call(conn, api, ApiKey.RENEW_DELEGATION_TOKEN, 2,
                                 {"Hmac": token.hmac, "RenewPeriodMs": 3_600_000})
         elif roll < 0.55:
             api = "expire"
             with self.ledger.lock:
                 token.expired_by_load = True
-            answer = self._call(conn, api, EXPIRE, 2,
+            answer = self._call(conn, api, ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
                                 {"Hmac": token.hmac, "ExpiryTimePeriodMs": -1})
         elif roll < 0.85:
             api = "token login"
@@ -197,7 +194,7 @@ class Soak(FaultCluster):
             return
         else:
             api = "describe"
-            answer = self._call(conn, api, DESCRIBE, 3, {"Owners": None})
+            answer = self._call(conn, api, ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None})
         self.ledger.record(api, error_name(answer["ErrorCode"]))
 
     def _call(self, conn: Connection, api: str, key: int, version: int, body: dict) -> dict:
@@ -305,7 +302,7 @@ class Soak(FaultCluster):
             try:
                 conn = Connection(self.address(self.rng.choice(others)), *self.admin)
                 try:
-                    answer = conn.call(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+                    answer = conn.call(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
                 finally:
                     conn.close()
                 if answer["ErrorCode"] == 0:
@@ -415,7 +412,7 @@ def report(soak: Soak, result: dict[str, Any], elapsed_s: float) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.soak", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m faults.soak", description=__doc__.split("\n")[0])
     parser.add_argument("--minutes", type=float, default=30.0, help="how long to run (default 30)")
     parser.add_argument("--fault-every", type=float, default=None,
                         help="seconds between faults (default: 30 for runs under 10 minutes, "

@@ -1,8 +1,8 @@
-"""``python -m bench.chaos_net`` (``./dev chaos --net``): partitions, not only crashes.
+"""``python -m faults.chaos_net`` (``./dev chaos --net``): partitions, not only crashes.
 
 Owns: the fault suite's cluster (3 ZooKeeper nodes, 3 brokers) with every process on a
-host of its own (``bench.netns``: a network namespace, a veth pair, a bridge), the
-suite's writer load from the root namespace (``bench.chaos``), five link faults, and
+host of its own (``faults.netns``: a network namespace, a veth pair, a bridge), the
+suite's writer load from the root namespace (``faults.chaos``), five link faults, and
 the checks made from outside during and after each of them:
 
 - ``zk-cut`` (a): a non-controller broker cut from every ZooKeeper node; its clients
@@ -19,7 +19,7 @@ the checks made from outside during and after each of them:
 
 Checks, each a violation when broken:
 
-- end state (``bench.chaos``): no acknowledged write lost, no duplicate, creates of
+- end state (``faults.chaos``): no acknowledged write lost, no duplicate, creates of
   unknown outcome resolved against ZooKeeper, acknowledged expiries refused everywhere,
   every describe equal to ZooKeeper, every broker alive;
 - revocations: during the cut, tokens are expired, a user deleted and a password
@@ -27,7 +27,7 @@ Checks, each a violation when broken:
   tried on every broker (above all the cut one), and sessions opened with them before
   the cut send requests. One that a broker accepts although it began later than
   ``zookeeper.max.staleness.ms`` + one confirmation round (:data:`ROUND_S`) after the
-  revocation was acknowledged is a violation (``bench.chaos_check.late_acceptances``);
+  revocation was acknowledged is a violation (``faults.chaos_check.late_acceptances``);
 - controllers: every :data:`SAMPLE_S` each broker's ``tokensvc_controller`` gauge and
   ZooKeeper's ``/controller``; two brokers acting at once is a violation;
 - no hang: every write answered within ``request.timeout.ms`` + :data:`ANSWER_SLACK_S`
@@ -60,9 +60,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.chaos import (
+from faults.chaos import (
     ANY_ACL,
-    DESCRIBE_ACLS,
     RECOVERY_LIMIT_S,
     WARM_UP_S,
     Chaos,
@@ -70,7 +69,7 @@ from bench.chaos import (
     parse_faults,
     table,
 )
-from bench.chaos_check import (
+from faults.chaos_check import (
     Attempt,
     ControllerSample,
     Violation,
@@ -78,19 +77,17 @@ from bench.chaos_check import (
     late_acceptances,
     latest_acceptance_s,
 )
-from bench.fault_cluster import (
-    CREATE,
-    DESCRIBE,
-    EXPIRE,
+from faults.cluster import (
     ClientError,
     Connection,
     error_name,
     token_password,
 )
-from bench.netns import NetError, NetPlan, Network
+from faults.netns import NetError, NetPlan, Network
 from tokensvc.admin.client import AdminClient
 from tokensvc.client_config import load_client_config
 from tokensvc.cluster import Placement
+from tokensvc.protocol.api import ApiKey
 
 NET_FAULTS = ("zk-cut", "controller-zk-cut", "zk-split", "controller-cut", "flap")
 ZK_HOSTS = ("zk1", "zk2", "zk3")
@@ -358,8 +355,8 @@ class NetChaos(Chaos):
         """One request on a held session: a token's (an admin token) lists ACLs, a user
         describes her own tokens; True if it was served."""
         if subject.token:
-            return conn.call(DESCRIBE_ACLS, 1, ANY_ACL)["ErrorCode"] == 0
-        return conn.call(DESCRIBE, 3, {"Owners": None})["ErrorCode"] == 0
+            return conn.call(ApiKey.DESCRIBE_ACLS, 1, ANY_ACL)["ErrorCode"] == 0
+        return conn.call(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None})["ErrorCode"] == 0
 
     def _accepted(self, broker: int, subject: Subject) -> bool:
         try:
@@ -412,7 +409,7 @@ class NetChaos(Chaos):
         try:
             result.ledger.sent("expire")
             result.ledger.expire_sending(token)
-            answer = conn.call(EXPIRE, 2, {"Hmac": subject.token_hmac, "ExpiryTimePeriodMs": -1})
+            answer = conn.call(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": subject.token_hmac, "ExpiryTimePeriodMs": -1})
         finally:
             conn.close()
         if answer["ErrorCode"]:
@@ -469,7 +466,7 @@ class NetChaos(Chaos):
                     stop.wait(0.2)
                     continue
             try:
-                answer = self._write(-2, victim, conn, result.ledger, "create", CREATE, 3,
+                answer = self._write(-2, victim, conn, result.ledger, "create", ApiKey.CREATE_DELEGATION_TOKEN, 3,
                                      {"Renewers": [], "MaxLifetimeMs": -1})
             except ClientError:
                 outcomes["no answer"] += 1
@@ -665,7 +662,7 @@ def run(faults: list[str], *, hold_s: float = 20.0, flap_s: float = 60.0, client
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.chaos_net",
+    parser = argparse.ArgumentParser(prog="python -m faults.chaos_net",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--faults", default=",".join(NET_FAULTS),
                         help=f"comma-separated, in order (default: all of {','.join(NET_FAULTS)})")

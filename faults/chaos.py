@@ -1,9 +1,9 @@
-"""``python -m bench.chaos``: the fault suite (``./dev chaos``), checked from outside.
+"""``python -m faults.chaos``: the fault suite (``./dev chaos``), checked from outside.
 
-Owns: on a ``bench.fault_cluster.FaultCluster`` (a 3-node ZooKeeper ensemble with 3
+Owns: on a ``faults.cluster.FaultCluster`` (a 3-node ZooKeeper ensemble with 3
 broker processes on it), client threads that create,
 renew and expire their own tokens on random brokers, the faults below, and after each
-fault the checks of ``bench.chaos_check`` plus those that need the brokers:
+fault the checks of ``faults.chaos_check`` plus those that need the brokers:
 
 - ``controller``: kill -9 of the controller, restarted once its session has expired.
   Recovery: until a create sent through a survivor after the kill is acknowledged
@@ -50,11 +50,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.chaos_check import RevocationRound, TrackedToken, Violation, WriteLedger, check_writes
-from bench.fault_cluster import (
-    CREATE,
-    EXPIRE,
-    RENEW,
+from faults.chaos_check import RevocationRound, TrackedToken, Violation, WriteLedger, check_writes
+from faults.cluster import (
     ClientError,
     Connection,
     FaultCluster,
@@ -62,6 +59,7 @@ from bench.fault_cluster import (
     token_password,
 )
 from tokensvc.cluster import answers_api_versions
+from tokensvc.protocol.api import ApiKey
 from zk.client import negotiated_session_timeout_ms
 from zk.server import ZooKeeperNode
 from zk.token_store import StoreError, TokenStore
@@ -78,7 +76,6 @@ FRESH_WINDOW_S = 1.0
 FRESH_THREADS = 2
 FRESH_MIN_PER_THREAD = 5  # so a round tries at least REVOKED + 10 logins, however slow
 RENEW_PERIOD_MS = 3_600_000
-DESCRIBE_ACLS = 29
 ANY_ACL = {"ResourceTypeFilter": 1, "ResourceNameFilter": None, "PatternTypeFilter": 1,
            "PrincipalFilter": None, "HostFilter": None, "Operation": 1, "PermissionType": 1}
 
@@ -163,21 +160,21 @@ class Chaos(FaultCluster):
                    mine: list[TrackedToken], ledger: WriteLedger, cache: dict) -> None:
         roll = rng.random()
         if roll < 0.4 or not mine:
-            answer = self._write(index, broker, conn, ledger, "create", CREATE, 3,
+            answer = self._write(index, broker, conn, ledger, "create", ApiKey.CREATE_DELEGATION_TOKEN, 3,
                                  {"Renewers": [], "MaxLifetimeMs": -1})
             if answer is not None and answer["ErrorCode"] == 0:
                 mine.append(ledger.created(answer["TokenId"], answer["Hmac"],
                                            answer["MaxTimestampMs"]))
         elif roll < 0.7:
             token = rng.choice(mine)
-            answer = self._write(index, broker, conn, ledger, "renew", RENEW, 2,
+            answer = self._write(index, broker, conn, ledger, "renew", ApiKey.RENEW_DELEGATION_TOKEN, 2,
                                  {"Hmac": token.hmac, "RenewPeriodMs": RENEW_PERIOD_MS})
             if answer is not None and answer["ErrorCode"] == 0:
                 ledger.renewed(token, answer["ExpiryTimestampMs"])
         elif roll < 0.85:
             token = mine.pop(rng.randrange(len(mine)))
             ledger.expire_sending(token)
-            answer = self._write(index, broker, conn, ledger, "expire", EXPIRE, 2,
+            answer = self._write(index, broker, conn, ledger, "expire", ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
                                  {"Hmac": token.hmac, "ExpiryTimePeriodMs": -1})
             if answer is not None and answer["ErrorCode"] == 0:
                 ledger.expired(token)
@@ -324,7 +321,7 @@ class Chaos(FaultCluster):
         except ClientError:
             return None
         try:
-            answer = self._write(-1, broker, conn, ledger, "create", CREATE, 3,
+            answer = self._write(-1, broker, conn, ledger, "create", ApiKey.CREATE_DELEGATION_TOKEN, 3,
                                  {"Renewers": [], "MaxLifetimeMs": -1})
         except ClientError:
             return None
@@ -449,7 +446,7 @@ class Chaos(FaultCluster):
 
         def held_request(conn: Connection) -> None:
             try:
-                served = conn.call(DESCRIBE_ACLS, 1, ANY_ACL)["ErrorCode"] == 0
+                served = conn.call(ApiKey.DESCRIBE_ACLS, 1, ANY_ACL)["ErrorCode"] == 0
             except ClientError:
                 served = False  # closed: the session was revoked
             finally:
@@ -471,7 +468,7 @@ class Chaos(FaultCluster):
                 for token in tokens:
                     ledger.sent("expire")
                     ledger.expire_sending(token)
-                    answer = conn.call(EXPIRE, 2, {"Hmac": token.hmac, "ExpiryTimePeriodMs": -1})
+                    answer = conn.call(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": token.hmac, "ExpiryTimePeriodMs": -1})
                     ledger.answered("expire", error_name(answer["ErrorCode"]), 0.0)
                     if answer["ErrorCode"] == 0:
                         ledger.expired(token)
@@ -591,7 +588,7 @@ def parse_faults(parser: argparse.ArgumentParser, text: str, known: Sequence[str
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.chaos",
+    parser = argparse.ArgumentParser(prog="python -m faults.chaos",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--faults", default=",".join(FAULTS),
                         help=f"comma-separated, in order (default: all of {','.join(FAULTS)})")

@@ -1,5 +1,5 @@
 """One network namespace per process, joined by veth pairs to a bridge: the partition
-harness of ``./dev chaos --net`` (``bench.chaos_net``).
+harness of ``./dev chaos --net`` (``faults.chaos_net``).
 
 Owns two things:
 
@@ -186,7 +186,7 @@ class Network:
         if stale or _exists(self.plan.bridge):
             raise NetError(f"namespaces or a bridge named {self.plan.prefix}-* already exist "
                            "(another run, or one that was killed): remove them with "
-                           "`python -m bench.netns --clean`")
+                           "`python -m faults.netns --clean`")
         try:
             self._step(self.plan.bridge_up(), [self.plan.bridge_down()])
             for host in self.plan.hosts:
@@ -284,7 +284,7 @@ if __name__ == "__main__":
     import argparse
     import sys
 
-    parser = argparse.ArgumentParser(prog="python -m bench.netns",
+    parser = argparse.ArgumentParser(prog="python -m faults.netns",
                                      description="the partition harness's network")
     parser.add_argument("--clean", action="store_true",
                         help=f"remove {DEFAULT_PREFIX}-* namespaces and links left by a killed run")
