@@ -20,9 +20,10 @@ from tests.support.inproc import (
     add_user,
     bootstrap_user,
     broker_properties,
+    chroot_with_users,
     controller,
     followers,
-    wait_for_controller,
+    running_brokers,
     zk_client,
 )
 from tests.support.wait import retry
@@ -37,9 +38,9 @@ from tokensvc.authz.acl import (
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal
+from tokensvc.protocol.api import ApiKey
 from zk.acl_store import AclStore, AclSync
 
-DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS, DESCRIBE_SCRAM_USERS = 29, 30, 31, 50
 USERS = [("admin", "admin-secret"), ("broker", "broker-secret"), ("alice", "alice-secret"),
          ("bob", "bob-secret"), ("carol", "carol-secret")]
 PASSWORDS = dict(USERS)
@@ -55,10 +56,7 @@ def eventually(check, timeout: float = 5.0):
 
 @pytest.fixture(scope="module")
 def zk_chroot(zookeeper) -> str:
-    connect = f"{zookeeper.connect}/acls-{time.monotonic_ns()}"
-    for user, password in USERS:
-        bootstrap_user(connect, user, password)
-    return connect
+    return chroot_with_users(zookeeper.connect, "acls", USERS)
 
 
 @pytest.fixture(scope="module")
@@ -68,14 +66,8 @@ def audit_root(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def cluster(zk_chroot, audit_root):
-    brokers = []
-    for i in (1, 2, 3):
-        props = broker_properties(i, zk_chroot, **{"audit.log.dir": str(audit_root / f"b{i}")})
-        brokers.append(InProcessBroker(BrokerConfig.from_properties(props)).start())
-    wait_for_controller(brokers)
-    yield brokers
-    for b in brokers:
-        b.stop()
+    with running_brokers(zk_chroot, (1, 2, 3), audit_root=audit_root) as brokers:
+        yield brokers
 
 
 @pytest.fixture(scope="module")
@@ -107,16 +99,16 @@ def acl_filter(name: str | None = None, principal: str | None = None, *, rtype: 
 
 
 def create(client: WireClient, *creations: dict, version: int = 3) -> list[int]:
-    response = client.request(CREATE_ACLS, version, {"Creations": list(creations)})
+    response = client.request(ApiKey.CREATE_ACLS, version, {"Creations": list(creations)})
     return [r["ErrorCode"] for r in response["Results"]]
 
 
 def describe(client: WireClient, **filter_fields) -> dict:
-    return client.request(DESCRIBE_ACLS, 3, acl_filter(**filter_fields))
+    return client.request(ApiKey.DESCRIBE_ACLS, 3, acl_filter(**filter_fields))
 
 
 def delete(client: WireClient, *filters: dict) -> list[dict]:
-    return client.request(DELETE_ACLS, 3, {"Filters": list(filters)})["FilterResults"]
+    return client.request(ApiKey.DELETE_ACLS, 3, {"Filters": list(filters)})["FilterResults"]
 
 
 def described(response: dict) -> set[tuple]:
@@ -216,7 +208,7 @@ def test_version_0_requests_mean_literal_patterns(cluster):
     with login(controller(cluster), "admin") as admin:
         v0 = {k: v for k, v in creation(name).items() if k != "ResourcePatternType"}
         assert create(admin, v0, version=0) == [0]
-        response = admin.request(DESCRIBE_ACLS, 0, {
+        response = admin.request(ApiKey.DESCRIBE_ACLS, 0, {
             k: v for k, v in acl_filter(name).items() if k != "PatternTypeFilter"})
     assert described(response) == {(TOPIC, name, LITERAL, "User:alice", "*", READ, ALLOW)}
 
@@ -447,14 +439,14 @@ def test_until_the_acls_are_loaded_only_super_users_are_served(zookeeper, monkey
         assert not broker.broker.authorizer.ready
         # The early listener is open while the ACLs are still loading.
         with login(broker, "admin") as admin, login(broker, "alice") as alice:
-            users = admin.request(DESCRIBE_SCRAM_USERS, 0, {"Users": None})
+            users = admin.request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"Users": None})
             assert users["ErrorCode"] == 0
             assert {u["User"] for u in users["Results"]} == {"admin", "alice"}
             # A super user is authorized, but a listing would be incomplete: retriable.
             assert describe(admin)["ErrorCode"] == Errors.COORDINATOR_LOAD_IN_PROGRESS
             assert describe(alice)["ErrorCode"] == Errors.COORDINATOR_LOAD_IN_PROGRESS
             assert create(alice, creation("t")) == [Errors.COORDINATOR_LOAD_IN_PROGRESS]
-            assert alice.request(DESCRIBE_SCRAM_USERS, 0, {"Users": None})[
+            assert alice.request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"Users": None})[
                 "ErrorCode"] == Errors.COORDINATOR_LOAD_IN_PROGRESS
             _HeldAclSync.release.set()
             starting.join(30)

@@ -8,9 +8,7 @@ sees it whichever broker each request reaches.
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,22 +36,18 @@ from kafka.admin import ResourceType as KpType
 from kafka.errors import ClusterAuthorizationFailedError, NoError
 
 from cli.acls_cmd import acls
+from tests.support.local_cluster import ClusterFactory
 from tokensvc.cluster import LocalCluster
-from zk.client import ZkSettings
 from zk.credential_store import bootstrap_user
 
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator[LocalCluster]:
-    connect = f"{zookeeper.connect}/acl-clients-{time.monotonic_ns()}"
-    with LocalCluster.up(
-        tmp_path_factory.mktemp("acl-clients"), brokers=2, zookeeper=connect,
-        die_with_parent=True,
-    ) as running:
-        bootstrap_user(ZkSettings(connect), "alice", "alice-secret", iterations=4096)
-        yield running
+def cluster(module_cluster_factory: ClusterFactory) -> LocalCluster:
+    running = module_cluster_factory(brokers=2)
+    bootstrap_user(running.zk_settings(), "alice", "alice-secret", iterations=4096)
+    return running
 
 
 @pytest.fixture(scope="module")

@@ -35,12 +35,7 @@ T = TypeVar("T")
 SHA512 = ScramMechanism.SCRAM_SHA_512
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster.up(
-        tmp_path_factory.mktemp("admin-cluster"), brokers=2, tls=True, die_with_parent=True
-    ) as running:
-        yield running
+pytestmark = pytest.mark.cluster(brokers=2, tls=True)
 
 
 @pytest.fixture(scope="module")

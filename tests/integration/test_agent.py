@@ -25,7 +25,6 @@ import signal
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -54,19 +53,12 @@ from zk.server import free_port
 EXPIRY_MS, MAX_MS = 20_000, 60_000
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    directory = tmp_path_factory.mktemp("agent-cluster")
-    overrides = {
-        "delegation.token.expiry.time.ms": str(EXPIRY_MS),
-        "delegation.token.max.lifetime.ms": str(MAX_MS),
-        "delegation.token.expiry.check.interval.ms": "2000",
-        "zookeeper.session.timeout.ms": "4000",
-    }
-    with LocalCluster.up(directory, brokers=3, overrides=overrides, die_with_parent=True) as c:
-        with _admin(c) as admin:
-            admin.upsert_user_scram_credential("mallory", "SCRAM-SHA-512", "mallory-pw")
-        yield c
+pytestmark = pytest.mark.cluster(brokers=3, overrides={
+    "delegation.token.expiry.time.ms": str(EXPIRY_MS),
+    "delegation.token.max.lifetime.ms": str(MAX_MS),
+    "delegation.token.expiry.check.interval.ms": "2000",
+    "zookeeper.session.timeout.ms": "4000",
+}, users=[("mallory", "SCRAM-SHA-512", "mallory-pw")])
 
 
 def _admin(cluster: LocalCluster) -> AdminClient:

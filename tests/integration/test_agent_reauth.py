@@ -18,7 +18,6 @@ import asyncio
 import json
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,12 +35,7 @@ from tokensvc.cluster import LocalCluster
 REAUTH_MS = 3_000
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    directory = tmp_path_factory.mktemp("agent-reauth")
-    with LocalCluster.up(directory, brokers=1, die_with_parent=True,
-                         overrides={"connections.max.reauth.ms": str(REAUTH_MS)}) as c:
-        yield c
+pytestmark = pytest.mark.cluster(brokers=1, overrides={"connections.max.reauth.ms": str(REAUTH_MS)})
 
 
 def _admin(cluster: LocalCluster) -> AdminClient:

@@ -25,17 +25,12 @@ from zk.server import free_port
 ROOT = Path(__file__).resolve().parents[2]
 SPARK_CLASS = str(Path(sys.executable).parent / "spark-class")
 
-pytestmark = pytest.mark.spark
 
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    overrides = {"delegation.token.expiry.time.ms": "10000",
-                 "delegation.token.max.lifetime.ms": "30000",
-                 "delegation.token.expiry.check.interval.ms": "2000"}
-    with LocalCluster.up(tmp_path_factory.mktemp("agent-spark"), brokers=3,
-                         overrides=overrides, die_with_parent=True) as c:
-        yield c
+pytestmark = [pytest.mark.spark, pytest.mark.cluster(brokers=3, overrides={
+    "delegation.token.expiry.time.ms": "10000",
+    "delegation.token.max.lifetime.ms": "30000",
+    "delegation.token.expiry.check.interval.ms": "2000",
+})]
 
 
 @pytest.fixture(scope="module")

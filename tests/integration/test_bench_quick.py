@@ -18,6 +18,8 @@ import pytest
 
 from bench.__main__ import AUTHZ_ID, BENCHMARKS
 
+pytestmark = pytest.mark.machine  # one at a time: they load the whole machine
+
 ROOT = Path(__file__).resolve().parents[2]
 # Every registered benchmark (B1-B9 at least, plus those added since: B11 the token agent,
 # B12 revocation).

@@ -13,31 +13,24 @@ from tests.support.inproc import (
     InProcessBroker,
     bootstrap_user,
     broker_properties,
+    chroot_with_users,
     controller,
     follower,
-    wait_for_controller,
+    running_brokers,
 )
 from tests.support.wait import raising, retry
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
-
-CREATE, RENEW, EXPIRE, DESCRIBE = 38, 39, 40, 41
+from tokensvc.protocol.api import ApiKey
 
 
 @pytest.fixture(scope="module")
 def cluster(zookeeper):
-    connect = f"{zookeeper.connect}/broker-tokens-{time.monotonic_ns()}"
-    for user, password in [("admin", "admin-secret"), ("broker", "broker-secret"),
-                           ("alice", "alice-secret"), ("bob", "bob-secret")]:
-        bootstrap_user(connect, user, password)
-    brokers = [
-        InProcessBroker(BrokerConfig.from_properties(broker_properties(i, connect))).start()
-        for i in (1, 2)
-    ]
-    wait_for_controller(brokers)
-    yield brokers
-    for b in brokers:
-        b.stop()
+    users = [("admin", "admin-secret"), ("broker", "broker-secret"),
+             ("alice", "alice-secret"), ("bob", "bob-secret")]
+    with running_brokers(chroot_with_users(zookeeper.connect, "broker-tokens", users),
+                         (1, 2)) as brokers:
+        yield brokers
 
 
 def login(broker: InProcessBroker, user: str, password: str, **kw) -> WireClient:
@@ -45,7 +38,7 @@ def login(broker: InProcessBroker, user: str, password: str, **kw) -> WireClient
 
 
 def create_token(client: WireClient, **body) -> dict:
-    response = client.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1, **body})
+    response = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1, **body})
     return response
 
 
@@ -88,7 +81,7 @@ def test_token_session_may_not_request_tokens(cluster):
         created = create_token(alice)
     with eventually(lambda: token_login(cluster[0], created)) as session:
         refused = create_token(session)
-        described = session.request(DESCRIBE, 3, {"Owners": None})
+        described = session.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None})
     assert refused["ErrorCode"] == Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
     assert described["ErrorCode"] == Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
 
@@ -106,11 +99,11 @@ def test_renewer_renews_and_non_renewer_is_owner_mismatch(cluster):
         )
     time.sleep(0.01)
     with login(cluster[1], "bob", "bob-secret") as bob:
-        renewed = eventually(lambda: _ok(bob.request(RENEW, 2, {"Hmac": created["Hmac"],
+        renewed = eventually(lambda: _ok(bob.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"],
                                                              "RenewPeriodMs": 60_000})))
     assert renewed["ExpiryTimestampMs"] > 0
     with login(cluster[1], "admin", "admin-secret") as admin:
-        refused = admin.request(RENEW, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 60_000})
+        refused = admin.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 60_000})
     assert refused["ErrorCode"] == Errors.DELEGATION_TOKEN_OWNER_MISMATCH
 
 
@@ -121,7 +114,7 @@ def _ok(response: dict) -> dict:
 
 def test_unknown_hmac_is_token_not_found(cluster):
     with login(cluster[0], "alice", "alice-secret") as alice:
-        response = alice.request(RENEW, 2, {"Hmac": b"\x00" * 64, "RenewPeriodMs": -1})
+        response = alice.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": b"\x00" * 64, "RenewPeriodMs": -1})
     assert response["ErrorCode"] == Errors.DELEGATION_TOKEN_NOT_FOUND
 
 
@@ -129,7 +122,7 @@ def test_expire_now_refuses_login_everywhere(cluster):
     with login(cluster[0], "alice", "alice-secret") as alice:
         created = create_token(alice)
         eventually(lambda: [token_login(b, created).close() for b in cluster])
-        expired = alice.request(EXPIRE, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
+        expired = alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
     assert expired["ErrorCode"] == 0
 
     def refused_everywhere():
@@ -145,17 +138,17 @@ def test_describe_shows_own_tokens_and_super_user_sees_all(cluster):
     with login(cluster[0], "bob", "bob-secret") as bob:
         bobs = create_token(bob)
         seen_by_bob = eventually(
-            lambda: _has(bob.request(DESCRIBE, 3, {"Owners": None}), bobs["TokenId"])
+            lambda: _has(bob.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None}), bobs["TokenId"])
         )
     assert mine["TokenId"] not in {t["TokenId"] for t in seen_by_bob["Tokens"]}
     with login(cluster[0], "admin", "admin-secret") as admin:
         everything = eventually(
-            lambda: _has(admin.request(DESCRIBE, 3, {"Owners": None}), mine["TokenId"])
+            lambda: _has(admin.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None}), mine["TokenId"])
         )
         only_alice = admin.request(
-            DESCRIBE, 3, {"Owners": [{"PrincipalType": "User", "PrincipalName": "alice"}]}
+            ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": [{"PrincipalType": "User", "PrincipalName": "alice"}]}
         )
-        nobody = admin.request(DESCRIBE, 3, {"Owners": []})
+        nobody = admin.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": []})
     ids = {t["TokenId"] for t in everything["Tokens"]}
     assert {mine["TokenId"], bobs["TokenId"]} <= ids
     assert {t["PrincipalName"] for t in only_alice["Tokens"]} == {"alice"}
@@ -242,7 +235,7 @@ def test_unknown_api_versions_version_gets_v0_unsupported_version(cluster):
 
 def test_envelope_on_a_client_listener_is_refused(cluster):
     with login(controller(cluster), "admin", "admin-secret") as admin:
-        response = admin.request(58, 0, {"RequestData": b"", "RequestPrincipal": b"",
+        response = admin.request(ApiKey.ENVELOPE, 0, {"RequestData": b"", "RequestPrincipal": b"",
                                           "ClientHostAddress": b"\x7f\x00\x00\x01"})
     assert response["ErrorCode"] == Errors.CLUSTER_AUTHORIZATION_FAILED
 
@@ -254,14 +247,14 @@ def test_user_scram_credentials_can_be_created_described_and_deleted(cluster):
     salt = os.urandom(16)
     salted = hashlib.pbkdf2_hmac("sha256", b"carol-secret", salt, 4096)
     with login(cluster[1], "admin", "admin-secret") as admin:
-        altered = admin.request(51, 0, {"Deletions": [], "Upsertions": [
+        altered = admin.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {"Deletions": [], "Upsertions": [
             {"Name": "carol", "Mechanism": 1, "Iterations": 4096, "Salt": salt,
              "SaltedPassword": salted}]})
         assert altered["Results"][0]["ErrorCode"] == 0
         described = eventually(lambda: _described(admin, "carol"))
         assert described["CredentialInfos"] == [{"Mechanism": 1, "Iterations": 4096}]
         eventually(lambda: login(cluster[0], "carol", "carol-secret").close())
-        deleted = admin.request(51, 0, {"Upsertions": [], "Deletions": [
+        deleted = admin.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {"Upsertions": [], "Deletions": [
             {"Name": "carol", "Mechanism": 1}]})
         assert deleted["Results"][0]["ErrorCode"] == 0
         missing = eventually(lambda: _described(admin, "carol", Errors.RESOURCE_NOT_FOUND))
@@ -269,7 +262,7 @@ def test_user_scram_credentials_can_be_created_described_and_deleted(cluster):
 
 
 def _described(admin: WireClient, user: str, error: int = 0) -> dict:
-    response = admin.request(50, 0, {"Users": [{"Name": user}]})
+    response = admin.request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"Users": [{"Name": user}]})
     result = response["Results"][0]
     assert result["ErrorCode"] == error, result
     return result
@@ -277,7 +270,7 @@ def _described(admin: WireClient, user: str, error: int = 0) -> dict:
 
 def test_low_iterations_are_unacceptable(cluster):
     with login(cluster[0], "admin", "admin-secret") as admin:
-        altered = admin.request(51, 0, {"Deletions": [], "Upsertions": [
+        altered = admin.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {"Deletions": [], "Upsertions": [
             {"Name": "dave", "Mechanism": 1, "Iterations": 1024, "Salt": b"s" * 16,
              "SaltedPassword": b"p" * 32}]})
     assert altered["Results"][0]["ErrorCode"] == Errors.UNACCEPTABLE_CREDENTIAL
@@ -285,7 +278,7 @@ def test_low_iterations_are_unacceptable(cluster):
 
 def test_non_super_user_may_not_alter_credentials(cluster):
     with login(cluster[0], "alice", "alice-secret") as alice:
-        altered = alice.request(51, 0, {"Deletions": [], "Upsertions": [
+        altered = alice.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {"Deletions": [], "Upsertions": [
             {"Name": "eve", "Mechanism": 1, "Iterations": 4096, "Salt": b"s" * 16,
              "SaltedPassword": b"p" * 32}]})
     assert altered["Results"][0]["ErrorCode"] == Errors.CLUSTER_AUTHORIZATION_FAILED

@@ -14,15 +14,13 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from tokensvc.admin import AdminClient
 from tokensvc.client_config import load_client_config
 from tokensvc.cluster import LocalCluster
-
-CREATE = 38
+from tokensvc.protocol.api import ApiKey
 
 
 class LosesFirstCreateAnswer:
@@ -60,7 +58,7 @@ class LosesFirstCreateAnswer:
                     size = struct.unpack(">i", buffer[:4])[0]
                     request, buffer = buffer[:4 + size], buffer[4 + size:]
                     api_key = struct.unpack(">h", request[4:6])[0]
-                    if api_key == CREATE and not self.dropped.is_set():
+                    if api_key == ApiKey.CREATE_DELEGATION_TOKEN and not self.dropped.is_set():
                         self.dropped.set()
                         hole.set()  # the answer to this request never reaches the client
                         broker.sendall(request)
@@ -91,11 +89,7 @@ class LosesFirstCreateAnswer:
         self.listener.close()
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster.up(tmp_path_factory.mktemp("request-key"), brokers=3,
-                         die_with_parent=True) as c:
-        yield c
+pytestmark = pytest.mark.cluster(brokers=3)
 
 
 @pytest.mark.parametrize("through", ["controller", "non-controller"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -30,12 +30,7 @@ SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 HOUR_MS = 3_600_000
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster.up(
-        tmp_path_factory.mktemp("cli-cluster"), brokers=2, die_with_parent=True
-    ) as running:
-        yield running
+pytestmark = pytest.mark.cluster(brokers=2)
 
 
 @pytest.fixture(scope="module")

@@ -22,28 +22,27 @@ import random
 import secrets
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Self
 
 import pytest
 
+from bench import zkraw
 from tests.support.client import WireClient
-from tests.support.local_cluster import broker_address, broker_metric
+from tests.support.local_cluster import ClusterFactory, broker_address, broker_metric
 from tests.support.wait import wait_for
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.errors import Errors
 from tokensvc.core.keys import key_id, token_hmac
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
-from zk import layout
+from tokensvc.protocol.api import ApiKey
 from zk.client import ZkSettings, open_client
 from zk.requests import REQUESTS, RequestRecords
 from zk.token_store import TokenStore
 
 pytestmark = pytest.mark.slow  # real processes and faults: tens of seconds
 
-CREATE, DESCRIBE = 38, 41
 SESSION_TIMEOUT_MS = 3000
 TOKENS = 10_000
 LOGIN_SAMPLE = 300
@@ -62,7 +61,7 @@ def _logs_in(address: tuple[str, int], token_id: str, password: str) -> bool:
 
 def _described_ids(address: tuple[str, int], username: str, password: str) -> set[str]:
     with WireClient(address, username, password, timeout=30.0) as admin:
-        described = admin.request(DESCRIBE, 3, {"Owners": None})
+        described = admin.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None})
     assert described["ErrorCode"] == 0
     return {t["TokenId"] for t in described["Tokens"]}
 
@@ -103,7 +102,7 @@ def test_every_one_of_ten_thousand_tokens_authenticates_after_a_crash_restart(
         address = broker_address(cluster, 1)
         username, password = cluster.info["admin"]["username"], cluster.info["admin"]["password"]
         with WireClient(address, username, password) as admin:
-            created = admin.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+            created = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
         assert created["ErrorCode"] == 0
         assert broker_metric(cluster, 1, "tokensvc_token_cache_size") == TOKENS + 1
 
@@ -139,18 +138,10 @@ def test_every_one_of_ten_thousand_tokens_authenticates_after_a_crash_restart(
 
 
 @pytest.fixture
-def cluster(tmp_path, zk_connect: str) -> Iterator[LocalCluster]:
-    overrides = {"zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS)}
-    with LocalCluster.up(tmp_path / "cluster", brokers=2, zookeeper=zk_connect,
-                         overrides=overrides, die_with_parent=True) as running:
-        yield running
-
-
-def _controller(zk) -> int | None:
-    try:
-        return layout.decode_controller(zk.get(layout.CONTROLLER)[0])
-    except Exception:  # noqa: BLE001 - no controller right now
-        return None
+def cluster(cluster_factory: ClusterFactory, zk_connect: str) -> LocalCluster:
+    """A cluster per test on the test's chroot: the faults stop and restart its brokers."""
+    return cluster_factory(brokers=2, zookeeper=zk_connect,
+                           overrides={"zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS)})
 
 
 class CreateStream:
@@ -189,7 +180,7 @@ class CreateStream:
                 if client is None:
                     client = WireClient(broker_address(self.cluster, broker_id), info["username"],
                                         info["password"], client_id="kill-stream", timeout=30.0)
-                created = client.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+                created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
             except OSError:
                 with self.lock:
                     self.results.append("connection error")
@@ -212,13 +203,13 @@ def test_kill_dash_nine_of_the_controller_never_splits_a_token_from_its_notifica
     kills = []
     with CreateStream(cluster) as stream:
         for _ in range(2):
-            victim = wait_for(lambda: _controller(zk), 15, "a controller")
+            victim = wait_for(lambda: zkraw.controller_of(zk), 15, "a controller")
             floor = stream.acked()
             wait_for(lambda f=floor: stream.acked() >= f + 20, 20, "creates before the kill")
             time.sleep(rng.uniform(0.0, 0.5))
             acked_at_kill = stream.acked()
             cluster.kill_broker(victim)
-            wait_for(lambda v=victim: _controller(zk) not in (None, v), 15, "a new controller")
+            wait_for(lambda v=victim: zkraw.controller_of(zk) not in (None, v), 15, "a new controller")
             floor = stream.acked()
             wait_for(lambda f=floor: stream.acked() >= f + 20, 20, "creates after the election")
             cluster.start_broker(victim)

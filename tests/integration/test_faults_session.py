@@ -15,34 +15,31 @@ import base64
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from bench import zkraw
 from tests.support.client import WireClient
 from tests.support.inproc import zk_client
-from tests.support.local_cluster import broker_address, broker_metric
+from tests.support.local_cluster import ClusterFactory, broker_address, broker_metric
 from tests.support.wait import wait_for
 from tokensvc.cluster import LocalCluster
-from zk import layout
+from tokensvc.protocol.api import ApiKey
 from zk.brokers import BrokerRegistry
 from zk.token_store import TokenStore
 
-CREATE, RENEW, EXPIRE, DESCRIBE = 38, 39, 40, 41
 SESSION_TIMEOUT_MS = 3000
 HOUR_MS = 3_600_000
 
 
 @pytest.fixture
-def cluster(tmp_path, zk_connect: str) -> Iterator[LocalCluster]:
-    overrides = {
+def cluster(cluster_factory: ClusterFactory, zk_connect: str) -> LocalCluster:
+    """A cluster per test on the test's chroot: the faults expire its brokers' sessions."""
+    return cluster_factory(brokers=2, zookeeper=zk_connect, overrides={
         "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
         "delegation.token.expiry.check.interval.ms": "500",
-    }
-    with LocalCluster.up(tmp_path / "cluster", brokers=2, zookeeper=zk_connect,
-                         overrides=overrides, die_with_parent=True) as running:
-        yield running
+    })
 
 
 @pytest.fixture
@@ -64,7 +61,7 @@ def _token_logs_in(address: tuple[str, int], created: dict) -> bool:
 def _described(address: tuple[str, int], username: str, password: str) -> dict[str, int]:
     """token id -> expiry timestamp, as the broker at ``address`` describes them."""
     with WireClient(address, username, password) as admin:
-        described = admin.request(DESCRIBE, 3, {"Owners": None})
+        described = admin.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None})
     assert described["ErrorCode"] == 0
     return {t["TokenId"]: t["ExpiryTimestamp"] for t in described["Tokens"]}
 
@@ -74,13 +71,12 @@ def test_broker_whose_session_expired_resyncs_to_changes_made_meanwhile(
 ) -> None:
     username, password = cluster.info["admin"]["username"], cluster.info["admin"]["password"]
     store, registry = TokenStore(zk), BrokerRegistry(zk)
-    controller = wait_for(lambda: zk.exists(layout.CONTROLLER) and
-                          layout.decode_controller(zk.get(layout.CONTROLLER)[0]), 15, "controller")
+    controller = wait_for(lambda: zkraw.controller_of(zk), 15, "controller")
     frozen = next(b for b in cluster.broker_ids() if b != controller)
     live, paused = broker_address(cluster, controller), broker_address(cluster, frozen)
 
     def create(client: WireClient, max_lifetime_ms: int = -1) -> dict:
-        created = client.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": max_lifetime_ms})
+        created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": max_lifetime_ms})
         assert created["ErrorCode"] == 0
         return created
 
@@ -96,15 +92,15 @@ def test_broker_whose_session_expired_resyncs_to_changes_made_meanwhile(
     try:
         frozen_at = time.monotonic()
         with WireClient(live, username, password) as admin:
-            assert admin.request(EXPIRE, 2, {"Hmac": expired_meanwhile["Hmac"],
+            assert admin.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": expired_meanwhile["Hmac"],
                                              "ExpiryTimePeriodMs": -1})["ErrorCode"] == 0
-            renewed = admin.request(RENEW, 2, {"Hmac": renewed_meanwhile["Hmac"],
+            renewed = admin.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": renewed_meanwhile["Hmac"],
                                                "RenewPeriodMs": 5 * HOUR_MS})
             assert renewed["ErrorCode"] == 0
             created_meanwhile = create(admin)
             short_lived = create(admin, max_lifetime_ms=1000)
             created_and_expired = create(admin)
-            assert admin.request(EXPIRE, 2, {"Hmac": created_and_expired["Hmac"],
+            assert admin.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created_and_expired["Hmac"],
                                              "ExpiryTimePeriodMs": -1})["ErrorCode"] == 0
         wait_for(lambda: store.get(short_lived["TokenId"]) is None, 10, "sweep of a short token")
         # Frozen past its session timeout: ZooKeeper drops its registration.

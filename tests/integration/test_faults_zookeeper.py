@@ -29,17 +29,17 @@ from dataclasses import dataclass, field
 import pytest
 
 from tests.support.client import WireClient
-from tests.support.local_cluster import broker_address
+from tests.support.local_cluster import ClusterFactory, broker_address
 from tests.support.wait import wait_for
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.errors import Errors
+from tokensvc.protocol.api import ApiKey
 from zk.client import ZkSettings, open_client
 from zk.server import ZooKeeperEnsemble
 from zk.token_store import TokenStore
 
 pytestmark = pytest.mark.slow  # real processes and faults: tens of seconds
 
-CREATE, DESCRIBE = 38, 41
 RETRIABLE = {
     int(Errors.REQUEST_TIMED_OUT),
     int(Errors.NOT_CONTROLLER),
@@ -94,7 +94,7 @@ class Load:
                 if client is None:
                     client = WireClient(self.addresses[broker], self.username, self.password,
                                         client_id="zk-faults", timeout=CLIENT_TIMEOUT_S)
-                created = client.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+                created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
             except OSError:
                 self._record(broker, "create", CONNECTION_ERROR, started)
                 client = None
@@ -146,7 +146,7 @@ def _probe_create(broker: int, address: tuple[str, int], username: str, password
                   ) -> Outcome:
     started = time.monotonic()
     with WireClient(address, username, password, timeout=CLIENT_TIMEOUT_S) as client:
-        created = client.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+        created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
     return Outcome(broker, "create", created["ErrorCode"], started, time.monotonic())
 
 
@@ -157,17 +157,17 @@ def ensemble(tmp_path) -> Iterator[ZooKeeperEnsemble]:
 
 
 @pytest.fixture
-def cluster(tmp_path, ensemble: ZooKeeperEnsemble) -> Iterator[LocalCluster]:
+def cluster(ensemble: ZooKeeperEnsemble, cluster_factory: ClusterFactory) -> LocalCluster:
+    """A cluster per test on the test's ensemble, whose nodes the faults stop (the
+    ensemble comes first, so it outlives the brokers)."""
     # -1: answer logins from the cache without a quorum (the default fails them closed).
     overrides = {"zookeeper.session.timeout.ms": "6000", "zookeeper.max.staleness.ms": "-1"}
-    with LocalCluster.up(tmp_path / "cluster", brokers=2, zookeeper=f"{ensemble.connect}/faults",
-                         overrides=overrides, die_with_parent=True) as running:
-        yield running
+    return cluster_factory(brokers=2, zookeeper=f"{ensemble.connect}/faults", overrides=overrides)
 
 
 def _described_ids(address: tuple[str, int], username: str, password: str) -> set[str]:
     with WireClient(address, username, password) as admin:
-        described = admin.request(DESCRIBE, 3, {"Owners": None})
+        described = admin.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None})
     assert described["ErrorCode"] == 0
     return {t["TokenId"] for t in described["Tokens"]}
 
@@ -182,7 +182,7 @@ def test_ensemble_node_losses_keep_logins_working_and_lose_no_acknowledged_token
     username, password = cluster.info["admin"]["username"], cluster.info["admin"]["password"]
     addresses = {b: broker_address(cluster, b) for b in cluster.broker_ids()}
     with WireClient(addresses[1], username, password) as admin:
-        seeds = [admin.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+        seeds = [admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
                  for _ in range(4)]
     assert all(s["ErrorCode"] == 0 for s in seeds)
     for seed in seeds:  # known to every broker before the first fault

@@ -14,19 +14,19 @@ from __future__ import annotations
 import base64
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
 
+from bench import zkraw
 from tests.support.client import WireClient
+from tests.support.local_cluster import ClusterFactory
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.errors import Errors
-from zk import layout
+from tokensvc.protocol.api import ApiKey
 from zk.client import open_client
 from zk.token_store import TokenStore
 
-CREATE, RENEW = 38, 39
 SESSION_TIMEOUT_S = 4.0
 ELECTION_MARGIN_S = 6.0
 RETRIABLE = {int(Errors.REQUEST_TIMED_OUT), int(Errors.NOT_CONTROLLER)}
@@ -34,15 +34,12 @@ CONNECTION_ERROR = "connection error"
 
 
 @pytest.fixture
-def cluster(tmp_path) -> Iterator[LocalCluster]:
-    overrides = {
+def cluster(cluster_factory: ClusterFactory) -> LocalCluster:
+    """A cluster per test: the tests stop its controller."""
+    return cluster_factory(brokers=3, overrides={
         "zookeeper.session.timeout.ms": str(int(SESSION_TIMEOUT_S * 1000)),
         "delegation.token.expiry.check.interval.ms": "1000",
-    }
-    with LocalCluster.up(
-        tmp_path / "cluster", brokers=3, overrides=overrides, die_with_parent=True
-    ) as running:
-        yield running
+    })
 
 
 @pytest.fixture
@@ -51,16 +48,6 @@ def zk(cluster):
     yield client
     client.stop()
     client.close()
-
-
-def controller_id(zk) -> int | None:
-    stat = zk.exists(layout.CONTROLLER)
-    if stat is None:
-        return None
-    try:
-        return layout.decode_controller(zk.get(layout.CONTROLLER)[0])
-    except Exception:  # noqa: BLE001 - deleted between exists and get
-        return None
 
 
 def token_login(address: tuple[str, int], created: dict) -> int:
@@ -110,11 +97,11 @@ class Worker:
                 if client is None:
                     client = WireClient(self.address, self.username, self.password,
                                         client_id="failover-worker", timeout=40.0)
-                created = self._call(client, "create", CREATE, 3,
+                created = self._call(client, "create", ApiKey.CREATE_DELEGATION_TOKEN, 3,
                                      {"Renewers": [], "MaxLifetimeMs": -1})
                 if created is not None and created["ErrorCode"] == 0:
                     self.acknowledged.append((time.monotonic(), created))
-                    self._call(client, "renew", RENEW, 2,
+                    self._call(client, "renew", ApiKey.RENEW_DELEGATION_TOKEN, 2,
                                {"Hmac": created["Hmac"], "RenewPeriodMs": 3_600_000})
             except OSError:  # the login itself failed: the broker is unreachable
                 self.outcomes.append(Outcome("login", CONNECTION_ERROR, time.monotonic(), 0.0))
@@ -143,7 +130,7 @@ class Worker:
 def test_killing_the_controller_under_load_loses_no_acknowledged_token(cluster, zk):
     store = TokenStore(zk)
     username, password = cluster.info["admin"]["username"], cluster.info["admin"]["password"]
-    old = wait_for(lambda: controller_id(zk), 15, "a controller")
+    old = wait_for(lambda: zkraw.controller_of(zk), 15, "a controller")
     survivors = [b for b in cluster.broker_ids() if b != old]
 
     def address(broker_id: int) -> tuple[str, int]:
@@ -159,7 +146,7 @@ def test_killing_the_controller_under_load_loses_no_acknowledged_token(cluster, 
 
     killed_at = time.monotonic()
     cluster.kill_broker(old)
-    new = wait_for(lambda: (c := controller_id(zk)) not in (None, old) and c,
+    new = wait_for(lambda: (c := zkraw.controller_of(zk)) not in (None, old) and c,
                    SESSION_TIMEOUT_S + ELECTION_MARGIN_S, "a new controller")
     election_s = time.monotonic() - killed_at
     elected_at = time.monotonic()
@@ -209,7 +196,7 @@ def test_killing_the_controller_under_load_loses_no_acknowledged_token(cluster, 
 
     # The new controller runs the expiry sweep.
     with WireClient(address(survivors[0]), username, password) as client:
-        short = client.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": 3000})
+        short = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": 3000})
     assert short["ErrorCode"] == 0
     assert store.get(short["TokenId"]) is not None
     wait_for(lambda: store.get(short["TokenId"]) is None, 15, "the sweep to remove the token")

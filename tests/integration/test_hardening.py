@@ -15,7 +15,6 @@ import random
 import socket
 import struct
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,31 +23,20 @@ from tests.support.client import WireClient, recv_exact
 from tests.support.local_cluster import broker_address, broker_metric
 from tokensvc.cluster import LocalCluster
 from tokensvc.protocol import RequestHeader, decode_response, encode_request, frame
+from tokensvc.protocol.api import ApiKey
 from tokensvc.scram.client import ScramClient
 from tokensvc.scram.formatter import ScramMechanism
 
 IDLE_MS = 1500
 REQUEST_TIMEOUT_MS = 300
 MAX_PER_IP = 5
-API_VERSIONS, METADATA, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 3, 17, 36
-CREATE_TOKEN, DESCRIBE_TOKENS, DESCRIBE_SCRAM, DESCRIBE_CLUSTER = 38, 41, 50, 60
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator[LocalCluster]:
-    overrides = {
-        "connections.max.idle.ms": str(IDLE_MS),
-        "request.timeout.ms": str(REQUEST_TIMEOUT_MS),
-        "max.connections.per.ip": str(MAX_PER_IP),
-    }
-    with LocalCluster.up(
-        tmp_path_factory.mktemp("hardening"),
-        brokers=1,
-        zookeeper=f"{zookeeper.connect}/hardening-{time.monotonic_ns()}",
-        overrides=overrides,
-        die_with_parent=True,
-    ) as local:
-        yield local
+pytestmark = pytest.mark.cluster(brokers=1, overrides={
+    "connections.max.idle.ms": str(IDLE_MS),
+    "request.timeout.ms": str(REQUEST_TIMEOUT_MS),
+    "max.connections.per.ip": str(MAX_PER_IP),
+})
 
 
 @pytest.fixture
@@ -110,11 +98,11 @@ def _closed_by_broker(sock: socket.socket, within: float) -> float:
 
 def _login(sock: socket.socket, username: str, password: str) -> None:
     mechanism = ScramMechanism.SCRAM_SHA_512
-    handshake = _call(sock, SASL_HANDSHAKE, 1, {"Mechanism": mechanism.mechanism_name})
+    handshake = _call(sock, ApiKey.SASL_HANDSHAKE, 1, {"Mechanism": mechanism.mechanism_name})
     assert handshake["ErrorCode"] == 0
     client = ScramClient(mechanism, username, password)
-    first = _call(sock, SASL_AUTHENTICATE, 2, {"AuthBytes": client.first_message()})
-    final = _call(sock, SASL_AUTHENTICATE, 2, {
+    first = _call(sock, ApiKey.SASL_AUTHENTICATE, 2, {"AuthBytes": client.first_message()})
+    final = _call(sock, ApiKey.SASL_AUTHENTICATE, 2, {
         "AuthBytes": client.final_message(first["AuthBytes"])
     })
     assert final["ErrorCode"] == 0
@@ -137,7 +125,7 @@ def test_idle_connection_is_closed_after_connections_max_idle_ms(
     cluster: LocalCluster, address: tuple[str, int]
 ) -> None:
     with _connect(address) as idle:
-        assert _call(idle, API_VERSIONS, 3, {})["ErrorCode"] == 0
+        assert _call(idle, ApiKey.API_VERSIONS, 3, {})["ErrorCode"] == 0
         waited = _closed_by_broker(idle, within=IDLE_MS / 1000 * 4)
     assert waited >= IDLE_MS / 1000 * 0.8
     assert f"idle longer than connections.max.idle.ms={IDLE_MS}" in _broker_log(cluster)
@@ -150,7 +138,7 @@ def test_connection_that_keeps_sending_requests_is_not_idle(
         deadline = time.monotonic() + 2 * IDLE_MS / 1000
         answered = 0
         while time.monotonic() < deadline:
-            assert admin.request(METADATA, 12, METADATA_ALL)["Brokers"]
+            assert admin.request(ApiKey.METADATA, 12, METADATA_ALL)["Brokers"]
             answered += 1
             time.sleep(IDLE_MS / 1000 / 4)
     assert answered >= 6
@@ -163,10 +151,10 @@ def test_partial_frame_that_stalls_is_cut_off_while_other_clients_are_served(
     cluster: LocalCluster, address: tuple[str, int]
 ) -> None:
     with _admin(cluster, address) as other, _connect(address) as stalled:
-        request = _request_bytes(API_VERSIONS, 3, 1, {})
+        request = _request_bytes(ApiKey.API_VERSIONS, 3, 1, {})
         stalled.sendall(request[: len(request) // 2])
         waited = _closed_by_broker(stalled, within=IDLE_MS / 1000)
-        assert other.request(METADATA, 12, METADATA_ALL)["Brokers"]
+        assert other.request(ApiKey.METADATA, 12, METADATA_ALL)["Brokers"]
     assert waited < IDLE_MS / 1000  # cut by request.timeout.ms, not by the idle timeout
     assert f"request frame not complete within request.timeout.ms={REQUEST_TIMEOUT_MS}" in (
         _broker_log(cluster)
@@ -176,7 +164,7 @@ def test_partial_frame_that_stalls_is_cut_off_while_other_clients_are_served(
 def test_frame_trickled_byte_by_byte_is_cut_off_after_request_timeout(
     address: tuple[str, int],
 ) -> None:
-    request = _request_bytes(METADATA, 12, 1, METADATA_ALL)
+    request = _request_bytes(ApiKey.METADATA, 12, 1, METADATA_ALL)
     delay = REQUEST_TIMEOUT_MS / 1000 / 3
     started = time.monotonic()
     with _connect(address) as slow:
@@ -202,15 +190,15 @@ def test_connection_beyond_max_connections_per_ip_is_closed_and_logged(
     allowed = [_connect(address) for _ in range(MAX_PER_IP)]
     try:
         for i, sock in enumerate(allowed):
-            assert _call(sock, API_VERSIONS, 3, {}, corr=i + 1)["ErrorCode"] == 0
+            assert _call(sock, ApiKey.API_VERSIONS, 3, {}, corr=i + 1)["ErrorCode"] == 0
         with _connect(address) as refused:
             try:
-                refused.sendall(_request_bytes(API_VERSIONS, 3, 99, {}))
+                refused.sendall(_request_bytes(ApiKey.API_VERSIONS, 3, 99, {}))
             except (ConnectionResetError, BrokenPipeError):
                 pass
             _closed_by_broker(refused, within=5)
         # The connections within the limit are still served.
-        assert _call(allowed[0], API_VERSIONS, 3, {}, corr=7)["ErrorCode"] == 0
+        assert _call(allowed[0], ApiKey.API_VERSIONS, 3, {}, corr=7)["ErrorCode"] == 0
     finally:
         for sock in allowed:
             sock.close()
@@ -218,7 +206,7 @@ def test_connection_beyond_max_connections_per_ip_is_closed_and_logged(
 
     _wait_for_no_client_connections(cluster)
     with _connect(address) as again:
-        assert _call(again, API_VERSIONS, 3, {})["ErrorCode"] == 0
+        assert _call(again, ApiKey.API_VERSIONS, 3, {})["ErrorCode"] == 0
 
 
 # -- ordering ------------------------------------------------------------------------------------
@@ -230,12 +218,12 @@ def test_fifty_pipelined_requests_are_answered_in_request_order(
     # Slow writes (token creates go through ZooKeeper) are mixed with fast reads, and the
     # correlation ids are shuffled so that "in order" cannot mean "sorted".
     kinds = [
-        (CREATE_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1}),
-        (API_VERSIONS, 3, {}),
-        (METADATA, 12, METADATA_ALL),
-        (DESCRIBE_CLUSTER, 1, {"IncludeClusterAuthorizedOperations": True}),
-        (DESCRIBE_TOKENS, 3, {"Owners": None}),
-        (DESCRIBE_SCRAM, 0, {"Users": None}),
+        (ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1}),
+        (ApiKey.API_VERSIONS, 3, {}),
+        (ApiKey.METADATA, 12, METADATA_ALL),
+        (ApiKey.DESCRIBE_CLUSTER, 1, {"IncludeClusterAuthorizedOperations": True}),
+        (ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None}),
+        (ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"Users": None}),
     ]
     correlation_ids = random.Random(3).sample(range(1, 1_000_000), 50)
     sent = [(corr, *kinds[i % len(kinds)]) for i, corr in enumerate(correlation_ids)]
@@ -246,5 +234,5 @@ def test_fifty_pipelined_requests_are_answered_in_request_order(
     assert [corr for corr, _ in answers] == correlation_ids
     assert all(body.get("ErrorCode", 0) == 0 for _, body in answers)
     created = [body["TokenId"] for (_, body), (_, k, _, _) in zip(answers, sent, strict=True)
-               if k == CREATE_TOKEN]
+               if k == ApiKey.CREATE_DELEGATION_TOKEN]
     assert len(set(created)) == len(created) == 9

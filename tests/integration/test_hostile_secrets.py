@@ -35,18 +35,17 @@ from pathlib import Path
 import pytest
 
 from tests.support.client import WireClient
-from tests.support.local_cluster import broker_address
+from tests.support.local_cluster import ClusterFactory, broker_address
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.errors import Errors
 from tokensvc.core.keys import token_hmac
 from tokensvc.protocol import RequestHeader, decode_response, encode_request, frame
+from tokensvc.protocol.api import ApiKey
 from tokensvc.scram.client import ScramClient
 from tokensvc.scram.formatter import ScramMechanism
 from tokensvc.scram.messages import ServerFirstMessage
 from zk.client import open_client
 
-CREATE, RENEW, EXPIRE, DESCRIBE, ALTER_SCRAM = 38, 39, 40, 41, 51
-SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 ITERATIONS = 4096
 SECRET_HOLDERS = {"server.properties", "admin.properties", "cluster.json"}
 
@@ -102,7 +101,7 @@ def _upsert_user(cluster: LocalCluster, user: str, password: str, found: Secrets
     found.add(f"{user} password", password)
     found.add(f"{user} salted password", salted)
     with _admin(cluster, 2) as admin:
-        answer = admin.request(ALTER_SCRAM, 0, {"Deletions": [], "Upsertions": [{
+        answer = admin.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {"Deletions": [], "Upsertions": [{
             "Name": user, "Mechanism": mechanism.wire_type, "Iterations": ITERATIONS,
             "Salt": salt, "SaltedPassword": salted}]})
     assert [r["ErrorCode"] for r in answer["Results"]] == [0]
@@ -129,11 +128,11 @@ def _token_derived_keys(address: tuple[str, int], created: dict) -> dict[str, by
     client = ScramClient(mechanism, created["TokenId"], password,
                          extensions={"tokenauth": "true"})
     with socket.create_connection(address, timeout=10) as sock:
-        assert _call(sock, SASL_HANDSHAKE, 1, {"Mechanism": mechanism.mechanism_name}
+        assert _call(sock, ApiKey.SASL_HANDSHAKE, 1, {"Mechanism": mechanism.mechanism_name}
                      )["ErrorCode"] == 0
-        first = _call(sock, SASL_AUTHENTICATE, 2, {"AuthBytes": client.first_message()})
+        first = _call(sock, ApiKey.SASL_AUTHENTICATE, 2, {"AuthBytes": client.first_message()})
         server_first = ServerFirstMessage.parse(first["AuthBytes"].decode())
-        final = _call(sock, SASL_AUTHENTICATE, 2,
+        final = _call(sock, ApiKey.SASL_AUTHENTICATE, 2,
                       {"AuthBytes": client.final_message(first["AuthBytes"])})
         assert final["ErrorCode"] == 0
     salted = mechanism.salted_password(password, server_first.salt, server_first.iterations)
@@ -162,15 +161,14 @@ def key_file(tmp_path: Path) -> tuple[Path, str]:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, key_file: tuple[Path, str]) -> Iterator[LocalCluster]:
-    overrides = {
+def cluster(cluster_factory: ClusterFactory, key_file: tuple[Path, str]) -> LocalCluster:
+    """A cluster per test, reading the test's master key file."""
+    # Its own managed ZooKeeper: the search for secrets covers ZooKeeper's files too.
+    return cluster_factory(brokers=2, own_zookeeper=True, overrides={
         "delegation.token.secret.key.file": str(key_file[0]),
         "delegation.token.expiry.check.interval.ms": "300",
         "connection.failed.authentication.delay.ms": "10",
-    }
-    with LocalCluster.up(tmp_path / "cluster", brokers=2, overrides=overrides,
-                         die_with_parent=True) as running:
-        yield running
+    })
 
 
 def test_after_a_full_run_no_log_audit_file_or_znode_holds_a_secret(
@@ -195,14 +193,14 @@ def test_after_a_full_run_no_log_audit_file_or_znode_holds_a_secret(
     tokens: list[dict] = []
     with _login(cluster, 1, "alice", passwords["alice"]) as alice:
         for renewers in ([{"PrincipalType": "User", "PrincipalName": "bob"}], []):
-            tokens.append(alice.request(CREATE, 3, {"Renewers": renewers, "MaxLifetimeMs": -1}))
-        tokens.append(alice.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": 800}))
-        assert alice.request(DESCRIBE, 3, {"Owners": None})["ErrorCode"] == 0
+            tokens.append(alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": renewers, "MaxLifetimeMs": -1}))
+        tokens.append(alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": 800}))
+        assert alice.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None})["ErrorCode"] == 0
     with _admin(cluster, 2) as admin:
-        tokens.append(admin.request(CREATE, 3, {
+        tokens.append(admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {
             "Renewers": [], "MaxLifetimeMs": -1, "OwnerPrincipalType": "User",
             "OwnerPrincipalName": "bob"}))
-        assert admin.request(DESCRIBE, 3, {"Owners": None})["ErrorCode"] == 0
+        assert admin.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None})["ErrorCode"] == 0
     assert [t["ErrorCode"] for t in tokens] == [0, 0, 0, 0]
     renewable, expire_now, short_lived, for_bob = tokens
     for created in tokens:
@@ -216,13 +214,13 @@ def test_after_a_full_run_no_log_audit_file_or_znode_holds_a_secret(
     for name, key in _token_derived_keys(broker_address(cluster, 2), renewable).items():
         found.add(f"token {name}", key)
     with _login(cluster, 2, "bob", passwords["bob"]) as bob:
-        assert bob.request(RENEW, 2, {"Hmac": renewable["Hmac"], "RenewPeriodMs": 60_000}
+        assert bob.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": renewable["Hmac"], "RenewPeriodMs": 60_000}
                            )["ErrorCode"] == 0
     with _login(cluster, 1, "mallory", passwords["mallory"]) as mallory:
-        assert mallory.request(RENEW, 2, {"Hmac": renewable["Hmac"], "RenewPeriodMs": 1}
+        assert mallory.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": renewable["Hmac"], "RenewPeriodMs": 1}
                                )["ErrorCode"] == Errors.DELEGATION_TOKEN_OWNER_MISMATCH
     with _login(cluster, 2, "alice", passwords["alice"]) as alice:
-        assert alice.request(EXPIRE, 2, {"Hmac": expire_now["Hmac"], "ExpiryTimePeriodMs": -1}
+        assert alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": expire_now["Hmac"], "ExpiryTimePeriodMs": -1}
                              )["ErrorCode"] == 0
     _login(cluster, 1, for_bob["TokenId"], _token_password(for_bob), token=True).close()
     time.sleep(1.0)  # the 800 ms token expires and is swept
@@ -280,7 +278,7 @@ def test_master_key_from_an_environment_variable(
                          overrides=overrides, die_with_parent=True) as cluster:
         config = Path(cluster.broker_info(1)["config"]).read_text()
         with _admin(cluster, 1) as admin:
-            created = admin.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+            created = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
         assert created["ErrorCode"] == 0
         assert created["Hmac"] == token_hmac(master_key, created["TokenId"])
         _login(cluster, 1, created["TokenId"], _token_password(created), token=True).close()

@@ -30,7 +30,7 @@ import socket
 import struct
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +47,8 @@ from tokensvc.protocol import (
     encode_request,
     frame,
 )
+from tokensvc.protocol.api import ApiKey
+from tokensvc.protocol.primitives import encode_uvarint
 from tokensvc.scram.client import ScramClient
 from tokensvc.scram.formatter import ScramMechanism
 
@@ -59,7 +61,6 @@ IDLE_MS = 4000
 # a failed login is answered after the failed-authentication delay).
 ANSWER_BOUND_S = 5.0
 PRE_AUTH_LIMIT = 524_288  # sasl.server.max.receive.size
-API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE, METADATA, DESCRIBE_CLUSTER = 18, 17, 36, 3, 60
 MECHANISM = ScramMechanism.SCRAM_SHA_512
 
 Case = tuple[str, list[bytes], bool]  # (name, frames/raw chunks to send, log in first)
@@ -67,15 +68,6 @@ Case = tuple[str, list[bytes], bool]  # (name, frames/raw chunks to send, log in
 
 def _request(api_key: int, version: int, body: dict, corr: int = 7, client_id: str = "f") -> bytes:
     return frame(encode_request(RequestHeader(api_key, version, corr, client_id), body))
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _header_v2(api_key: int, version: int, tagged: bytes) -> bytes:
@@ -142,28 +134,28 @@ def _hostile_values(rng: random.Random) -> list[bytes]:
             return [_request(key, version, _hostile_value(rng, body), corr=13)]
         except EncodeError:  # a value the version cannot encode: draw again
             continue
-    return [_request(API_VERSIONS, 3, {})]
+    return [_request(ApiKey.API_VERSIONS, 3, {})]
 
 
 def _scram_out_of_order(rng: random.Random) -> list[bytes]:
     client = ScramClient(MECHANISM, "admin", "not-the-password")
     first = client.first_message()
-    handshake = _request(SASL_HANDSHAKE, 1, {"Mechanism": MECHANISM.mechanism_name})
+    handshake = _request(ApiKey.SASL_HANDSHAKE, 1, {"Mechanism": MECHANISM.mechanism_name})
     final_like = b"c=biws,r=" + b"x" * 40 + b",p=" + b"A" * 88
     scripts = [
-        [_request(SASL_AUTHENTICATE, 2, {"AuthBytes": first})],
-        [handshake, _request(SASL_AUTHENTICATE, 2, {"AuthBytes": final_like})],
+        [_request(ApiKey.SASL_AUTHENTICATE, 2, {"AuthBytes": first})],
+        [handshake, _request(ApiKey.SASL_AUTHENTICATE, 2, {"AuthBytes": final_like})],
         [handshake, handshake],
-        [handshake, _request(SASL_AUTHENTICATE, 2, {"AuthBytes": first}),
-         _request(SASL_AUTHENTICATE, 2, {"AuthBytes": first})],
-        [handshake, _request(SASL_AUTHENTICATE, 2, {"AuthBytes": first}),
-         _request(SASL_AUTHENTICATE, 2, {"AuthBytes": final_like})],
-        [_request(SASL_HANDSHAKE, 0, {"Mechanism": MECHANISM.mechanism_name}),
+        [handshake, _request(ApiKey.SASL_AUTHENTICATE, 2, {"AuthBytes": first}),
+         _request(ApiKey.SASL_AUTHENTICATE, 2, {"AuthBytes": first})],
+        [handshake, _request(ApiKey.SASL_AUTHENTICATE, 2, {"AuthBytes": first}),
+         _request(ApiKey.SASL_AUTHENTICATE, 2, {"AuthBytes": final_like})],
+        [_request(ApiKey.SASL_HANDSHAKE, 0, {"Mechanism": MECHANISM.mechanism_name}),
          frame(rng.randbytes(rng.randint(0, 64)))],
-        [handshake, _request(SASL_AUTHENTICATE, 2, {"AuthBytes": b"\xff\xfe" * 20})],
-        [handshake, _request(SASL_AUTHENTICATE, 2, {"AuthBytes": rng.randbytes(9000)})],
-        [_request(SASL_HANDSHAKE, 1, {"Mechanism": "GSSAPI"})],
-        [_request(METADATA, 12, {"Topics": None, "AllowAutoTopicCreation": False,
+        [handshake, _request(ApiKey.SASL_AUTHENTICATE, 2, {"AuthBytes": b"\xff\xfe" * 20})],
+        [handshake, _request(ApiKey.SASL_AUTHENTICATE, 2, {"AuthBytes": rng.randbytes(9000)})],
+        [_request(ApiKey.SASL_HANDSHAKE, 1, {"Mechanism": "GSSAPI"})],
+        [_request(ApiKey.METADATA, 12, {"Topics": None, "AllowAutoTopicCreation": False,
                                  "IncludeTopicAuthorizedOperations": False})],
     ]
     return rng.choice(scripts)
@@ -171,14 +163,14 @@ def _scram_out_of_order(rng: random.Random) -> list[bytes]:
 
 def _tagged_bomb(rng: random.Random) -> list[bytes]:
     many = 50_000
-    pairs = b"".join(_uvarint(rng.randint(0, 2**20)) + b"\x00" for _ in range(many))
+    pairs = b"".join(encode_uvarint(rng.randint(0, 2**20)) + b"\x00" for _ in range(many))
     body = b"\x01\x01"  # ApiVersions v3: two empty compact strings
     variants = [
-        _header_v2(API_VERSIONS, 3, _uvarint(0xFFFFFFFF)) + body + b"\x00",
-        _header_v2(API_VERSIONS, 3, _uvarint(many) + pairs) + body + b"\x00",
-        _header_v2(API_VERSIONS, 3, b"\x01\x05" + _uvarint(0xFFFFFFFF)) + body + b"\x00",
-        _header_v2(API_VERSIONS, 3, b"\x00") + body + _uvarint(many) + pairs,
-        _header_v2(API_VERSIONS, 3, b"\x00") + body + _uvarint(2**31),
+        _header_v2(ApiKey.API_VERSIONS, 3, encode_uvarint(0xFFFFFFFF)) + body + b"\x00",
+        _header_v2(ApiKey.API_VERSIONS, 3, encode_uvarint(many) + pairs) + body + b"\x00",
+        _header_v2(ApiKey.API_VERSIONS, 3, b"\x01\x05" + encode_uvarint(0xFFFFFFFF)) + body + b"\x00",
+        _header_v2(ApiKey.API_VERSIONS, 3, b"\x00") + body + encode_uvarint(many) + pairs,
+        _header_v2(ApiKey.API_VERSIONS, 3, b"\x00") + body + encode_uvarint(2**31),
     ]
     return [frame(rng.choice(variants))]
 
@@ -197,21 +189,21 @@ def _unknown_api(rng: random.Random) -> list[bytes]:
 
 
 def _unknown_version(rng: random.Random) -> list[bytes]:
-    key = rng.choice([API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE, METADATA])
+    key = rng.choice([ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE, ApiKey.METADATA])
     return [frame(struct.pack(">hhih", key, rng.choice([99, 32767, -5]), 5, 1) + b"f")]
 
 
 def _truncated_header(rng: random.Random) -> list[bytes]:
-    header = struct.pack(">hhih", API_VERSIONS, 3, 5, 4) + b"fuzz"
+    header = struct.pack(">hhih", ApiKey.API_VERSIONS, 3, 5, 4) + b"fuzz"
     return [frame(header[: rng.randint(0, len(header) - 1)])]
 
 
 def _invalid_utf8(rng: random.Random) -> list[bytes]:
     bad = rng.choice([b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80"])
-    header = struct.pack(">hhih", SASL_HANDSHAKE, 1, 5, len(bad)) + bad
+    header = struct.pack(">hhih", ApiKey.SASL_HANDSHAKE, 1, 5, len(bad)) + bad
     body = struct.pack(">h", len(bad) + 5) + b"SCRAM" + bad
     return [frame(rng.choice([header + b"\x00\x0dSCRAM-SHA-512",
-                              struct.pack(">hhih", SASL_HANDSHAKE, 1, 5, 1) + b"f" + body]))]
+                              struct.pack(">hhih", ApiKey.SASL_HANDSHAKE, 1, 5, 1) + b"f" + body]))]
 
 
 def _random_bytes(rng: random.Random) -> list[bytes]:
@@ -265,12 +257,12 @@ async def _call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, corr
 async def _login(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, password: str,
                  cache: dict) -> None:
     corr = itertools.count(100)
-    await _call(reader, writer, next(corr), SASL_HANDSHAKE, 1,
+    await _call(reader, writer, next(corr), ApiKey.SASL_HANDSHAKE, 1,
                 {"Mechanism": MECHANISM.mechanism_name})
     client = ScramClient(MECHANISM, "admin", password, salted_password_cache=cache)
-    first = await _call(reader, writer, next(corr), SASL_AUTHENTICATE, 2,
+    first = await _call(reader, writer, next(corr), ApiKey.SASL_AUTHENTICATE, 2,
                         {"AuthBytes": client.first_message()})
-    final = await _call(reader, writer, next(corr), SASL_AUTHENTICATE, 2,
+    final = await _call(reader, writer, next(corr), ApiKey.SASL_AUTHENTICATE, 2,
                         {"AuthBytes": client.final_message(first["AuthBytes"])})
     client.verify_server_final(final["AuthBytes"])
 
@@ -326,7 +318,7 @@ class Canary:
                     await _login(reader, writer, self.password, cache)
                     self.logins += 1
                     for corr in range(1, 11):
-                        await _call(reader, writer, corr, DESCRIBE_CLUSTER, 1,
+                        await _call(reader, writer, corr, ApiKey.DESCRIBE_CLUSTER, 1,
                                     {"IncludeClusterAuthorizedOperations": True})
                         self.requests += 1
                         await asyncio.sleep(0.02)
@@ -360,14 +352,10 @@ async def fuzz(address: tuple[str, int], password: str, all_cases: list[Case]
     return Counter(outcomes), by_kind, canary
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator[LocalCluster]:
-    overrides = {"request.timeout.ms": str(REQUEST_TIMEOUT_MS),
-                 "connections.max.idle.ms": str(IDLE_MS)}
-    with LocalCluster.up(tmp_path_factory.mktemp("hostile-wire"), brokers=1,
-                         zookeeper=f"{zookeeper.connect}/hostile-wire-{time.monotonic_ns()}",
-                         overrides=overrides, die_with_parent=True) as running:
-        yield running
+pytestmark = pytest.mark.cluster(brokers=1, overrides={
+    "request.timeout.ms": str(REQUEST_TIMEOUT_MS),
+    "connections.max.idle.ms": str(IDLE_MS),
+})
 
 
 def test_five_hundred_hostile_connections_leave_the_broker_serving(cluster: LocalCluster) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
@@ -42,25 +42,18 @@ from tests.support.wait import raising, retry
 from tokensvc.broker.decoding import decode_client_request
 from tokensvc.cluster import LocalCluster
 from tokensvc.kafka_python_token import token_login_config
+from tokensvc.protocol.api import ApiKey
 
 LISTENERS = ("SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 BROKER_IDS = [1, 2, 3]
-CREATE, EXPIRE = 38, 40
 # A correctness bound, not a speed target: propagation speed is benchmark B3.
 PROPAGATION_S = 15.0
 
 T = TypeVar("T")
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator[LocalCluster]:
-    directory = tmp_path_factory.mktemp("interop")
-    connect = f"{zookeeper.connect}/interop-{time.monotonic_ns()}"
-    with LocalCluster.up(
-        directory, brokers=3, zookeeper=connect, tls=True, die_with_parent=True
-    ) as local:
-        yield local
+pytestmark = pytest.mark.cluster(brokers=3, tls=True)
 
 
 # -- clients ---------------------------------------------------------------------------
@@ -164,11 +157,9 @@ def test_librdkafka_all_topics_metadata_request_is_read_as_kafka_reads_it() -> N
     # ignores them; a broker that refused them would close every librdkafka connection.
     payload = bytes.fromhex("0003000c00000006000772646b61666b610000000000010000")
     header, body = decode_client_request(payload)
-    assert (header.api_key, header.api_version, header.client_id) == (3, 12, "rdkafka")
+    assert (header.api_key, header.api_version, header.client_id) == (ApiKey.METADATA, 12, "rdkafka")
     assert body["Topics"] is None
     assert body["AllowAutoTopicCreation"] is False
-
-
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
@@ -368,7 +359,7 @@ def _controller(cluster: LocalCluster) -> int:
 
 def _create_token(cluster: LocalCluster, broker_id: int) -> dict:
     with _wire(cluster, broker_id, "admin", admin_password(cluster)) as admin:
-        created = admin.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+        created = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
     assert created["ErrorCode"] == 0, created
     return created
 
@@ -429,7 +420,7 @@ def test_expired_token_is_refused_on_every_broker(cluster: LocalCluster) -> None
     token = _create_token(cluster, 2)
     _logs_in_everywhere_within(cluster, token, "SCRAM-SHA-512")
     with _wire(cluster, 3, "admin", admin_password(cluster)) as admin:
-        expired = admin.request(EXPIRE, 2, {"Hmac": token["Hmac"], "ExpiryTimePeriodMs": 0})
+        expired = admin.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": token["Hmac"], "ExpiryTimePeriodMs": 0})
     assert expired["ErrorCode"] == 0
     assert expired["ExpiryTimestampMs"] <= int(time.time() * 1000)
     eventually(lambda: _refused_everywhere(cluster, token), timeout=PROPAGATION_S)
@@ -443,12 +434,12 @@ def test_deleted_token_is_refused_on_every_broker_and_its_sessions_end(
     sessions = [_token_login(cluster, b, token, "SCRAM-SHA-256") for b in BROKER_IDS]
     try:
         with _wire(cluster, 1, "admin", admin_password(cluster)) as admin:
-            deleted = admin.request(EXPIRE, 2, {"Hmac": token["Hmac"], "ExpiryTimePeriodMs": -1})
+            deleted = admin.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": token["Hmac"], "ExpiryTimePeriodMs": -1})
         assert deleted["ErrorCode"] == 0
         eventually(lambda: _refused_everywhere(cluster, token), timeout=PROPAGATION_S)
         for session in sessions:
             def closed(s: WireClient = session) -> None:
-                raising(lambda: s.request(3, 12, {"Topics": [], "AllowAutoTopicCreation": False,
+                raising(lambda: s.request(ApiKey.METADATA, 12, {"Topics": [], "AllowAutoTopicCreation": False,
                                                   "IncludeTopicAuthorizedOperations": False}))
 
             eventually(closed, timeout=PROPAGATION_S)

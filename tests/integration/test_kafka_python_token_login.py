@@ -28,12 +28,7 @@ ALL_CLUSTER_OPERATIONS = {"CREATE", "ALTER", "DESCRIBE", "CLUSTER_ACTION", "DESC
                           "ALTER_CONFIGS", "IDEMPOTENT_WRITE"}
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster.up(
-        tmp_path_factory.mktemp("kafka-python-cluster"), brokers=2, die_with_parent=True
-    ) as running:
-        yield running
+pytestmark = pytest.mark.cluster(brokers=2)
 
 
 @pytest.fixture(scope="module")

@@ -23,14 +23,15 @@ import random
 import resource
 import struct
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
 
 from tests.support.client import WireClient
+from tests.support.local_cluster import ClusterFactory
 from tokensvc.cluster import LocalCluster
 from tokensvc.protocol import RequestHeader, decode_response, encode_request, frame
+from tokensvc.protocol.api import ApiKey
 from tokensvc.scram.client import ScramClient
 from tokensvc.scram.formatter import ScramMechanism
 from zk.client import ZkSettings
@@ -44,7 +45,6 @@ SECONDS = float(os.environ.get("TOKENSVC_LOAD_SECONDS", "20"))
 REQUEST_TIMEOUT_MS = 3000
 RELOGIN_EVERY = 8
 PACE_S = 0.5
-SASL_HANDSHAKE, SASL_AUTHENTICATE, CREATE, DESCRIBE, DESCRIBE_CLUSTER = 17, 36, 38, 41, 60
 MECHANISM = ScramMechanism.SCRAM_SHA_256
 
 
@@ -78,12 +78,12 @@ class Connection:
         return response
 
     async def login(self, username: str, password: str, token: bool, cache: dict) -> None:
-        await self.call(SASL_HANDSHAKE, 1, {"Mechanism": MECHANISM.mechanism_name})
+        await self.call(ApiKey.SASL_HANDSHAKE, 1, {"Mechanism": MECHANISM.mechanism_name})
         client = ScramClient(MECHANISM, username, password,
                              extensions={"tokenauth": "true"} if token else {},
                              salted_password_cache=cache)
-        first = await self.call(SASL_AUTHENTICATE, 2, {"AuthBytes": client.first_message()})
-        final = await self.call(SASL_AUTHENTICATE, 2, {
+        first = await self.call(ApiKey.SASL_AUTHENTICATE, 2, {"AuthBytes": client.first_message()})
+        final = await self.call(ApiKey.SASL_AUTHENTICATE, 2, {
             "AuthBytes": client.final_message(first["AuthBytes"])})
         client.verify_server_final(final["AuthBytes"])
 
@@ -114,8 +114,8 @@ async def worker(index: int, address: tuple[str, int], creds: Credentials, start
                  end: float, stats: Stats, cache: dict) -> None:
     token = index % 2 == 1
     username, password = creds.tokens[index % len(creds.tokens)] if token else creds.user
-    api, body = ((DESCRIBE_CLUSTER, {"IncludeClusterAuthorizedOperations": False}) if token
-                 else (DESCRIBE, {"Owners": None}))
+    api, body = ((ApiKey.DESCRIBE_CLUSTER, {"IncludeClusterAuthorizedOperations": False}) if token
+                 else (ApiKey.DESCRIBE_DELEGATION_TOKEN, {"Owners": None}))
     rng = random.Random(index)
     await asyncio.sleep(max(0.0, start - time.monotonic()) + rng.uniform(0, PACE_S))
     conn: Connection | None = None
@@ -128,7 +128,7 @@ async def worker(index: int, address: tuple[str, int], creds: Credentials, start
                 await conn.login(username, password, token, cache)
                 stats.login_s.append(time.monotonic() - began)
             began = time.monotonic()
-            await conn.call(api, 1 if api == DESCRIBE_CLUSTER else 3, body)
+            await conn.call(api, 1 if api == ApiKey.DESCRIBE_CLUSTER else 3, body)
             stats.request_s.append(time.monotonic() - began)
             sent += 1
             if sent % RELOGIN_EVERY == 0:
@@ -145,7 +145,7 @@ async def worker(index: int, address: tuple[str, int], creds: Credentials, start
 async def stalled_client(address: tuple[str, int], stats: Stats) -> None:
     """Half an ApiVersions frame, then nothing: the broker must close the connection."""
     reader, writer = await asyncio.open_connection(*address)
-    request = frame(encode_request(RequestHeader(18, 3, 1, "stalled"), {}))
+    request = frame(encode_request(RequestHeader(ApiKey.API_VERSIONS, 3, 1, "stalled"), {}))
     writer.write(request[: len(request) // 2])
     await writer.drain()
     began = time.monotonic()
@@ -196,13 +196,12 @@ def _eventually_logged_in(address: tuple[str, int], username: str, password: str
 
 
 @pytest.fixture
-def cluster(tmp_path, zk_connect: str) -> Iterator[LocalCluster]:
+def cluster(cluster_factory: ClusterFactory, zk_connect: str) -> LocalCluster:
+    """A cluster per test on the test's chroot: each fills the broker with connections."""
     # The broker process inherits the limit: raise it before the cluster starts.
     _raise_fd_limit(4 * CONNECTIONS + 1024)
-    overrides = {"request.timeout.ms": str(REQUEST_TIMEOUT_MS)}
-    with LocalCluster.up(tmp_path / "cluster", brokers=1, zookeeper=zk_connect,
-                         overrides=overrides, die_with_parent=True) as running:
-        yield running
+    return cluster_factory(brokers=1, zookeeper=zk_connect,
+                           overrides={"request.timeout.ms": str(REQUEST_TIMEOUT_MS)})
 
 
 def test_thousand_concurrent_connections_log_in_and_describe_without_error(
@@ -215,7 +214,7 @@ def test_thousand_concurrent_connections_log_in_and_describe_without_error(
     tokens = []
     with _eventually_logged_in(address, "alice", bootstrap_user_password) as alice:
         for _ in range(10):
-            created = alice.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+            created = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
             assert created["ErrorCode"] == 0
             tokens.append((created["TokenId"], base64.b64encode(created["Hmac"]).decode()))
     creds = Credentials(("alice", bootstrap_user_password), tokens)
@@ -236,4 +235,4 @@ def test_thousand_concurrent_connections_log_in_and_describe_without_error(
     assert len(stats.request_s) >= CONNECTIONS * 2
     assert len(stats.stalled_cut_s) == STALLED
     with WireClient(address, "alice", bootstrap_user_password) as alice:
-        assert alice.request(DESCRIBE, 3, {"Owners": None})["ErrorCode"] == 0
+        assert alice.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None})["ErrorCode"] == 0

@@ -44,14 +44,7 @@ from tokensvc.cluster import LocalCluster
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import ApiKey
 
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster.up(tmp_path_factory.mktemp("revocation"), brokers=3,
-                         die_with_parent=True) as c:
-        with _admin(c) as admin:
-            admin.upsert_user_scram_credential("mallory", "SCRAM-SHA-512", "mallory-pw")
-        yield c
+pytestmark = pytest.mark.cluster(brokers=3, users=[("mallory", "SCRAM-SHA-512", "mallory-pw")])
 
 
 def _admin(cluster: LocalCluster, address: str | None = None,

@@ -13,7 +13,7 @@ import base64
 import json
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,9 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from cli.cluster_cmd import usage_text
 from tests.support.client import WireClient
 from tokensvc.cluster import LocalCluster
+from tokensvc.protocol.api import ApiKey
 
-CREATE, RENEW, EXPIRE = 38, 39, 40
-DESCRIBE_CLUSTER = 60
 # A correctness bound that tolerates a loaded CI machine; the one-second revocation
 # target is measured by the benchmark suite (B3 details), not asserted here.
 REVOCATION_BOUND_S = 10.0
@@ -33,14 +32,7 @@ REVOCATION_BOUND_S = 10.0
 T = TypeVar("T")
 
 
-@pytest.fixture(scope="module")
-def cluster(zookeeper, tmp_path_factory) -> Iterator[LocalCluster]:
-    connect = f"{zookeeper.connect}/sessions-cluster-{time.monotonic_ns()}"
-    with LocalCluster.up(
-        tmp_path_factory.mktemp("sessions-cluster"), brokers=3, zookeeper=connect,
-        die_with_parent=True,
-    ) as running:
-        yield running
+pytestmark = pytest.mark.cluster(brokers=3)
 
 
 def eventually(fn: Callable[[], T], timeout: float = 10.0) -> T:
@@ -67,7 +59,7 @@ def admin(cluster: LocalCluster, broker_id: int) -> WireClient:
 
 def create_token(cluster: LocalCluster) -> dict:
     with admin(cluster, 1) as client:
-        created = client.request(CREATE, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+        created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
     assert created["ErrorCode"] == 0
     return created
 
@@ -81,7 +73,7 @@ def token_login(cluster: LocalCluster, broker_id: int, created: dict) -> WireCli
 
 
 def works(client: WireClient) -> bool:
-    response = client.request(DESCRIBE_CLUSTER, 0, {"IncludeClusterAuthorizedOperations": False})
+    response = client.request(ApiKey.DESCRIBE_CLUSTER, 0, {"IncludeClusterAuthorizedOperations": False})
     return response["ErrorCode"] == 0
 
 
@@ -126,7 +118,7 @@ def test_token_expired_on_broker_1_closes_its_session_on_broker_3(cluster):
             with admin(cluster, 1) as client:
                 requested = time.monotonic()
                 expired = client.request(
-                    EXPIRE, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1}
+                    ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1}
                 )
                 assert expired["ErrorCode"] == 0
                 latencies.append(wait_closed(session, REVOCATION_BOUND_S) - requested)
@@ -147,7 +139,7 @@ def test_expiry_moved_closer_closes_the_session_when_the_new_expiry_passes(clust
     try:
         with admin(cluster, 1) as client:
             moved = client.request(
-                EXPIRE, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": 1_500}
+                ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": 1_500}
             )
         assert moved["ErrorCode"] == 0
         assert works(session)  # the token is still valid until its new expiry
@@ -165,11 +157,11 @@ def test_expiry_moved_closer_closes_the_session_when_the_new_expiry_passes(clust
 def test_renewed_token_session_keeps_working_past_the_old_expiry(cluster):
     created = create_token(cluster)
     with admin(cluster, 1) as client:
-        moved = client.request(EXPIRE, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": 1_500})
+        moved = client.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": 1_500})
         assert moved["ErrorCode"] == 0
         session = eventually(lambda: _short_lived(token_login(cluster, 3, created)))
         try:
-            renewed = client.request(RENEW, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 60_000})
+            renewed = client.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 60_000})
             assert renewed["ErrorCode"] == 0
             old_expiry_s = moved["ExpiryTimestampMs"] / 1000
             time.sleep(max(0.0, old_expiry_s - time.time()) + 0.5)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -27,12 +26,8 @@ from tokensvc.protocol import ApiKey
 STALENESS_MS = 2_000
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster.up(tmp_path_factory.mktemp("stale-users"), brokers=3,
-                         overrides={"zookeeper.max.staleness.ms": str(STALENESS_MS)},
-                         die_with_parent=True) as c:
-        yield c
+pytestmark = pytest.mark.cluster(brokers=3,
+                                 overrides={"zookeeper.max.staleness.ms": str(STALENESS_MS)})
 
 
 def test_a_deleted_users_session_on_a_frozen_broker_is_refused_after_the_bound(

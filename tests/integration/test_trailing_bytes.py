@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import socket
 import struct
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -19,22 +18,14 @@ import pytest
 from tests.support.client import recv_exact
 from tokensvc.cluster import LocalCluster
 from tokensvc.protocol import RequestHeader, decode_response, encode_request
+from tokensvc.protocol.api import ApiKey
 from tokensvc.scram.client import ScramClient
 from tokensvc.scram.formatter import ScramMechanism
 
-API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 TRAILING = b"\x00\x01\x02\x03 trailing bytes \xff"
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator[LocalCluster]:
-    with LocalCluster.up(
-        tmp_path_factory.mktemp("trailing"),
-        brokers=1,
-        zookeeper=f"{zookeeper.connect}/trailing-{time.monotonic_ns()}",
-        die_with_parent=True,
-    ) as local:
-        yield local
+pytestmark = pytest.mark.cluster(brokers=1)
 
 
 @pytest.fixture
@@ -58,12 +49,12 @@ def _receive(sock: socket.socket, api_key: int, version: int) -> tuple[int, dict
 def _login(sock: socket.socket, cluster: LocalCluster) -> None:
     admin = cluster.info["admin"]
     client = ScramClient(ScramMechanism.SCRAM_SHA_512, admin["username"], admin["password"])
-    _send(sock, SASL_AUTHENTICATE, 2, 11, {"AuthBytes": client.first_message()})
-    first = _receive(sock, SASL_AUTHENTICATE, 2)[1]
+    _send(sock, ApiKey.SASL_AUTHENTICATE, 2, 11, {"AuthBytes": client.first_message()})
+    first = _receive(sock, ApiKey.SASL_AUTHENTICATE, 2)[1]
     assert first["ErrorCode"] == 0
-    _send(sock, SASL_AUTHENTICATE, 2, 12,
+    _send(sock, ApiKey.SASL_AUTHENTICATE, 2, 12,
           {"AuthBytes": client.final_message(first["AuthBytes"])})
-    final = _receive(sock, SASL_AUTHENTICATE, 2)[1]
+    final = _receive(sock, ApiKey.SASL_AUTHENTICATE, 2)[1]
     assert final["ErrorCode"] == 0
     client.verify_server_final(final["AuthBytes"])
 
@@ -71,14 +62,14 @@ def _login(sock: socket.socket, cluster: LocalCluster) -> None:
 def test_api_versions_v0_with_trailing_bytes_gets_the_normal_answer(
     sock: socket.socket, cluster: LocalCluster
 ) -> None:
-    _send(sock, API_VERSIONS, 0, 5, {}, TRAILING)
-    corr, body = _receive(sock, API_VERSIONS, 0)
+    _send(sock, ApiKey.API_VERSIONS, 0, 5, {}, TRAILING)
+    corr, body = _receive(sock, ApiKey.API_VERSIONS, 0)
     assert corr == 5
     assert body["ErrorCode"] == 0
-    assert {k["ApiKey"] for k in body["ApiKeys"]} >= {API_VERSIONS, SASL_HANDSHAKE}
+    assert {k["ApiKey"] for k in body["ApiKeys"]} >= {ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE}
     # The trailing bytes were not taken for a next request: the connection logs in.
-    _send(sock, SASL_HANDSHAKE, 1, 6, {"Mechanism": "SCRAM-SHA-512"})
-    assert _receive(sock, SASL_HANDSHAKE, 1) == (6, {"ErrorCode": 0, "Mechanisms": [
+    _send(sock, ApiKey.SASL_HANDSHAKE, 1, 6, {"Mechanism": "SCRAM-SHA-512"})
+    assert _receive(sock, ApiKey.SASL_HANDSHAKE, 1) == (6, {"ErrorCode": 0, "Mechanisms": [
         "SCRAM-SHA-256", "SCRAM-SHA-512"]})
     _login(sock, cluster)
 
@@ -87,8 +78,8 @@ def test_api_versions_v0_with_trailing_bytes_gets_the_normal_answer(
 def test_sasl_handshake_with_trailing_bytes_gets_the_normal_answer(
     sock: socket.socket, cluster: LocalCluster, version: int
 ) -> None:
-    _send(sock, SASL_HANDSHAKE, version, 9, {"Mechanism": "SCRAM-SHA-512"}, TRAILING)
-    corr, body = _receive(sock, SASL_HANDSHAKE, version)
+    _send(sock, ApiKey.SASL_HANDSHAKE, version, 9, {"Mechanism": "SCRAM-SHA-512"}, TRAILING)
+    corr, body = _receive(sock, ApiKey.SASL_HANDSHAKE, version)
     assert (corr, body["ErrorCode"]) == (9, 0)
     assert body["Mechanisms"] == ["SCRAM-SHA-256", "SCRAM-SHA-512"]
     if version == 1:

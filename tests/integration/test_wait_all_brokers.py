@@ -11,7 +11,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 from click.testing import CliRunner
@@ -21,12 +20,7 @@ from tokensvc.admin import AdminClient, token_logs_in, token_refused
 from tokensvc.client_config import load_client_config
 from tokensvc.cluster import LocalCluster
 
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    directory = tmp_path_factory.mktemp("wait-all")
-    with LocalCluster.up(directory, brokers=3, die_with_parent=True) as c:
-        yield c
+pytestmark = pytest.mark.cluster(brokers=3)
 
 
 def _admin_properties(cluster: LocalCluster) -> str:
