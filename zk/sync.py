@@ -126,7 +126,7 @@ class CommittedOrder:
       the caller waits for the follower instead), because the load may have read the
       token before that write; when the load ends the follower's mark is the load's.
 
-    Pure: no I/O and no clock; ``tests/unit/test_committed_order.py`` drives it.
+    Pure: no I/O and no clock; ``tests/unit/zk/test_committed_order.py`` drives it.
     """
 
     def __init__(self, cache: SyncedCache) -> None:

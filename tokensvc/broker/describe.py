@@ -10,7 +10,7 @@ held the event loop for :data:`SLICE_BUDGET_S`, :func:`describe_tokens` yields t
 loop, so logins and other requests keep being answered while a large describe is
 built; the slices stay separate bytes objects up to the socket (the broker writes a
 response's parts without joining them). Encoding is direct (``struct`` and byte joins, each principal encoded once per
-describe); ``tests/unit/test_broker_describe.py`` checks it against the schema codec.
+describe); ``tests/unit/broker/test_broker_describe.py`` checks it against the schema codec.
 
 Must not: change the cache, authorize on its own (the handler passes
 ``may_describe``), audit, or touch sockets.

@@ -5,7 +5,7 @@ second the generic codec's walk over the field list (one Python call per field a
 per tag buffer) was 5-6 % of a broker's CPU. This module owns the same bytes for
 that one API, written out by hand from the field list in ``messages``: v0 (error
 code, nullable string, bytes), v1 (+ session lifetime), v2 (flexible: compact
-types, tagged fields, response header v1). ``tests/unit/test_sasl_fast.py`` checks
+types, tagged fields, response header v1). ``tests/unit/protocol/test_sasl_fast.py`` checks
 it byte for byte against the generic codec, including the errors on malformed
 bodies. Must not touch sockets.
 """
