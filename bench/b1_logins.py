@@ -81,7 +81,8 @@ async def create_tokens(address: str, user: str, password: str, count: int) -> l
     conn = await open_logged_in(address, user, password)
     try:
         responses = await asyncio.gather(
-            *(conn.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_token_body()) for _ in range(count))
+            *(conn.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                           create_token_body()) for _ in range(count))
         )
     finally:
         conn.close()

@@ -105,7 +105,8 @@ async def login(
     salted_cache: SaltedPasswordCache | None = None,
 ) -> None:
     """SaslHandshake v1 then two SaslAuthenticate v2 round trips; raises WireError if refused."""
-    handshake = await conn.request(ApiKey.SASL_HANDSHAKE, 1, {"Mechanism": mechanism.mechanism_name})
+    handshake = await conn.request(ApiKey.SASL_HANDSHAKE, 1,
+                                   {"Mechanism": mechanism.mechanism_name})
     if handshake["ErrorCode"]:
         raise WireError(f"SaslHandshake refused: {Errors(handshake['ErrorCode']).name}")
     client = ScramClient(

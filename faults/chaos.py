@@ -468,7 +468,8 @@ class Chaos(FaultCluster):
                 for token in tokens:
                     ledger.sent("expire")
                     ledger.expire_sending(token)
-                    answer = conn.call(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": token.hmac, "ExpiryTimePeriodMs": -1})
+                    answer = conn.call(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                                       {"Hmac": token.hmac, "ExpiryTimePeriodMs": -1})
                     ledger.answered("expire", error_name(answer["ErrorCode"]), 0.0)
                     if answer["ErrorCode"] == 0:
                         ledger.expired(token)

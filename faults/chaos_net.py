@@ -409,7 +409,8 @@ class NetChaos(Chaos):
         try:
             result.ledger.sent("expire")
             result.ledger.expire_sending(token)
-            answer = conn.call(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": subject.token_hmac, "ExpiryTimePeriodMs": -1})
+            answer = conn.call(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                               {"Hmac": subject.token_hmac, "ExpiryTimePeriodMs": -1})
         finally:
             conn.close()
         if answer["ErrorCode"]:

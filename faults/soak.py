@@ -158,7 +158,8 @@ class Soak(FaultCluster):
             lifetime = SHORT_LIFETIME_MS if rng.random() < 0.2 else -1
             api = "create"
             try:
-                answer = conn.call(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": lifetime})
+                answer = conn.call(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                   {"Renewers": [], "MaxLifetimeMs": lifetime})
             except ClientError:
                 self.ledger.record(api, "connection")
                 raise
@@ -302,7 +303,8 @@ class Soak(FaultCluster):
             try:
                 conn = Connection(self.address(self.rng.choice(others)), *self.admin)
                 try:
-                    answer = conn.call(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+                    answer = conn.call(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                       {"Renewers": [], "MaxLifetimeMs": -1})
                 finally:
                     conn.close()
                 if answer["ErrorCode"] == 0:

@@ -35,7 +35,8 @@ from tokensvc.cluster import LocalCluster
 REAUTH_MS = 3_000
 
 
-pytestmark = pytest.mark.cluster(brokers=1, overrides={"connections.max.reauth.ms": str(REAUTH_MS)})
+pytestmark = pytest.mark.cluster(brokers=1,
+                                 overrides={"connections.max.reauth.ms": str(REAUTH_MS)})
 
 
 def _admin(cluster: LocalCluster) -> AdminClient:

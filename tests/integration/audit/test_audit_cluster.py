@@ -57,15 +57,18 @@ def test_cluster_audit_report_counts_logins_and_lifecycle_per_token(zookeeper, t
     try:
         _wait(lambda: any(b.broker.is_controller for b in brokers))
         with WireClient(brokers[0].address(), "alice", "alice-secret") as alice:
-            created = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+            created = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                    {"Renewers": [], "MaxLifetimeMs": -1})
         token_id = created["TokenId"]
         password = base64.b64encode(created["Hmac"]).decode()
         _wait(lambda: all(b.broker.cache.by_id(token_id) for b in brokers))
         good = [_token_login(brokers[i % 2], token_id, password) for i in range(5)]
         bad = [_token_login(brokers[0], token_id, "not-the-hmac") for _ in range(2)]
         with WireClient(brokers[1].address(), "alice", "alice-secret") as alice:
-            renewed = alice.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 60_000})
-            expired = alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
+            renewed = alice.request(ApiKey.RENEW_DELEGATION_TOKEN, 2,
+                                    {"Hmac": created["Hmac"], "RenewPeriodMs": 60_000})
+            expired = alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                                    {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
     finally:
         for b in brokers:
             b.stop()  # a clean stop flushes every queued audit event

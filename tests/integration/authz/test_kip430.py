@@ -95,7 +95,8 @@ def test_user_sees_exactly_its_granted_operations_and_the_implied_ones(broker):
 
 def describe_cluster_bitfield(broker: InProcessBroker, user: str) -> int:
     with WireClient(broker.address(), user, f"{user}-secret") as client:
-        response = client.request(ApiKey.DESCRIBE_CLUSTER, 0, {"IncludeClusterAuthorizedOperations": True})
+        response = client.request(ApiKey.DESCRIBE_CLUSTER, 0,
+                                  {"IncludeClusterAuthorizedOperations": True})
     assert response["ErrorCode"] == 0
     return response["ClusterAuthorizedOperations"]
 

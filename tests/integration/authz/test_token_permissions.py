@@ -202,7 +202,8 @@ def test_renewers_must_be_user_principals(cluster):
     assert refused["ErrorCode"] == Errors.INVALID_PRINCIPAL_TYPE
     assert created["ErrorCode"] == 0
     with login(controller(cluster), renewer) as client:
-        renewed = client.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 60_000})
+        renewed = client.request(ApiKey.RENEW_DELEGATION_TOKEN, 2,
+                                 {"Hmac": created["Hmac"], "RenewPeriodMs": 60_000})
     assert renewed["ErrorCode"] == 0
 
 
@@ -227,7 +228,8 @@ def test_forwarded_request_needs_cluster_action_on_the_cluster(cluster):
               AclOperation.CLUSTER_ACTION)
         accepted = client.request(ApiKey.ENVELOPE, 0, envelope)
     assert accepted["ErrorCode"] == 0
-    correlation_id, inner = decode_response(ApiKey.CREATE_DELEGATION_TOKEN, 3, bytes(accepted["ResponseData"]))
+    correlation_id, inner = decode_response(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                            bytes(accepted["ResponseData"]))
     assert correlation_id == 77
     assert inner["ErrorCode"] == 0
     assert inner["PrincipalName"] == owner

@@ -38,7 +38,8 @@ def login(broker: InProcessBroker, user: str, password: str, **kw) -> WireClient
 
 
 def create_token(client: WireClient, **body) -> dict:
-    response = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1, **body})
+    response = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                              {"Renewers": [], "MaxLifetimeMs": -1, **body})
     return response
 
 
@@ -99,11 +100,13 @@ def test_renewer_renews_and_non_renewer_is_owner_mismatch(cluster):
         )
     time.sleep(0.01)
     with login(cluster[1], "bob", "bob-secret") as bob:
-        renewed = eventually(lambda: _ok(bob.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"],
+        renewed = eventually(lambda: _ok(bob.request(ApiKey.RENEW_DELEGATION_TOKEN, 2,
+                                                     {"Hmac": created["Hmac"],
                                                              "RenewPeriodMs": 60_000})))
     assert renewed["ExpiryTimestampMs"] > 0
     with login(cluster[1], "admin", "admin-secret") as admin:
-        refused = admin.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 60_000})
+        refused = admin.request(ApiKey.RENEW_DELEGATION_TOKEN, 2,
+                                {"Hmac": created["Hmac"], "RenewPeriodMs": 60_000})
     assert refused["ErrorCode"] == Errors.DELEGATION_TOKEN_OWNER_MISMATCH
 
 
@@ -114,7 +117,8 @@ def _ok(response: dict) -> dict:
 
 def test_unknown_hmac_is_token_not_found(cluster):
     with login(cluster[0], "alice", "alice-secret") as alice:
-        response = alice.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": b"\x00" * 64, "RenewPeriodMs": -1})
+        response = alice.request(ApiKey.RENEW_DELEGATION_TOKEN, 2,
+                                 {"Hmac": b"\x00" * 64, "RenewPeriodMs": -1})
     assert response["ErrorCode"] == Errors.DELEGATION_TOKEN_NOT_FOUND
 
 
@@ -122,7 +126,8 @@ def test_expire_now_refuses_login_everywhere(cluster):
     with login(cluster[0], "alice", "alice-secret") as alice:
         created = create_token(alice)
         eventually(lambda: [token_login(b, created).close() for b in cluster])
-        expired = alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
+        expired = alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                                {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
     assert expired["ErrorCode"] == 0
 
     def refused_everywhere():
@@ -138,12 +143,14 @@ def test_describe_shows_own_tokens_and_super_user_sees_all(cluster):
     with login(cluster[0], "bob", "bob-secret") as bob:
         bobs = create_token(bob)
         seen_by_bob = eventually(
-            lambda: _has(bob.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None}), bobs["TokenId"])
+            lambda: _has(bob.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3,
+                                     {"Owners": None}), bobs["TokenId"])
         )
     assert mine["TokenId"] not in {t["TokenId"] for t in seen_by_bob["Tokens"]}
     with login(cluster[0], "admin", "admin-secret") as admin:
         everything = eventually(
-            lambda: _has(admin.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None}), mine["TokenId"])
+            lambda: _has(admin.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3,
+                                       {"Owners": None}), mine["TokenId"])
         )
         only_alice = admin.request(
             ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": [{"PrincipalType": "User", "PrincipalName": "alice"}]}
@@ -247,14 +254,16 @@ def test_user_scram_credentials_can_be_created_described_and_deleted(cluster):
     salt = os.urandom(16)
     salted = hashlib.pbkdf2_hmac("sha256", b"carol-secret", salt, 4096)
     with login(cluster[1], "admin", "admin-secret") as admin:
-        altered = admin.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {"Deletions": [], "Upsertions": [
+        altered = admin.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0,
+                                {"Deletions": [], "Upsertions": [
             {"Name": "carol", "Mechanism": 1, "Iterations": 4096, "Salt": salt,
              "SaltedPassword": salted}]})
         assert altered["Results"][0]["ErrorCode"] == 0
         described = eventually(lambda: _described(admin, "carol"))
         assert described["CredentialInfos"] == [{"Mechanism": 1, "Iterations": 4096}]
         eventually(lambda: login(cluster[0], "carol", "carol-secret").close())
-        deleted = admin.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {"Upsertions": [], "Deletions": [
+        deleted = admin.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0,
+                                {"Upsertions": [], "Deletions": [
             {"Name": "carol", "Mechanism": 1}]})
         assert deleted["Results"][0]["ErrorCode"] == 0
         missing = eventually(lambda: _described(admin, "carol", Errors.RESOURCE_NOT_FOUND))
@@ -270,7 +279,8 @@ def _described(admin: WireClient, user: str, error: int = 0) -> dict:
 
 def test_low_iterations_are_unacceptable(cluster):
     with login(cluster[0], "admin", "admin-secret") as admin:
-        altered = admin.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {"Deletions": [], "Upsertions": [
+        altered = admin.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0,
+                                {"Deletions": [], "Upsertions": [
             {"Name": "dave", "Mechanism": 1, "Iterations": 1024, "Salt": b"s" * 16,
              "SaltedPassword": b"p" * 32}]})
     assert altered["Results"][0]["ErrorCode"] == Errors.UNACCEPTABLE_CREDENTIAL
@@ -278,7 +288,8 @@ def test_low_iterations_are_unacceptable(cluster):
 
 def test_non_super_user_may_not_alter_credentials(cluster):
     with login(cluster[0], "alice", "alice-secret") as alice:
-        altered = alice.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {"Deletions": [], "Upsertions": [
+        altered = alice.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0,
+                                {"Deletions": [], "Upsertions": [
             {"Name": "eve", "Mechanism": 1, "Iterations": 4096, "Salt": b"s" * 16,
              "SaltedPassword": b"p" * 32}]})
     assert altered["Results"][0]["ErrorCode"] == Errors.CLUSTER_AUTHORIZATION_FAILED

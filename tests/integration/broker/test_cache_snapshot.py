@@ -64,7 +64,8 @@ def _ok(response: dict) -> dict:
 
 def _create(broker: InProcessBroker, count: int) -> list[dict]:
     with WireClient(broker.address(), "alice", "alice-secret") as alice:
-        return [_ok(alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1}))
+        return [_ok(alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                  {"Renewers": [], "MaxLifetimeMs": -1}))
                 for _ in range(count)]
 
 
@@ -119,8 +120,10 @@ def test_restart_from_the_snapshot_serves_exactly_zookeepers_tokens(zk_connect, 
     # While broker 1 is down: one token created, one renewed, one deleted.
     (created,) = _create(other, 1)
     with WireClient(other.address(), "alice", "alice-secret") as alice:
-        _ok(alice.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": renewed["Hmac"], "RenewPeriodMs": 3 * DAY_MS}))
-        _ok(alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": deleted["Hmac"], "ExpiryTimePeriodMs": -1}))
+        _ok(alice.request(ApiKey.RENEW_DELEGATION_TOKEN, 2,
+                          {"Hmac": renewed["Hmac"], "RenewPeriodMs": 3 * DAY_MS}))
+        _ok(alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                          {"Hmac": deleted["Hmac"], "ExpiryTimePeriodMs": -1}))
 
     seen: list[str] = []
 
@@ -166,7 +169,8 @@ def test_a_damaged_back_dated_or_foreign_snapshot_is_refused(zk_connect, other, 
     gone = before[0]
     after = _create(other, 2)
     with WireClient(other.address(), "alice", "alice-secret") as alice:
-        _ok(alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": gone["Hmac"], "ExpiryTimePeriodMs": -1}))
+        _ok(alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                          {"Hmac": gone["Hmac"], "ExpiryTimePeriodMs": -1}))
     assert poll_until(lambda: _holds(broker, after) and gone["TokenId"] not in _cache(broker), 10)
     broker.stop()
     good = path.read_bytes()
@@ -282,8 +286,10 @@ def test_a_token_that_expired_while_the_broker_was_down_is_swept_after_the_resta
     broker = _started(config)
     wait_for_controller([broker])
     with WireClient(broker.address(), "alice", "alice-secret") as alice:
-        short = _ok(alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": 1500}))
-        lasting = _ok(alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1}))
+        short = _ok(alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                  {"Renewers": [], "MaxLifetimeMs": 1500}))
+        lasting = _ok(alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                    {"Renewers": [], "MaxLifetimeMs": -1}))
     broker.stop()
     assert short["TokenId"] in _zookeeper_tokens(zk_connect)
     # Down until the short token is past its max lifetime (the clock, not a guess).

@@ -65,7 +65,8 @@ def test_a_login_sent_during_a_describe_all_is_answered_before_it_ends(zookeeper
         described: dict = {}
         with WireClient(broker.address(), "admin", "admin-secret", timeout=300) as admin:
             describing = threading.Thread(
-                target=lambda: described.update(admin.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None}))
+                target=lambda: described.update(admin.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3,
+                                                              {"Owners": None}))
             )
             describing.start()
             poll_until(lambda: "slice" in order, timeout=60)

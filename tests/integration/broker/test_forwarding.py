@@ -114,7 +114,8 @@ def as_broker(broker: InProcessBroker) -> WireClient:
 
 def inner_create(response: dict, correlation_id: int = 4242) -> dict:
     assert response["ErrorCode"] == 0, response
-    got_id, body = decode_response(ApiKey.CREATE_DELEGATION_TOKEN, 3, bytes(response["ResponseData"]))
+    got_id, body = decode_response(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                   bytes(response["ResponseData"]))
     assert got_id == correlation_id
     return body
 
@@ -124,7 +125,8 @@ ALICE = KafkaPrincipal.user("alice")
 
 def send_create_envelope(broker, request_key, principal: KafkaPrincipal = ALICE, *,
                          first: bool = False) -> dict:
-    body = envelope(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_body(), principal, request_key=request_key, first=first)
+    body = envelope(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                    create_body(), principal, request_key=request_key, first=first)
     with as_broker(broker) as peer:
         return inner_create(peer.request(ApiKey.ENVELOPE, 0, body))
 
@@ -149,8 +151,10 @@ def test_token_and_credential_writes_are_forwarded_by_a_non_controller(cluster, 
     with WireClient(follower(cluster).address(), "alice", "alice-secret",
                     client_id=client_id) as alice:
         created = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_body())
-        renewed = alice.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 60_000})
-        expired = alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
+        renewed = alice.request(ApiKey.RENEW_DELEGATION_TOKEN, 2,
+                                {"Hmac": created["Hmac"], "RenewPeriodMs": 60_000})
+        expired = alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                                {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
     assert [created["ErrorCode"], renewed["ErrorCode"], expired["ErrorCode"]] == [0, 0, 0]
     assert store.get(created["TokenId"]) is None
 
@@ -182,7 +186,8 @@ def test_forwarded_response_reaches_the_client_unchanged(cluster):
     with WireClient(controller(cluster).address(), "bob", "bob-secret") as direct, \
             WireClient(follower(cluster).address(), "bob", "bob-secret") as forwarded:
         a = direct.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_body(MaxLifetimeMs=3_600_000))
-        b = forwarded.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_body(MaxLifetimeMs=3_600_000))
+        b = forwarded.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                              create_body(MaxLifetimeMs=3_600_000))
     assert a.keys() == b.keys()
     for field in ("ErrorCode", "PrincipalType", "PrincipalName", "TokenRequesterPrincipalName"):
         assert a[field] == b[field]
@@ -209,7 +214,8 @@ def test_envelope_carrying_a_token_authenticated_principal_may_not_create_tokens
 def test_envelope_from_a_user_without_cluster_action_is_cluster_authorization_failed(cluster):
     with WireClient(controller(cluster).address("BROKER"), "alice", "alice-secret") as alice:
         response = alice.request(
-            ApiKey.ENVELOPE, 0, envelope(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_body(), KafkaPrincipal.user("alice"))
+            ApiKey.ENVELOPE, 0, envelope(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                         create_body(), KafkaPrincipal.user("alice"))
         )
     assert response["ErrorCode"] == Errors.CLUSTER_AUTHORIZATION_FAILED
     assert response["ResponseData"] is None
@@ -219,7 +225,8 @@ def test_envelope_on_a_client_listener_is_refused_and_the_connection_closed(clus
     with WireClient(controller(cluster).address(), "broker", "broker-secret",
                     mechanism="SCRAM-SHA-512") as peer:
         response = peer.request(
-            ApiKey.ENVELOPE, 0, envelope(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_body(), KafkaPrincipal.user("alice"))
+            ApiKey.ENVELOPE, 0, envelope(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                         create_body(), KafkaPrincipal.user("alice"))
         )
         assert response["ErrorCode"] == Errors.CLUSTER_AUTHORIZATION_FAILED
         with pytest.raises(ConnectionError):
@@ -229,7 +236,8 @@ def test_envelope_on_a_client_listener_is_refused_and_the_connection_closed(clus
 def test_envelope_to_a_broker_that_is_not_the_controller_is_not_controller(cluster):
     with as_broker(follower(cluster)) as peer:
         response = peer.request(
-            ApiKey.ENVELOPE, 0, envelope(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_body(), KafkaPrincipal.user("alice"))
+            ApiKey.ENVELOPE, 0, envelope(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                         create_body(), KafkaPrincipal.user("alice"))
         )
     assert response["ErrorCode"] == Errors.NOT_CONTROLLER
 
@@ -243,7 +251,8 @@ def test_unreadable_principal_is_principal_deserialization_failure(cluster):
 
 
 def test_envelope_around_a_read_request_is_invalid_request(cluster):
-    body = envelope(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None}, KafkaPrincipal.user("alice"))
+    body = envelope(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3,
+                    {"Owners": None}, KafkaPrincipal.user("alice"))
     with as_broker(controller(cluster)) as peer:
         response = peer.request(ApiKey.ENVELOPE, 0, body)
     assert response["ErrorCode"] == Errors.INVALID_REQUEST
@@ -298,7 +307,8 @@ def test_concurrent_attempts_with_one_request_key_create_one_token(cluster, stor
     key = uuid.uuid4().hex
     before = set(store.token_ids())
     clients = [as_broker(controller(cluster)) for _ in range(4)]
-    body = envelope(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_body(), KafkaPrincipal.user("alice"), request_key=key)
+    body = envelope(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                    create_body(), KafkaPrincipal.user("alice"), request_key=key)
     results: list[dict] = []
     barrier = threading.Barrier(len(clients))
 
@@ -380,7 +390,8 @@ def test_forwarded_writes_with_per_item_results_that_time_out_fail_every_item(zk
         with AdminClient("{}:{}".format(*cluster[0].address()), config, timeout_s=15) as admin:
             admin.upsert_user_scram_credential(user, ScramMechanism.SCRAM_SHA_256, "pw-1")
         with WireClient(lost.address(), "admin", "admin-secret") as wire:
-            deleted = wire.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {"Deletions": [{"Name": user, "Mechanism": 1}],
+            deleted = wire.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0,
+                                   {"Deletions": [{"Name": user, "Mechanism": 1}],
                                            "Upsertions": []})
             created = wire.request(ApiKey.CREATE_ACLS, 3, {"Creations": [rule, rule]})
             removed = wire.request(ApiKey.DELETE_ACLS, 3, {"Filters": [rule_filter]})

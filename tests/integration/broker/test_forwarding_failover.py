@@ -196,7 +196,8 @@ def test_killing_the_controller_under_load_loses_no_acknowledged_token(cluster, 
 
     # The new controller runs the expiry sweep.
     with WireClient(address(survivors[0]), username, password) as client:
-        short = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": 3000})
+        short = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                               {"Renewers": [], "MaxLifetimeMs": 3000})
     assert short["ErrorCode"] == 0
     assert store.get(short["TokenId"]) is not None
     wait_for(lambda: store.get(short["TokenId"]) is None, 15, "the sweep to remove the token")

@@ -109,13 +109,16 @@ def test_writes_sent_to_non_controllers_are_done_by_the_controller_identity_alon
         swept_ids = []
         for follower in others:
             with WireClient(follower.address(), "alice", "alice-secret") as alice:
-                created = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+                created = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                        {"Renewers": [], "MaxLifetimeMs": -1})
                 renewed = alice.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"],
                                                    "RenewPeriodMs": 60_000})
-                kept = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+                kept = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                     {"Renewers": [], "MaxLifetimeMs": -1})
                 expired = alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"],
                                                     "ExpiryTimePeriodMs": -1})
-                short = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": 1})
+                short = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                      {"Renewers": [], "MaxLifetimeMs": 1})
             assert [r["ErrorCode"] for r in (created, renewed, kept, expired, short)] == [0] * 5
             swept_ids.append(short["TokenId"])
             config = client_config_from_properties({

@@ -54,7 +54,8 @@ def zk(zk_chroot):
 
 
 def _create_envelope(correlation_id: int, key: str) -> dict:
-    inner = encode_request(RequestHeader(ApiKey.CREATE_DELEGATION_TOKEN, 3, correlation_id, "original-client"),
+    inner = encode_request(RequestHeader(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                         correlation_id, "original-client"),
                            {"Renewers": [], "MaxLifetimeMs": -1})
     return {"RequestData": inner, "RequestPrincipal": serialize_principal(ALICE),
             "ClientHostAddress": bytes([127, 0, 0, 1]), "RequestKey": key,
@@ -142,7 +143,8 @@ def test_concurrent_creates_and_renews_through_a_non_controller_all_succeed_once
         done = []
         try:
             for _ in range(per_client):
-                created = await session.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1},
+                created = await session.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                                {"Renewers": [], "MaxLifetimeMs": -1},
                                                 timeout=30)
                 assert created["ErrorCode"] == 0, created
                 usable = await token_logs_in(fwd.address(), created["TokenId"], created["Hmac"],

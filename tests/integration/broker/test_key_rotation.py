@@ -27,7 +27,8 @@ def _token_under_the_old_key(zookeeper, name: str) -> tuple[str, dict]:
                                 [("admin", "admin-secret"), ("broker", "broker-secret")])
     with running_brokers(connect, (1,), delegation_token_secret_key=OLD) as (before,), \
             WireClient(before.address(), "admin", "admin-secret") as admin:
-        old = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+        old = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                            {"Renewers": [], "MaxLifetimeMs": -1})
     return connect, old
 
 
@@ -45,10 +46,13 @@ def test_tokens_from_the_previous_key_keep_working_after_rotation(zookeeper):
         with _token_login(after, old["TokenId"], old["Hmac"]):
             pass
         with WireClient(after.address(), "admin", "admin-secret") as admin:
-            new = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
-            renewed = admin.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": old["Hmac"], "RenewPeriodMs": 60_000})
+            new = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                {"Renewers": [], "MaxLifetimeMs": -1})
+            renewed = admin.request(ApiKey.RENEW_DELEGATION_TOKEN, 2,
+                                    {"Hmac": old["Hmac"], "RenewPeriodMs": 60_000})
             described = admin.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None})
-            expired = admin.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": old["Hmac"], "ExpiryTimePeriodMs": -1})
+            expired = admin.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                                    {"Hmac": old["Hmac"], "ExpiryTimePeriodMs": -1})
         assert new["ErrorCode"] == 0
         assert new["Hmac"] == token_hmac(NEW, new["TokenId"])
         assert renewed["ErrorCode"] == 0
@@ -73,5 +77,6 @@ def test_a_token_whose_key_was_dropped_no_longer_authenticates(zookeeper):
             refused = True
         assert refused
         with WireClient(after.address(), "admin", "admin-secret") as admin:
-            renew = admin.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": old["Hmac"], "RenewPeriodMs": 60_000})
+            renew = admin.request(ApiKey.RENEW_DELEGATION_TOKEN, 2,
+                                  {"Hmac": old["Hmac"], "RenewPeriodMs": 60_000})
         assert renew["ErrorCode"] == Errors.DELEGATION_TOKEN_NOT_FOUND

@@ -120,7 +120,8 @@ def login(broker: InProcessBroker, user: str = "alice", password: str = "alice-s
 
 def create_token(broker: InProcessBroker, **kw) -> dict:
     with login(broker, **kw) as client:
-        created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+        created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                 {"Renewers": [], "MaxLifetimeMs": -1})
     assert created["ErrorCode"] == 0
     return created
 
@@ -146,7 +147,8 @@ def test_requests_and_latency_count_each_request_by_api_and_error(brokers):
     with login(broker) as alice:
         for _ in range(3):
             alice.request(ApiKey.DESCRIBE_CLUSTER, 0, {"IncludeClusterAuthorizedOperations": False})
-        missing = alice.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": b"\x01" * 64, "RenewPeriodMs": -1})
+        missing = alice.request(ApiKey.RENEW_DELEGATION_TOKEN, 2,
+                                {"Hmac": b"\x01" * 64, "RenewPeriodMs": -1})
     assert missing["ErrorCode"] != 0
     after = scrape(broker)
     ok = {"api": "DescribeCluster", "error": "NONE"}
@@ -243,7 +245,8 @@ def test_expiry_sweeps_run_on_the_controller_and_count_removed_tokens(brokers):
     before = scrape(ctrl)
     created = create_token(ctrl)
     with login(ctrl) as alice:
-        moved = alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": 1})
+        moved = alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                              {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": 1})
     assert moved["ErrorCode"] == 0
     eventually(lambda: _swept(ctrl, before))
     assert scrape(follower(brokers))("tokensvc_expiry_sweeps") == 0
@@ -265,7 +268,8 @@ def test_revoked_token_sessions_are_counted(brokers):
     session = WireClient(broker.address(), created["TokenId"], hmac, token=True)
     try:
         with login(broker) as alice:
-            expired = alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
+            expired = alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                                    {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
         assert expired["ErrorCode"] == 0
         eventually(lambda: _true(
             scrape(broker)("tokensvc_sessions_revoked_total") == before + 1))

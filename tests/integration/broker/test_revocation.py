@@ -44,7 +44,8 @@ from tokensvc.cluster import LocalCluster
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import ApiKey
 
-pytestmark = pytest.mark.cluster(brokers=3, users=[("mallory", "SCRAM-SHA-512", "mallory-pw")])
+pytestmark = pytest.mark.cluster(brokers=3,
+                                 users=[("mallory", "SCRAM-SHA-512", "mallory-pw")])
 
 
 def _admin(cluster: LocalCluster, address: str | None = None,

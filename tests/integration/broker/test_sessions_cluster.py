@@ -59,7 +59,8 @@ def admin(cluster: LocalCluster, broker_id: int) -> WireClient:
 
 def create_token(cluster: LocalCluster) -> dict:
     with admin(cluster, 1) as client:
-        created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+        created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                 {"Renewers": [], "MaxLifetimeMs": -1})
     assert created["ErrorCode"] == 0
     return created
 
@@ -73,7 +74,8 @@ def token_login(cluster: LocalCluster, broker_id: int, created: dict) -> WireCli
 
 
 def works(client: WireClient) -> bool:
-    response = client.request(ApiKey.DESCRIBE_CLUSTER, 0, {"IncludeClusterAuthorizedOperations": False})
+    response = client.request(ApiKey.DESCRIBE_CLUSTER, 0,
+                              {"IncludeClusterAuthorizedOperations": False})
     return response["ErrorCode"] == 0
 
 
@@ -157,11 +159,13 @@ def test_expiry_moved_closer_closes_the_session_when_the_new_expiry_passes(clust
 def test_renewed_token_session_keeps_working_past_the_old_expiry(cluster):
     created = create_token(cluster)
     with admin(cluster, 1) as client:
-        moved = client.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": 1_500})
+        moved = client.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                               {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": 1_500})
         assert moved["ErrorCode"] == 0
         session = eventually(lambda: _short_lived(token_login(cluster, 3, created)))
         try:
-            renewed = client.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 60_000})
+            renewed = client.request(ApiKey.RENEW_DELEGATION_TOKEN, 2,
+                                     {"Hmac": created["Hmac"], "RenewPeriodMs": 60_000})
             assert renewed["ErrorCode"] == 0
             old_expiry_s = moved["ExpiryTimestampMs"] / 1000
             time.sleep(max(0.0, old_expiry_s - time.time()) + 0.5)

@@ -83,7 +83,8 @@ def audited(broker: InProcessBroker, timeout: float = 5.0, **match: Any) -> list
 
 def create_token(broker: InProcessBroker) -> dict:
     with WireClient(broker.address(), "alice", "alice-secret") as alice:
-        created = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+        created = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                {"Renewers": [], "MaxLifetimeMs": -1})
     assert created["ErrorCode"] == 0
     return created
 
@@ -110,7 +111,8 @@ def reauthenticate(
     first = client.request(ApiKey.SASL_AUTHENTICATE, 2, {"AuthBytes": scram.first_message()})
     if first["ErrorCode"]:
         return first
-    final = client.request(ApiKey.SASL_AUTHENTICATE, 2, {"AuthBytes": scram.final_message(first["AuthBytes"])})
+    final = client.request(ApiKey.SASL_AUTHENTICATE, 2,
+                           {"AuthBytes": scram.final_message(first["AuthBytes"])})
     if final["ErrorCode"] == 0:
         scram.verify_server_final(final["AuthBytes"])
     return final
@@ -128,7 +130,8 @@ def test_token_login_lifetime_is_the_time_left_until_the_token_expiry(brokers):
     finally:
         session.close()
     with WireClient(brokers[2].address(), "alice", "alice-secret") as alice:
-        moved = alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": 5_000})
+        moved = alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                              {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": 5_000})
     assert moved["ErrorCode"] == 0
     session = token_login(brokers[2], created)
     try:

@@ -129,8 +129,10 @@ def test_one_way_tls_gets_request_not_allowed_for_every_token_request(
     client_cert = certs.client if with_certificate else None
     with _ssl_client(one_way, certs, client_cert) as anonymous:
         created = _create(anonymous)
-        renewed = anonymous.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": b"\x00" * 64, "RenewPeriodMs": -1})
-        expired = anonymous.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": b"\x00" * 64, "ExpiryTimePeriodMs": -1})
+        renewed = anonymous.request(ApiKey.RENEW_DELEGATION_TOKEN, 2,
+                                    {"Hmac": b"\x00" * 64, "RenewPeriodMs": -1})
+        expired = anonymous.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                                    {"Hmac": b"\x00" * 64, "ExpiryTimePeriodMs": -1})
         described = anonymous.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None})
     not_allowed = Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED
     assert created["ErrorCode"] == not_allowed

@@ -97,7 +97,8 @@ async def _follower_sessions(cluster, username: str,
 
 
 async def _create(session: BrokerChannel) -> dict:
-    return await session.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1}, timeout=15)
+    return await session.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                 {"Renewers": [], "MaxLifetimeMs": -1}, timeout=15)
 
 
 def test_create_then_login_on_the_same_non_controller_succeeds_every_time(cluster):
@@ -212,11 +213,13 @@ def _payload(zk, path: str) -> str | None:
 def test_a_renew_and_an_expire_whose_commit_answer_was_lost_apply_once(cluster, zk):
     ctl, (fwd, _) = controller(cluster), followers(cluster)
     with WireClient(fwd.address(), "alice", "alice-secret") as alice:
-        created = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+        created = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                {"Renewers": [], "MaxLifetimeMs": -1})
         token_id = created["TokenId"]
         before = _token_changes(zk, token_id)
         with LoseOneAnswer(ctl.broker.token_store, "commit_many") as lossy:
-            renewed = alice.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 7_200_000})
+            renewed = alice.request(ApiKey.RENEW_DELEGATION_TOKEN, 2,
+                                    {"Hmac": created["Hmac"], "RenewPeriodMs": 7_200_000})
         assert renewed["ErrorCode"] == 0
         assert lossy.calls == 1  # the retry found the record: the renew ran once
         assert _token_changes(zk, token_id) == before + 1
@@ -228,7 +231,8 @@ def test_a_renew_and_an_expire_whose_commit_answer_was_lost_apply_once(cluster, 
 
         before = _token_changes(zk, token_id)
         with LoseOneAnswer(ctl.broker.token_store, "commit_many") as lossy:
-            expired = alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
+            expired = alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                                    {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
         assert expired["ErrorCode"] == 0  # not DELEGATION_TOKEN_NOT_FOUND
         assert lossy.calls == 1
         assert _token_changes(zk, token_id) == before + 1
@@ -254,7 +258,8 @@ def test_an_acl_write_and_a_credential_write_whose_commit_answer_was_lost_apply_
                      "Iterations": 4096, "Salt": b"s" * 16, "SaltedPassword": b"p" * 32}
         before = _changes(zk, CHANGES_PATH)
         with LoseOneAnswer(ctl.broker.credential_store, "alter_with_tokens") as lossy:
-            altered = admin.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {"Deletions": [], "Upsertions": [upsertion]})
+            altered = admin.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0,
+                                    {"Deletions": [], "Upsertions": [upsertion]})
         assert altered["Results"] == [{"User": user, "ErrorCode": 0, "ErrorMessage": None}]
         assert lossy.calls == 1
         assert _changes(zk, CHANGES_PATH) == before + 1
@@ -278,7 +283,8 @@ def _forged_create(owner: str) -> dict:
 
 def test_a_token_session_cannot_mint_tokens_through_an_envelope_on_any_broker(cluster, zk):
     with WireClient(followers(cluster)[0].address(), "admin", "admin-secret") as admin:
-        stolen = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+        stolen = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                               {"Renewers": [], "MaxLifetimeMs": -1})
     password = base64.b64encode(stolen["Hmac"]).decode()
     tokens_before = set(zk.get_children(layout.TOKENS))
     answers = []

@@ -81,7 +81,8 @@ def _bootstrap(broker: InProcessBroker) -> str:
 
 def _create_token(broker: InProcessBroker) -> dict:
     with WireClient(broker.address(), "alice", PASSWORDS["alice"]) as alice:
-        created = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+        created = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                {"Renewers": [], "MaxLifetimeMs": -1})
     assert created["ErrorCode"] == 0, created
     return created
 
@@ -96,7 +97,8 @@ def _wait_known_everywhere(brokers: list[InProcessBroker], token_id: str) -> Non
 
 def _expire_through(broker: InProcessBroker, token: dict) -> None:
     with WireClient(broker.address(), "alice", PASSWORDS["alice"]) as owner:
-        expired = owner.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": token["Hmac"], "ExpiryTimePeriodMs": 0})
+        expired = owner.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                                {"Hmac": token["Hmac"], "ExpiryTimePeriodMs": 0})
     assert expired["ErrorCode"] == 0, expired
 
 

@@ -157,7 +157,8 @@ def test_librdkafka_all_topics_metadata_request_is_read_as_kafka_reads_it() -> N
     # ignores them; a broker that refused them would close every librdkafka connection.
     payload = bytes.fromhex("0003000c00000006000772646b61666b610000000000010000")
     header, body = decode_client_request(payload)
-    assert (header.api_key, header.api_version, header.client_id) == (ApiKey.METADATA, 12, "rdkafka")
+    assert (header.api_key, header.api_version, header.client_id) == (ApiKey.METADATA, 12,
+                                                                      "rdkafka")
     assert body["Topics"] is None
     assert body["AllowAutoTopicCreation"] is False
 
@@ -359,7 +360,8 @@ def _controller(cluster: LocalCluster) -> int:
 
 def _create_token(cluster: LocalCluster, broker_id: int) -> dict:
     with _wire(cluster, broker_id, "admin", admin_password(cluster)) as admin:
-        created = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+        created = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                {"Renewers": [], "MaxLifetimeMs": -1})
     assert created["ErrorCode"] == 0, created
     return created
 
@@ -420,7 +422,8 @@ def test_expired_token_is_refused_on_every_broker(cluster: LocalCluster) -> None
     token = _create_token(cluster, 2)
     _logs_in_everywhere_within(cluster, token, "SCRAM-SHA-512")
     with _wire(cluster, 3, "admin", admin_password(cluster)) as admin:
-        expired = admin.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": token["Hmac"], "ExpiryTimePeriodMs": 0})
+        expired = admin.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                                {"Hmac": token["Hmac"], "ExpiryTimePeriodMs": 0})
     assert expired["ErrorCode"] == 0
     assert expired["ExpiryTimestampMs"] <= int(time.time() * 1000)
     eventually(lambda: _refused_everywhere(cluster, token), timeout=PROPAGATION_S)
@@ -434,12 +437,14 @@ def test_deleted_token_is_refused_on_every_broker_and_its_sessions_end(
     sessions = [_token_login(cluster, b, token, "SCRAM-SHA-256") for b in BROKER_IDS]
     try:
         with _wire(cluster, 1, "admin", admin_password(cluster)) as admin:
-            deleted = admin.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": token["Hmac"], "ExpiryTimePeriodMs": -1})
+            deleted = admin.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                                    {"Hmac": token["Hmac"], "ExpiryTimePeriodMs": -1})
         assert deleted["ErrorCode"] == 0
         eventually(lambda: _refused_everywhere(cluster, token), timeout=PROPAGATION_S)
         for session in sessions:
             def closed(s: WireClient = session) -> None:
-                raising(lambda: s.request(ApiKey.METADATA, 12, {"Topics": [], "AllowAutoTopicCreation": False,
+                raising(lambda: s.request(ApiKey.METADATA, 12,
+                                          {"Topics": [], "AllowAutoTopicCreation": False,
                                                   "IncludeTopicAuthorizedOperations": False}))
 
             eventually(closed, timeout=PROPAGATION_S)

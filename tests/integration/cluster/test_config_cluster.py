@@ -37,7 +37,8 @@ def test_short_max_lifetime_starts_three_brokers_and_tokens_expire_at_max(
         for broker_id in cluster.broker_ids():
             with _admin(cluster, broker_id) as admin:
                 for asked in (-1, 0, MAX_LIFETIME_MS * 10, 300_000):
-                    token = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": asked})
+                    token = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                          {"Renewers": [], "MaxLifetimeMs": asked})
                     assert token["ErrorCode"] == Errors.NONE
                     lifetime = 300_000 if asked == 300_000 else MAX_LIFETIME_MS
                     assert token["MaxTimestampMs"] == token["IssueTimestampMs"] + lifetime
@@ -69,7 +70,8 @@ def test_empty_secret_starts_with_tokens_disabled_said_once(tmp_path: Path, zk_c
                          overrides={"delegation.token.secret.key": ""},
                          die_with_parent=True) as cluster:
         with _admin(cluster, 1) as admin:
-            answer = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+            answer = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                   {"Renewers": [], "MaxLifetimeMs": -1})
         assert answer["ErrorCode"] == Errors.DELEGATION_TOKEN_AUTH_DISABLED
         log = Path(cluster.broker_info(1)["log"]).read_text()
     assert log.count(TOKENS_DISABLED) == 1

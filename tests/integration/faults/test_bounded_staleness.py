@@ -63,7 +63,8 @@ def _stale(audit: Path) -> list[dict]:
 
 def _token(address: tuple[str, int]) -> tuple[str, str]:
     with WireClient(address, *ADMIN) as admin:
-        created = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+        created = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                {"Renewers": [], "MaxLifetimeMs": -1})
     assert created["ErrorCode"] == 0
     return created["TokenId"], base64.b64encode(created["Hmac"]).decode("ascii")
 

@@ -102,7 +102,8 @@ def test_every_one_of_ten_thousand_tokens_authenticates_after_a_crash_restart(
         address = broker_address(cluster, 1)
         username, password = cluster.info["admin"]["username"], cluster.info["admin"]["password"]
         with WireClient(address, username, password) as admin:
-            created = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+            created = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                    {"Renewers": [], "MaxLifetimeMs": -1})
         assert created["ErrorCode"] == 0
         assert broker_metric(cluster, 1, "tokensvc_token_cache_size") == TOKENS + 1
 
@@ -180,7 +181,8 @@ class CreateStream:
                 if client is None:
                     client = WireClient(broker_address(self.cluster, broker_id), info["username"],
                                         info["password"], client_id="kill-stream", timeout=30.0)
-                created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+                created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                         {"Renewers": [], "MaxLifetimeMs": -1})
             except OSError:
                 with self.lock:
                     self.results.append("connection error")

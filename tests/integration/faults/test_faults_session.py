@@ -76,7 +76,8 @@ def test_broker_whose_session_expired_resyncs_to_changes_made_meanwhile(
     live, paused = broker_address(cluster, controller), broker_address(cluster, frozen)
 
     def create(client: WireClient, max_lifetime_ms: int = -1) -> dict:
-        created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": max_lifetime_ms})
+        created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                 {"Renewers": [], "MaxLifetimeMs": max_lifetime_ms})
         assert created["ErrorCode"] == 0
         return created
 
@@ -92,15 +93,18 @@ def test_broker_whose_session_expired_resyncs_to_changes_made_meanwhile(
     try:
         frozen_at = time.monotonic()
         with WireClient(live, username, password) as admin:
-            assert admin.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": expired_meanwhile["Hmac"],
+            assert admin.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                                 {"Hmac": expired_meanwhile["Hmac"],
                                              "ExpiryTimePeriodMs": -1})["ErrorCode"] == 0
-            renewed = admin.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": renewed_meanwhile["Hmac"],
+            renewed = admin.request(ApiKey.RENEW_DELEGATION_TOKEN, 2,
+                                    {"Hmac": renewed_meanwhile["Hmac"],
                                                "RenewPeriodMs": 5 * HOUR_MS})
             assert renewed["ErrorCode"] == 0
             created_meanwhile = create(admin)
             short_lived = create(admin, max_lifetime_ms=1000)
             created_and_expired = create(admin)
-            assert admin.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created_and_expired["Hmac"],
+            assert admin.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                                 {"Hmac": created_and_expired["Hmac"],
                                              "ExpiryTimePeriodMs": -1})["ErrorCode"] == 0
         wait_for(lambda: store.get(short_lived["TokenId"]) is None, 10, "sweep of a short token")
         # Frozen past its session timeout: ZooKeeper drops its registration.

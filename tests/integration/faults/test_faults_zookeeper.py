@@ -94,7 +94,8 @@ class Load:
                 if client is None:
                     client = WireClient(self.addresses[broker], self.username, self.password,
                                         client_id="zk-faults", timeout=CLIENT_TIMEOUT_S)
-                created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+                created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                         {"Renewers": [], "MaxLifetimeMs": -1})
             except OSError:
                 self._record(broker, "create", CONNECTION_ERROR, started)
                 client = None
@@ -146,7 +147,8 @@ def _probe_create(broker: int, address: tuple[str, int], username: str, password
                   ) -> Outcome:
     started = time.monotonic()
     with WireClient(address, username, password, timeout=CLIENT_TIMEOUT_S) as client:
-        created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+        created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                 {"Renewers": [], "MaxLifetimeMs": -1})
     return Outcome(broker, "create", created["ErrorCode"], started, time.monotonic())
 
 
@@ -182,7 +184,8 @@ def test_ensemble_node_losses_keep_logins_working_and_lose_no_acknowledged_token
     username, password = cluster.info["admin"]["username"], cluster.info["admin"]["password"]
     addresses = {b: broker_address(cluster, b) for b in cluster.broker_ids()}
     with WireClient(addresses[1], username, password) as admin:
-        seeds = [admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+        seeds = [admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                               {"Renewers": [], "MaxLifetimeMs": -1})
                  for _ in range(4)]
     assert all(s["ErrorCode"] == 0 for s in seeds)
     for seed in seeds:  # known to every broker before the first fault

@@ -101,7 +101,8 @@ def _upsert_user(cluster: LocalCluster, user: str, password: str, found: Secrets
     found.add(f"{user} password", password)
     found.add(f"{user} salted password", salted)
     with _admin(cluster, 2) as admin:
-        answer = admin.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {"Deletions": [], "Upsertions": [{
+        answer = admin.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0,
+                               {"Deletions": [], "Upsertions": [{
             "Name": user, "Mechanism": mechanism.wire_type, "Iterations": ITERATIONS,
             "Salt": salt, "SaltedPassword": salted}]})
     assert [r["ErrorCode"] for r in answer["Results"]] == [0]
@@ -193,14 +194,18 @@ def test_after_a_full_run_no_log_audit_file_or_znode_holds_a_secret(
     tokens: list[dict] = []
     with _login(cluster, 1, "alice", passwords["alice"]) as alice:
         for renewers in ([{"PrincipalType": "User", "PrincipalName": "bob"}], []):
-            tokens.append(alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": renewers, "MaxLifetimeMs": -1}))
-        tokens.append(alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": 800}))
-        assert alice.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None})["ErrorCode"] == 0
+            tokens.append(alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                        {"Renewers": renewers, "MaxLifetimeMs": -1}))
+        tokens.append(alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                    {"Renewers": [], "MaxLifetimeMs": 800}))
+        assert alice.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3,
+                             {"Owners": None})["ErrorCode"] == 0
     with _admin(cluster, 2) as admin:
         tokens.append(admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {
             "Renewers": [], "MaxLifetimeMs": -1, "OwnerPrincipalType": "User",
             "OwnerPrincipalName": "bob"}))
-        assert admin.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None})["ErrorCode"] == 0
+        assert admin.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3,
+                             {"Owners": None})["ErrorCode"] == 0
     assert [t["ErrorCode"] for t in tokens] == [0, 0, 0, 0]
     renewable, expire_now, short_lived, for_bob = tokens
     for created in tokens:
@@ -214,13 +219,16 @@ def test_after_a_full_run_no_log_audit_file_or_znode_holds_a_secret(
     for name, key in _token_derived_keys(broker_address(cluster, 2), renewable).items():
         found.add(f"token {name}", key)
     with _login(cluster, 2, "bob", passwords["bob"]) as bob:
-        assert bob.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": renewable["Hmac"], "RenewPeriodMs": 60_000}
+        assert bob.request(ApiKey.RENEW_DELEGATION_TOKEN, 2,
+                           {"Hmac": renewable["Hmac"], "RenewPeriodMs": 60_000}
                            )["ErrorCode"] == 0
     with _login(cluster, 1, "mallory", passwords["mallory"]) as mallory:
-        assert mallory.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": renewable["Hmac"], "RenewPeriodMs": 1}
+        assert mallory.request(ApiKey.RENEW_DELEGATION_TOKEN, 2,
+                               {"Hmac": renewable["Hmac"], "RenewPeriodMs": 1}
                                )["ErrorCode"] == Errors.DELEGATION_TOKEN_OWNER_MISMATCH
     with _login(cluster, 2, "alice", passwords["alice"]) as alice:
-        assert alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": expire_now["Hmac"], "ExpiryTimePeriodMs": -1}
+        assert alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                             {"Hmac": expire_now["Hmac"], "ExpiryTimePeriodMs": -1}
                              )["ErrorCode"] == 0
     _login(cluster, 1, for_bob["TokenId"], _token_password(for_bob), token=True).close()
     time.sleep(1.0)  # the 800 ms token expires and is swept
@@ -278,7 +286,8 @@ def test_master_key_from_an_environment_variable(
                          overrides=overrides, die_with_parent=True) as cluster:
         config = Path(cluster.broker_info(1)["config"]).read_text()
         with _admin(cluster, 1) as admin:
-            created = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+            created = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                    {"Renewers": [], "MaxLifetimeMs": -1})
         assert created["ErrorCode"] == 0
         assert created["Hmac"] == token_hmac(master_key, created["TokenId"])
         _login(cluster, 1, created["TokenId"], _token_password(created), token=True).close()

@@ -64,7 +64,8 @@ def _password(created: dict) -> str:
 
 def _create(broker: InProcessBroker, user: str, **body) -> dict:
     with WireClient(broker.address(), user, PASSWORDS[user]) as client:
-        created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1, **body})
+        created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                 {"Renewers": [], "MaxLifetimeMs": -1, **body})
     assert created["ErrorCode"] == 0
     return created
 
@@ -119,13 +120,16 @@ def test_a_user_who_is_neither_owner_nor_renewer_can_neither_renew_nor_expire(
     before = env["store"].get(created["TokenId"])
     with eventually(lambda: WireClient(env[role].address(), "mallory", PASSWORDS["mallory"])
                     ) as mallory:
-        renew = mallory.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "RenewPeriodMs": 10**9})
-        expire = mallory.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
+        renew = mallory.request(ApiKey.RENEW_DELEGATION_TOKEN, 2,
+                                {"Hmac": created["Hmac"], "RenewPeriodMs": 10**9})
+        expire = mallory.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                                 {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
     assert renew["ErrorCode"] == Errors.DELEGATION_TOKEN_OWNER_MISMATCH
     assert expire["ErrorCode"] == Errors.DELEGATION_TOKEN_OWNER_MISMATCH
     assert env["store"].get(created["TokenId"]) == before
     with WireClient(env[role].address(), "bob", PASSWORDS["bob"]) as bob:
-        renewed = eventually(lambda: _ok(bob.request(ApiKey.RENEW_DELEGATION_TOKEN, 2, {"Hmac": created["Hmac"],
+        renewed = eventually(lambda: _ok(bob.request(ApiKey.RENEW_DELEGATION_TOKEN, 2,
+                                                     {"Hmac": created["Hmac"],
                                                               "RenewPeriodMs": 60_000})))
     assert renewed["ExpiryTimestampMs"] > 0
 

@@ -168,7 +168,8 @@ def _tagged_bomb(rng: random.Random) -> list[bytes]:
     variants = [
         _header_v2(ApiKey.API_VERSIONS, 3, encode_uvarint(0xFFFFFFFF)) + body + b"\x00",
         _header_v2(ApiKey.API_VERSIONS, 3, encode_uvarint(many) + pairs) + body + b"\x00",
-        _header_v2(ApiKey.API_VERSIONS, 3, b"\x01\x05" + encode_uvarint(0xFFFFFFFF)) + body + b"\x00",
+        _header_v2(ApiKey.API_VERSIONS, 3,
+                   b"\x01\x05" + encode_uvarint(0xFFFFFFFF)) + body + b"\x00",
         _header_v2(ApiKey.API_VERSIONS, 3, b"\x00") + body + encode_uvarint(many) + pairs,
         _header_v2(ApiKey.API_VERSIONS, 3, b"\x00") + body + encode_uvarint(2**31),
     ]

@@ -214,7 +214,8 @@ def test_thousand_concurrent_connections_log_in_and_describe_without_error(
     tokens = []
     with _eventually_logged_in(address, "alice", bootstrap_user_password) as alice:
         for _ in range(10):
-            created = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+            created = alice.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                    {"Renewers": [], "MaxLifetimeMs": -1})
             assert created["ErrorCode"] == 0
             tokens.append((created["TokenId"], base64.b64encode(created["Hmac"]).decode()))
     creds = Credentials(("alice", bootstrap_user_password), tokens)
@@ -235,4 +236,5 @@ def test_thousand_concurrent_connections_log_in_and_describe_without_error(
     assert len(stats.request_s) >= CONNECTIONS * 2
     assert len(stats.stalled_cut_s) == STALLED
     with WireClient(address, "alice", bootstrap_user_password) as alice:
-        assert alice.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None})["ErrorCode"] == 0
+        assert alice.request(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3,
+                             {"Owners": None})["ErrorCode"] == 0

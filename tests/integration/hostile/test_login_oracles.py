@@ -121,7 +121,8 @@ def client_first(address: tuple[str, int], mechanism: str, name: str,
 
 def create_token(broker: InProcessBroker, user: str) -> dict:
     with WireClient(broker.address(), user, PASSWORDS[user]) as client:
-        created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {"Renewers": [], "MaxLifetimeMs": -1})
+        created = client.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                 {"Renewers": [], "MaxLifetimeMs": -1})
     assert created["ErrorCode"] == 0, created
     return created
 
@@ -360,7 +361,8 @@ def librdkafka_login(address: tuple[str, int], user: str, password: str) -> dict
     mechanism = ScramMechanism.SCRAM_SHA_256
     conn = RawConnection(address)
     try:
-        assert conn.call(ApiKey.SASL_HANDSHAKE, 1, {"Mechanism": mechanism.mechanism_name})["ErrorCode"] == 0
+        assert conn.call(ApiKey.SASL_HANDSHAKE, 1,
+                         {"Mechanism": mechanism.mechanism_name})["ErrorCode"] == 0
         cnonce = secrets.token_urlsafe(18)
         bare = f"n={user},r={cnonce}"
         first = conn.call(ApiKey.SASL_AUTHENTICATE, 2, {"AuthBytes": f"n,,{bare}".encode()})

@@ -194,7 +194,8 @@ def test_pool_without_cap_always_reserves() -> None:
 def test_precomputed_api_versions_equal_the_codec_encoding(version: int) -> None:
     responses = PrecomputedResponses(["SCRAM-SHA-256", "SCRAM-SHA-512"])
     corr = 0x12345678
-    expected = frame(encode_response(RequestHeader(ApiKey.API_VERSIONS, version, corr, "c"), api_versions_body()))
+    expected = frame(encode_response(RequestHeader(ApiKey.API_VERSIONS, version,
+                                                   corr, "c"), api_versions_body()))
     assert responses.api_versions(version, corr) == expected
 
 

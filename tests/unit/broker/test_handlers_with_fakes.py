@@ -150,7 +150,8 @@ def test_only_a_broker_session_on_the_inter_broker_listener_may_send_an_envelope
     with_action = _services(FakeClock(), cluster_action=True)
     assert sender_refusal(with_action, _ctx(ApiKey.ENVELOPE, ALICE, "BROKER")) is None
     # CLUSTER_ACTION does not make a token session a broker.
-    assert sender_refusal(with_action, _ctx(ApiKey.ENVELOPE, admin_token, "BROKER")) == "token_session"
+    assert sender_refusal(with_action, _ctx(ApiKey.ENVELOPE, admin_token,
+                                            "BROKER")) == "token_session"
 
 
 def test_the_table_routes_every_write_with_a_replay():

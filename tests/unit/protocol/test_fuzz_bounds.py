@@ -73,11 +73,13 @@ def _peak_bytes(fn: Callable[[], object], expected: type[Exception] = ProtocolEr
 
 LYING_PAYLOADS = {
     # DescribeDelegationToken v0: Owners array claims 2**31 - 1 elements.
-    "classic array count": _header(ApiKey.DESCRIBE_DELEGATION_TOKEN, 0, False) + _i32(2**31 - 1) + b"\x00" * 64,
+    "classic array count": _header(ApiKey.DESCRIBE_DELEGATION_TOKEN, 0,
+                                   False) + _i32(2**31 - 1) + b"\x00" * 64,
     # DescribeDelegationToken v3: compact array count 2**32 - 2.
     "compact array count": _header(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, True) + HUGE + b"\x00" * 64,
     # SaslAuthenticate v0: bytes field claims 2 GB.
-    "classic bytes length": _header(ApiKey.SASL_AUTHENTICATE, 0, False) + _i32(2**31 - 1) + b"x" * 64,
+    "classic bytes length": _header(ApiKey.SASL_AUTHENTICATE, 0,
+                                    False) + _i32(2**31 - 1) + b"x" * 64,
     # SaslAuthenticate v2: compact bytes claims 4 GB.
     "compact bytes length": _header(ApiKey.SASL_AUTHENTICATE, 2, True) + HUGE + b"x" * 64,
     # SaslHandshake v1: string claims 32 KB, 10 bytes follow.
@@ -89,7 +91,8 @@ LYING_PAYLOADS = {
     # CreateAcls v0: creations count in the billions, each element at least 11 bytes.
     "struct array count": _header(ApiKey.CREATE_ACLS, 0, False) + _i32(10**9) + b"\x00" * 200,
     # ExpireDelegationToken v2 (flexible): body tagged-field count 2**31.
-    "body tagged-field count": _header(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, True) + b"\x01" + b"\x00" * 8 + encode_uvarint(2**31),
+    "body tagged-field count": _header(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                                       True) + b"\x01" + b"\x00" * 8 + encode_uvarint(2**31),
 }
 
 

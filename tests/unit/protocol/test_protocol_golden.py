@@ -131,7 +131,8 @@ def test_create_delegation_token_request_v1_layout() -> None:
         + i32(1) + s16("User") + s16("bob")
         + i64(-1)
     )
-    assert encode_request(RequestHeader(ApiKey.CREATE_DELEGATION_TOKEN, 1, 9, "c"), body) == expected
+    assert encode_request(RequestHeader(ApiKey.CREATE_DELEGATION_TOKEN, 1,
+                                        9, "c"), body) == expected
     assert decode_request(expected)[1] == body
 
 
@@ -149,7 +150,8 @@ def test_create_delegation_token_request_v3_layout_with_null_owner() -> None:
         + i64(3_600_000)
         + NO_TAGS
     )
-    assert encode_request(RequestHeader(ApiKey.CREATE_DELEGATION_TOKEN, 3, 1, "adm"), body) == expected
+    assert encode_request(RequestHeader(ApiKey.CREATE_DELEGATION_TOKEN, 3,
+                                        1, "adm"), body) == expected
     assert decode_request(expected)[1] == body
 
 
@@ -192,7 +194,8 @@ def test_expire_v2_revocation_tags_layout() -> None:
     assert encoded == header_v2(40, 2, 7, None) + cb(b"") + i64(-1) + tags
     assert decode_request(encoded)[1] == {**body, "RevokeOwner": None}
     # Kafka's own v0/v1 (not flexible) cannot carry them and are unchanged.
-    v1 = encode_request(RequestHeader(ApiKey.EXPIRE_DELEGATION_TOKEN, 1, 7, "c"), {"Hmac": b"h", "ExpiryTimePeriodMs": 1})
+    v1 = encode_request(RequestHeader(ApiKey.EXPIRE_DELEGATION_TOKEN, 1,
+                                      7, "c"), {"Hmac": b"h", "ExpiryTimePeriodMs": 1})
     assert decode_request(v1)[1] == {"Hmac": b"h", "ExpiryTimePeriodMs": 1}
 
 
@@ -202,7 +205,8 @@ def test_renew_and_expire_requests_v2_layout() -> None:
     expire = header_v2(40, 2, 5, None) + cb(hmac) + i64(0) + NO_TAGS
     assert decode_request(renew)[1] == {"Hmac": hmac, "RenewPeriodMs": -1}
     assert decode_request(expire)[1] == {"Hmac": hmac, "ExpiryTimePeriodMs": 0, **NO_REVOKE}
-    assert encode_request(RequestHeader(ApiKey.RENEW_DELEGATION_TOKEN, 2, 4, None), {"Hmac": hmac, "RenewPeriodMs": -1}) \
+    assert encode_request(RequestHeader(ApiKey.RENEW_DELEGATION_TOKEN, 2,
+                                        4, None), {"Hmac": hmac, "RenewPeriodMs": -1}) \
         == renew
 
 
@@ -235,12 +239,14 @@ def test_describe_delegation_token_response_v3_layout() -> None:
         + NO_TAGS
         + i32(0) + NO_TAGS
     )
-    assert encode_response(RequestHeader(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, 8, None), body) == expected
+    assert encode_response(RequestHeader(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3,
+                                         8, None), body) == expected
     assert decode_response(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, expected) == (8, body)
 
 
 def test_envelope_request_and_response_layout() -> None:
-    inner = encode_request(RequestHeader(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, 3, "cli"), {"Hmac": b"h", "ExpiryTimePeriodMs": 1})
+    inner = encode_request(RequestHeader(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                                         3, "cli"), {"Hmac": b"h", "ExpiryTimePeriodMs": 1})
     principal = serialize_principal(KafkaPrincipal("User", "alice"))
     request = (
         header_v2(58, 0, 12, "broker-1")
@@ -270,7 +276,8 @@ def test_envelope_tagged_fields_carry_the_request_key_and_the_committed_versions
     """tokensvc's own tags: a request key (tag 0) and first-attempt flag (tag 1) in the
     request, the committed notification versions (tag 0) in the response; a peer that
     does not know them skips them (unknown tags are ignored)."""
-    inner = encode_request(RequestHeader(ApiKey.EXPIRE_DELEGATION_TOKEN, 2, 3, "cli"), {"Hmac": b"h", "ExpiryTimePeriodMs": 1})
+    inner = encode_request(RequestHeader(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
+                                         3, "cli"), {"Hmac": b"h", "ExpiryTimePeriodMs": 1})
     base = cb(inner) + cb(b"p") + cb(b"\x7f\x00\x00\x01")
     request = (
         header_v2(58, 0, 12, "broker-1") + base
@@ -357,7 +364,8 @@ def test_decode_request_header_returns_body_offset() -> None:
 
 
 def test_missing_fields_take_schema_defaults() -> None:
-    _, body = decode_response(ApiKey.METADATA, 10, encode_response(RequestHeader(ApiKey.METADATA, 10, 1, None), {
+    _, body = decode_response(ApiKey.METADATA, 10,
+                              encode_response(RequestHeader(ApiKey.METADATA, 10, 1, None), {
         "Topics": [{"Name": "t", "Partitions": [{}]}],
     }))
     assert body["ClusterId"] is None
@@ -380,7 +388,8 @@ def test_metadata_v0_request_without_topics_is_an_empty_list() -> None:
 
 def test_fields_absent_from_a_version_are_ignored_on_encode() -> None:
     body = {"Mechanism": "PLAIN", "NotAField": 1, "ThrottleTimeMs": 3}
-    assert decode_request(encode_request(RequestHeader(ApiKey.SASL_HANDSHAKE, 1, 1, None), body))[1] == {
+    assert decode_request(encode_request(RequestHeader(ApiKey.SASL_HANDSHAKE, 1,
+                                                       1, None), body))[1] == {
         "Mechanism": "PLAIN",
     }
     only_v8 = {"Topics": [], "IncludeClusterAuthorizedOperations": True}
@@ -389,10 +398,12 @@ def test_fields_absent_from_a_version_are_ignored_on_encode() -> None:
 
 
 def test_acl_pattern_type_defaults_to_literal_from_v1() -> None:
-    payload = encode_request(RequestHeader(ApiKey.DESCRIBE_ACLS, 1, 1, None), {"ResourceTypeFilter": 2})
+    payload = encode_request(RequestHeader(ApiKey.DESCRIBE_ACLS, 1,
+                                           1, None), {"ResourceTypeFilter": 2})
     assert decode_request(payload)[1]["PatternTypeFilter"] == 3
     assert "PatternTypeFilter" not in decode_request(
-        encode_request(RequestHeader(ApiKey.DESCRIBE_ACLS, 0, 1, None), {"ResourceTypeFilter": 2}))[1]
+        encode_request(RequestHeader(ApiKey.DESCRIBE_ACLS, 0,
+                                     1, None), {"ResourceTypeFilter": 2}))[1]
 
 
 def test_default_principal_data_layout() -> None:
@@ -462,5 +473,6 @@ def test_the_top_level_error_code_is_read_without_decoding_the_rest(api_key, ver
 
 
 def test_responses_whose_first_field_is_not_the_error_code_are_left_to_the_decoder():
-    encoded = encode_response(RequestHeader(ApiKey.CREATE_ACLS, 3, 9, "c"), {"ThrottleTimeMs": 0, "Results": []})
+    encoded = encode_response(RequestHeader(ApiKey.CREATE_ACLS, 3,
+                                            9, "c"), {"ThrottleTimeMs": 0, "Results": []})
     assert response_error_code(30, 3, encoded) is None

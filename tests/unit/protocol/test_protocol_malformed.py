@@ -102,7 +102,8 @@ def test_trailing_bytes_after_the_body_are_a_protocol_error(payload: bytes) -> N
 
 
 def test_trailing_bytes_after_a_response_are_a_protocol_error() -> None:
-    payload = encode_response(RequestHeader(ApiKey.RENEW_DELEGATION_TOKEN, 1, 1, None), {"ErrorCode": 0})
+    payload = encode_response(RequestHeader(ApiKey.RENEW_DELEGATION_TOKEN, 1,
+                                            1, None), {"ErrorCode": 0})
     with pytest.raises(ProtocolError, match="trailing"):
         decode_response(ApiKey.RENEW_DELEGATION_TOKEN, 1, payload + b"junk")
 
