@@ -5,9 +5,8 @@ pytest-xdist.
 Each xdist worker is its own process with its own session ZooKeeper (chroots are named
 by pid as well), its own temporary directories and its own Spark session. A module's
 tests run on one worker (its module-scoped cluster starts once); tests marked ``spark``
-all go to one worker (one Spark JVM for the run, not one per worker); tests marked
-``machine`` (the benchmark suite, chaos, network namespaces) go to one worker too, so
-no two of them run at once.
+all go to one worker (one Spark JVM for the run, not one per worker); modules marked
+``heavy`` (the quick benchmark suite, chaos) are handed out first.
 """
 
 from __future__ import annotations
@@ -24,26 +23,26 @@ from zk.server import ManagedZooKeeper
 
 _chroots = itertools.count(1)
 
-# marker -> the xdist_group its tests share, in the order the groups are handed out
-_GROUPS = {"machine": "machine", "spark": "spark"}
+# Markers whose tests are handed out first, in this order: heavy modules (minutes each),
+# then the Spark tests, which share one xdist_group (one worker, one Spark session).
+_FIRST = ("heavy", "spark")
+_SHARED_GROUPS = {"spark"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Give every test an xdist_group: its marker's group, else its module (so a module's
-    tests, and its module-scoped cluster, stay on one worker). The marked groups go
-    first: they are the longest units of work, and the worker that starts one last ends
-    the run last."""
+    """Give every test an xdist_group: ``spark`` for the Spark tests, else its module (so
+    a module's tests, and its module-scoped cluster, stay on one worker). Heavy modules
+    and the Spark group come first (setup.cfg keeps this order for xdist): they are the
+    longest units of work, and the worker that starts one last ends the run last."""
     rank: dict[str, int] = {}
     for item in items:
-        group = next(((n, g) for n, (marker, g) in enumerate(_GROUPS.items())
-                      if item.get_closest_marker(marker) is not None), None)
-        if group is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-        else:
-            item.add_marker(pytest.mark.xdist_group(group[1]))
-            rank[item.nodeid] = group[0]
-    items.sort(key=lambda item: rank.get(item.nodeid, len(_GROUPS)))
+        marker = next((m for m in _FIRST if item.get_closest_marker(m) is not None), None)
+        group = marker if marker in _SHARED_GROUPS else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+        if marker is not None:
+            rank[item.nodeid] = _FIRST.index(marker)
+    items.sort(key=lambda item: rank.get(item.nodeid, len(_FIRST)))
 
 
 @pytest.fixture(scope="session")

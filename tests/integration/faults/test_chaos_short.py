@@ -28,7 +28,7 @@ import pytest
 
 from faults import chaos
 
-pytestmark = pytest.mark.machine  # one at a time: they load the whole machine
+pytestmark = pytest.mark.heavy  # minutes of real processes: handed out first
 
 SHORT_FAULTS = ["controller", "zk-leader", "broker"]
 
