@@ -42,23 +42,25 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
            "SPARK_NO_DAEMONIZE": "1"}
     port = free_port()
     url = f"spark://127.0.0.1:{port}"
-    processes = []
-    with open(work / "master.log", "wb") as master_log, open(work / "worker.log", "wb") as wl:
-        processes.append(subprocess.Popen(
-            [SPARK_CLASS, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-             "--port", str(port), "--webui-port", str(free_port())],
-            env=env, stdout=master_log, stderr=subprocess.STDOUT))
-        wait_for(lambda: b"I have been elected leader" in (work / "master.log").read_bytes(),
-                 60, "the Spark master")
-        processes.append(subprocess.Popen(
-            [SPARK_CLASS, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-             "--cores", "2", "--memory", "1G", "--webui-port", str(free_port()), url],
-            env=env, stdout=wl, stderr=subprocess.STDOUT))
-        wait_for(lambda: b"Successfully registered with master"
-                 in (work / "worker.log").read_bytes(), 60, "the Spark worker")
+    processes: list[subprocess.Popen] = []
     try:
+        with open(work / "master.log", "wb") as master_log, \
+                open(work / "worker.log", "wb") as wl:
+            processes.append(subprocess.Popen(
+                [SPARK_CLASS, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                 "--port", str(port), "--webui-port", str(free_port())],
+                env=env, stdout=master_log, stderr=subprocess.STDOUT))
+            wait_for(lambda: b"I have been elected leader" in (work / "master.log").read_bytes(),
+                     60, "the Spark master")
+            processes.append(subprocess.Popen(
+                [SPARK_CLASS, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                 "--cores", "2", "--memory", "1G", "--webui-port", str(free_port()), url],
+                env=env, stdout=wl, stderr=subprocess.STDOUT))
+            wait_for(lambda: b"Successfully registered with master"
+                     in (work / "worker.log").read_bytes(), 60, "the Spark worker")
         yield url
     finally:
+        # Also when the master or the worker did not come up: nothing outlives the module.
         for process in reversed(processes):
             process.terminate()
             try:
