@@ -3,10 +3,10 @@ chroot per test so tests never see each other's znodes; and where tests run unde
 pytest-xdist.
 
 Each xdist worker is its own process with its own session ZooKeeper (chroots are named
-by pid as well), its own temporary directories and its own Spark session. A module's
-tests run on one worker (its module-scoped cluster starts once); tests marked ``spark``
-all go to one worker (one Spark JVM for the run, not one per worker); modules marked
-``heavy`` (the quick benchmark suite, chaos) are handed out first.
+by pid as well), its own temporary directories and its own Spark session (one per
+worker that runs Spark tests, ``tests/spark_support.py``). A module's tests run on one
+worker (its module-scoped cluster starts once); the longest modules are handed out
+first.
 """
 
 from __future__ import annotations
@@ -23,26 +23,22 @@ from zk.server import ManagedZooKeeper
 
 _chroots = itertools.count(1)
 
-# Markers whose tests are handed out first, in this order: heavy modules (minutes each),
-# then the Spark tests, which share one xdist_group (one worker, one Spark session).
-_FIRST = ("heavy", "spark")
-_SHARED_GROUPS = {"spark"}
-
-
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Give every test an xdist_group: ``spark`` for the Spark tests, else its module (so
-    a module's tests, and its module-scoped cluster, stay on one worker). Heavy modules
-    and the Spark group come first (setup.cfg keeps this order for xdist): they are the
-    longest units of work, and the worker that starts one last ends the run last."""
-    rank: dict[str, int] = {}
+    """Put every test in the xdist_group of its module, so a module's tests (and its
+    module-scoped cluster or Spark session) stay on one worker, and hand the modules out
+    longest first (setup.cfg keeps this order for xdist): modules marked
+    ``heavy(minutes=M)`` by decreasing M, then the other Spark modules, then the rest.
+    A worker that started a long module last would end the run last."""
+    def cost(item: pytest.Item) -> tuple[int, float]:
+        heavy = item.get_closest_marker("heavy")
+        if heavy is not None:
+            return 0, -float(heavy.kwargs.get("minutes", 1))
+        return (1, 0.0) if item.get_closest_marker("spark") is not None else (2, 0.0)
+
     for item in items:
-        marker = next((m for m in _FIRST if item.get_closest_marker(m) is not None), None)
-        group = marker if marker in _SHARED_GROUPS else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
-        if marker is not None:
-            rank[item.nodeid] = _FIRST.index(marker)
-    items.sort(key=lambda item: rank.get(item.nodeid, len(_FIRST)))
+        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    items.sort(key=cost)
 
 
 @pytest.fixture(scope="session")

@@ -53,12 +53,12 @@ from zk.server import free_port
 EXPIRY_MS, MAX_MS = 20_000, 60_000
 
 
-pytestmark = pytest.mark.cluster(brokers=3, overrides={
+pytestmark = [pytest.mark.heavy(minutes=4), pytest.mark.cluster(brokers=3, overrides={
     "delegation.token.expiry.time.ms": str(EXPIRY_MS),
     "delegation.token.max.lifetime.ms": str(MAX_MS),
     "delegation.token.expiry.check.interval.ms": "2000",
     "zookeeper.session.timeout.ms": "4000",
-}, users=[("mallory", "SCRAM-SHA-512", "mallory-pw")])
+}, users=[("mallory", "SCRAM-SHA-512", "mallory-pw")])]
 
 
 def _admin(cluster: LocalCluster) -> AdminClient:

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[3]
 SPARK_CLASS = str(Path(sys.executable).parent / "spark-class")
 
 
-pytestmark = [pytest.mark.spark, pytest.mark.cluster(brokers=3, overrides={
+pytestmark = [pytest.mark.spark, pytest.mark.heavy(minutes=4), pytest.mark.cluster(brokers=3, overrides={
     "delegation.token.expiry.time.ms": "10000",
     "delegation.token.max.lifetime.ms": "30000",
     "delegation.token.expiry.check.interval.ms": "2000",

@@ -37,7 +37,8 @@ from tokensvc.audit.lake import (
 )
 from tokensvc.audit.report import REPORTS, build_options, run_report
 
-pytestmark = pytest.mark.spark
+# The longest module of the suite (a loaded 2-core machine: 12 min): handed out first.
+pytestmark = [pytest.mark.spark, pytest.mark.heavy(minutes=12)]
 
 T0 = 1_704_067_200_000  # 2024-01-01T00:00:00Z
 ROOT = Path(__file__).resolve().parents[3]

@@ -26,7 +26,7 @@ import pytest
 
 from faults import chaos_net, netns
 
-pytestmark = pytest.mark.heavy  # minutes of real processes: handed out first
+pytestmark = pytest.mark.heavy(minutes=4)  # a cluster on network namespaces, five link faults
 
 ROOT = os.geteuid() == 0 and shutil.which("ip") is not None
 needs_root = pytest.mark.skipif(not ROOT, reason="network namespaces need root and `ip`")

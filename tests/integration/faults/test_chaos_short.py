@@ -28,7 +28,7 @@ import pytest
 
 from faults import chaos
 
-pytestmark = pytest.mark.heavy  # minutes of real processes: handed out first
+pytestmark = pytest.mark.heavy(minutes=4)  # two short fault suites
 
 SHORT_FAULTS = ["controller", "zk-leader", "broker"]
 
