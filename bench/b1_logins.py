@@ -38,19 +38,19 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from bench import env
+from bench.common import MECHANISM, login_once
 from bench.load import (
     SPAWN_ALLOWANCE_S,
     CpuWindow,
     Window,
     WorkerReport,
-    _run_worker,
     run_processes,
+    run_worker,
     until,
 )
 from bench.suite import BenchContext, Outcome, Target, ratio
 from bench.wire import (
     BENCH_LABELS,
-    CREATE_TOKEN,
     WireConnection,
     WireError,
     create_token_body,
@@ -62,6 +62,7 @@ from tokensvc.core.clock import SystemClock
 from tokensvc.core.keys import MasterKeys, key_id
 from tokensvc.core.token import TokenInformation
 from tokensvc.protocol import frame
+from tokensvc.protocol.api import ApiKey
 from tokensvc.scram.client import ScramClient
 from tokensvc.scram.formatter import ScramMechanism
 from tokensvc.scram.server import ScramServer
@@ -69,7 +70,6 @@ from zk.server import free_port
 
 ID = "B1"
 TITLE = "token SCRAM logins/s, one broker, loopback"
-MECHANISM = ScramMechanism.SCRAM_SHA_256
 TOKEN_POOL = 64
 TARGET_RATE = 2_000
 TARGET_RATIO = 0.3
@@ -84,7 +84,7 @@ async def create_tokens(address: str, user: str, password: str, count: int,
     try:
         body = create_token_body(labels=labels)
         responses = await asyncio.gather(
-            *(conn.request(CREATE_TOKEN, 3, body) for _ in range(count))
+            *(conn.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, body) for _ in range(count))
         )
     finally:
         conn.close()
@@ -97,15 +97,6 @@ async def create_tokens(address: str, user: str, password: str, count: int,
 def credentials_of(responses: list[dict]) -> list[tuple[str, str]]:
     """(token id, SCRAM password) pairs: the password is the base64 of the HMAC."""
     return [(r["TokenId"], base64.b64encode(r["Hmac"]).decode("ascii")) for r in responses]
-
-
-async def login_once(address: str, token_id: str, password: str, salted: dict) -> None:
-    host, _, port = address.rpartition(":")
-    conn = await WireConnection.open(host, int(port))
-    try:
-        await login(conn, MECHANISM, token_id, password, token=True, salted_cache=salted)
-    finally:
-        conn.close()
 
 
 async def wait_until_login_works(
@@ -236,7 +227,7 @@ def measured_logins(
     if idle:
         pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
         holder = pool.submit(
-            _run_worker, "bench.b1_logins:idle_workload",
+            run_worker, "bench.b1_logins:idle_workload",
             Window(start, start + sizes.b1_seconds),
             {"address": address, "tokens": tokens, "count": idle},
         )

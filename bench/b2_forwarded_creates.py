@@ -29,15 +29,11 @@ import urllib.request
 from typing import Any
 
 from bench import env, zkraw
+from bench.common import UNLIMITED
 from bench.load import Window, WorkerReport, run_processes, until
 from bench.suite import BenchContext, Outcome, Target, ratio
-from bench.wire import (
-    BENCH_LABELS,
-    CREATE_TOKEN,
-    WireError,
-    create_token_body,
-    open_logged_in,
-)
+from bench.wire import BENCH_LABELS, WireError, create_token_body, open_logged_in
+from tokensvc.protocol.api import ApiKey
 
 ID = "B2"
 TITLE = "forwarded token creates/s (non-controller broker)"
@@ -59,7 +55,7 @@ async def create_workload(window: Window, params: dict[str, Any]) -> WorkerRepor
             sent_at = time.time()
             started = time.perf_counter()
             try:
-                response = await conn.request(CREATE_TOKEN, 3, body)
+                response = await conn.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, body)
             except WireError as exc:
                 report.errors += 1
                 report.error_samples.append(str(exc))
@@ -99,9 +95,6 @@ def group_commit_counts(metrics_address: str) -> dict[str, float]:
                 found[name] = float(value)
     return found
 
-
-#: The clusters of B2 and B5 create far more tokens for one owner than the default limit.
-UNLIMITED = {"delegation.token.max.per.owner": "0"}
 
 def run(ctx: BenchContext) -> Outcome:
     # A cluster of its own: every broker lists all pending change notifications on each

@@ -32,31 +32,26 @@ reported beside it).
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import queue
-import re
-import threading
 import time
-from pathlib import Path
 
 from bench import env
-from bench.b1_logins import MECHANISM
-from bench.propagation import try_login
+from bench.common import (
+    MECHANISM,
+    OwnedCluster,
+    address_when_written,
+    attempts_until_login,
+    broker_log_figures,
+    timed_restart,
+)
 from bench.suite import BenchContext, Outcome, Target
-from tokensvc.cluster import CLUSTER_FILE, LocalCluster
 from tokensvc.scram.formatter import MIN_ITERATIONS, ScramMechanism, derive_credential
 
 ID = "B4"
 TITLE = "cold start with preloaded tokens -> first token login"
 TARGET_S = 10.0
 TARGET_SPEEDUP = 20.0
-POLL_S = 0.02
 START_TIMEOUT_S = 120.0
-
-_RESYNC = re.compile(r"token cache resynchronised: (\d+) tokens in (\d+) ms")
-_READY = re.compile(r"broker \d+ ready in ([0-9.]+)s")
-
 
 def eager_seconds_per_token(ctx: BenchContext, sample: list[str]) -> float:
     """PBKDF2-derive both mechanisms' credentials for each token id in ``sample``."""
@@ -66,148 +61,6 @@ def eager_seconds_per_token(ctx: BenchContext, sample: list[str]) -> float:
         for mechanism in ScramMechanism:
             derive_credential(password, mechanism, MIN_ITERATIONS)
     return (time.perf_counter() - started) / len(sample)
-
-
-def _address_when_written(directory: Path, deadline: float) -> str:
-    """The broker's SASL_PLAINTEXT address, as soon as ``cluster.json`` names it."""
-    path = directory / CLUSTER_FILE
-    while time.monotonic() < deadline:
-        try:
-            info = json.loads(path.read_text(encoding="utf-8"))
-            return info["brokers"][0]["listeners"]["SASL_PLAINTEXT"]
-        except (OSError, ValueError, KeyError, IndexError):
-            time.sleep(POLL_S / 2)
-    raise RuntimeError("the cold-start cluster never wrote cluster.json")
-
-
-async def _first_login(address: str, token_id: str, password: str, deadline: float) -> int:
-    """Try the login every POLL_S until it succeeds; how many attempts it took."""
-    salted: dict = {}
-    attempts = 0
-    while time.monotonic() < deadline:
-        attempts += 1
-        try:
-            if await try_login(address, token_id, password, salted):
-                return attempts
-        except OSError:
-            pass  # not listening yet
-        await asyncio.sleep(POLL_S)
-    raise RuntimeError("no successful token login before the timeout")
-
-
-_SNAPSHOT = re.compile(r"token cache loaded from snapshot \S+: (\d+) tokens at notification "
-                       r"(-?\d+), (\d+) changed since, in (\d+) ms")
-_REFUSED = re.compile(r"token cache snapshot \S+ (?:refused|not used)")
-
-
-def _from_log(path: str, *, last: bool = False) -> dict:
-    """Figures of the broker's log: of its first start, or (``last``) of its latest."""
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
-    found: dict = {}
-
-    def pick(pattern: re.Pattern[str]) -> re.Match[str] | None:
-        matches = list(pattern.finditer(text))
-        return (matches[-1] if last else matches[0]) if matches else None
-
-    if match := pick(_RESYNC):
-        found["cache_load_tokens"] = int(match.group(1))
-        found["cache_load_ms"] = int(match.group(2))
-    if match := pick(_READY):
-        found["broker_ready_s"] = float(match.group(1))
-    if last:
-        if match := pick(_SNAPSHOT):
-            found["snapshot_tokens"] = int(match.group(1))
-            found["snapshot_changes_applied"] = int(match.group(3))
-            found["snapshot_load_ms"] = int(match.group(4))
-        found["snapshot_refusals"] = len(_REFUSED.findall(text))
-    return found
-
-
-class OwnedCluster:
-    """A 1-broker local cluster whose broker processes are started by one thread that
-    lives until :meth:`close` (they die with the thread that started them:
-    ``die_with_parent``), so a restart must be asked of that thread."""
-
-    def __init__(self, directory: Path, zk_connect: str, overrides: dict, timeout: float,
-                 name: str = "b4-cluster") -> None:
-        self.directory = directory
-        self._args = (directory, zk_connect, overrides, timeout)
-        self.cluster: LocalCluster | None = None
-        self.error: BaseException | None = None
-        self.ready = threading.Event()
-        self._requests: queue.Queue = queue.Queue()
-        self.thread = threading.Thread(target=self._own, name=name, daemon=True)
-
-    def start(self) -> OwnedCluster:
-        self.thread.start()
-        return self
-
-    def _own(self) -> None:
-        directory, zk_connect, overrides, timeout = self._args
-        try:
-            self.cluster = LocalCluster.up(directory, brokers=1, zookeeper=zk_connect,
-                                           overrides=overrides, die_with_parent=True,
-                                           timeout=timeout)
-        except BaseException as exc:  # noqa: BLE001 - re-raised by the measuring thread
-            self.error = exc
-            return
-        finally:
-            self.ready.set()
-        try:
-            while (request := self._requests.get()) is not None:
-                request()
-        finally:
-            self.cluster.down()
-
-    def restart(self, timeout: float) -> tuple[float, threading.Event, dict]:
-        """Stop the broker cleanly (it writes its snapshot), then start it again on the
-        owning thread. Returns the monotonic time just before its process was started,
-        an event set once the start returned, and a dict holding its error if any."""
-        began, done, outcome = threading.Event(), threading.Event(), {}
-
-        def restart() -> None:
-            try:
-                assert self.cluster is not None
-                self.cluster.stop_broker(1)
-
-                def clock() -> None:
-                    outcome["t0"] = time.monotonic()
-                    began.set()
-
-                self.cluster.start_broker(1, timeout, before_spawn=clock)
-            except BaseException as exc:  # noqa: BLE001 - handed to the measuring thread
-                outcome["error"] = exc
-            finally:
-                began.set()
-                done.set()
-
-        self._requests.put(restart)
-        if not began.wait(timeout) or "t0" not in outcome:
-            raise RuntimeError(f"the broker could not be restarted: {outcome.get('error')}")
-        return outcome["t0"], done, outcome
-
-    def close(self, timeout: float) -> None:
-        self._requests.put(None)
-        self.thread.join(timeout)
-
-
-def timed_restart(owned: OwnedCluster, address: str, token_id: str, password: str,
-                  timeout: float) -> tuple[float, int]:
-    """Seconds from asking the stopped broker to start again to its first token login,
-    and the attempts that took."""
-    t0, done, outcome = owned.restart(timeout)
-    try:
-        attempts = asyncio.run(_first_login(address, token_id, password, t0 + timeout))
-    except RuntimeError:
-        done.wait(timeout)
-        if "error" in outcome:
-            raise outcome["error"] from None
-        raise
-    restart = time.monotonic() - t0
-    done.wait(timeout)
-    if "error" in outcome:
-        raise outcome["error"]
-    return restart, attempts
 
 
 def run(ctx: BenchContext) -> Outcome:
@@ -222,8 +75,8 @@ def run(ctx: BenchContext) -> Outcome:
     owned = OwnedCluster(directory, store.connect, env.broker_overrides(ctx),
                          START_TIMEOUT_S).start()
     try:
-        address = _address_when_written(directory, deadline)
-        first_attempts = asyncio.run(_first_login(address, probe.token_id, password, deadline))
+        address = address_when_written(directory, deadline)
+        first_attempts = asyncio.run(attempts_until_login(address, probe.token_id, password, deadline))
         first_start = time.monotonic() - started
         owned.ready.wait(START_TIMEOUT_S)
         if owned.error is not None:
@@ -236,8 +89,8 @@ def run(ctx: BenchContext) -> Outcome:
         owned.close(START_TIMEOUT_S)
     if owned.error is not None:
         raise owned.error
-    first = _from_log(log_path)
-    again = _from_log(log_path, last=True)
+    first = broker_log_figures(log_path)
+    again = broker_log_figures(log_path, last=True)
     if not again.get("snapshot_tokens"):
         # Never report a full load under the restart's label.
         raise RuntimeError(f"the restart did not load its snapshot (broker log: {again})")

@@ -26,7 +26,7 @@ import time
 import urllib.request
 
 from bench import env, zkraw
-from bench.b2_forwarded_creates import UNLIMITED
+from bench.common import UNLIMITED
 from bench.load import run_processes
 from bench.suite import BenchContext, Outcome, Target, ratio
 

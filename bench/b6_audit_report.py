@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import env
-from bench.b1_logins import MECHANISM
+from bench.common import MECHANISM
 from bench.suite import BenchContext, Outcome, Target, ratio
 from bench.wire import WireConnection, WireError, login
 from tokensvc.audit.events import name_fingerprint

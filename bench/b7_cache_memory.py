@@ -31,6 +31,7 @@ import multiprocessing
 import tracemalloc
 from concurrent.futures import ProcessPoolExecutor
 
+from bench.common import rss_bytes
 from bench.suite import BenchContext, Outcome, Target
 
 ID = "B7"
@@ -40,12 +41,6 @@ PER = 100_000
 MB = 1024 * 1024
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
 
 
 def measure(tokens: int, master_key: str, traced: bool) -> dict[str, int]:
@@ -60,19 +55,19 @@ def measure(tokens: int, master_key: str, traced: bool) -> dict[str, int]:
     gc.collect()
     if traced:
         tracemalloc.start()
-    reading = tracemalloc.get_traced_memory()[0] if traced else _rss_bytes()
+    reading = tracemalloc.get_traced_memory()[0] if traced else rss_bytes()
 
     cache = TokenCache(MasterKeys(master_key), scram_iterations=1)
     cache.replace_all([layout.decode_token(data) for data in encoded])
     gc.collect()
-    after_load = tracemalloc.get_traced_memory()[0] if traced else _rss_bytes()
+    after_load = tracemalloc.get_traced_memory()[0] if traced else rss_bytes()
     token_ids = [t.info.token_id for t in cache.tokens()]
     for token_id in token_ids:
         for mechanism in ScramMechanism:
             cache.scram_credential(token_id, mechanism)
     del token_ids
     gc.collect()
-    after_credentials = tracemalloc.get_traced_memory()[0] if traced else _rss_bytes()
+    after_credentials = tracemalloc.get_traced_memory()[0] if traced else rss_bytes()
     if len(cache) != tokens or cache.derived_count() != 2 * tokens:
         raise RuntimeError("the cache does not hold what was loaded")
     return {"tokens": tokens, "cache": after_load - reading,

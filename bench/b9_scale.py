@@ -71,20 +71,23 @@ from pathlib import Path
 from typing import Any
 
 from bench import env, zkraw
-from bench.b1_logins import MECHANISM, login_once
-from bench.b4_cold_start import (
+from bench.common import (
+    MECHANISM,
     OwnedCluster,
-    _address_when_written,
-    _first_login,
-    _from_log,
+    address_when_written,
+    attempts_until_login,
+    broker_log_figures,
+    login_once,
+    rss_bytes,
     timed_restart,
 )
 from bench.suite import BenchContext, Outcome, Target
-from bench.wire import DESCRIBE_TOKEN, SASL_AUTHENTICATE, SASL_HANDSHAKE, WireError
+from bench.wire import WireError
 from tokensvc.core.keys import key_id
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
 from tokensvc.protocol import RequestHeader, decode_response, encode_request, frame
+from tokensvc.protocol.api import ApiKey
 from tokensvc.scram.client import ScramClient
 from tokensvc.scram.formatter import ScramMechanism
 from zk.server import ManagedZooKeeper
@@ -179,25 +182,24 @@ def _cache_memory(infos: list[TokenInformation], master_key: str) -> dict[str, f
 def _measure_named(znodes: list[tuple[str, bytes]], master_key: str) -> dict[str, int]:
     import gc
 
-    from bench.b7_cache_memory import _rss_bytes
     from tokensvc.core.cache import TokenCache
     from tokensvc.core.keys import MasterKeys
     from zk import layout
 
     gc.collect()
-    before = _rss_bytes()
+    before = rss_bytes()
     cache = TokenCache(MasterKeys(master_key), scram_iterations=1)
     decoded, failed = layout.decode_tokens(znodes)
     del znodes
     cache.replace_all(decoded)
     del decoded
     gc.collect()
-    after_load = _rss_bytes()
+    after_load = rss_bytes()
     for token_id in cache.token_ids():
         for mechanism in ScramMechanism:
             cache.scram_credential(token_id, mechanism)
     gc.collect()
-    after_credentials = _rss_bytes()
+    after_credentials = rss_bytes()
     if failed:
         raise RuntimeError(f"{len(failed)} tokens did not decode")
     return {"cache": after_load - before, "with_credentials": after_credentials - before}
@@ -220,10 +222,10 @@ class _Raw:
         reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 20)
         raw = cls(reader, writer)
         mechanism = ScramMechanism.SCRAM_SHA_512
-        await raw.call(SASL_HANDSHAKE, 1, {"Mechanism": mechanism.mechanism_name})
+        await raw.call(ApiKey.SASL_HANDSHAKE, 1, {"Mechanism": mechanism.mechanism_name})
         client = ScramClient(mechanism, user, password)
-        first = await raw.call(SASL_AUTHENTICATE, 2, {"AuthBytes": client.first_message()})
-        final = await raw.call(SASL_AUTHENTICATE, 2,
+        first = await raw.call(ApiKey.SASL_AUTHENTICATE, 2, {"AuthBytes": client.first_message()})
+        final = await raw.call(ApiKey.SASL_AUTHENTICATE, 2,
                                {"AuthBytes": client.final_message(first["AuthBytes"])})
         if final["ErrorCode"]:
             raise WireError("admin login refused")
@@ -274,7 +276,7 @@ def _describe_all(address: str, user: str, password: str, sent: Any, out: Any) -
         raw = await _Raw.login(address, user, password)
         try:
             started = time.perf_counter()
-            await raw.send(DESCRIBE_TOKEN, 3, {"Owners": None})
+            await raw.send(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None})
             sent.set()
             payload = await raw.frame()
             return len(payload), _describe_all_count(payload), time.perf_counter() - started
@@ -293,7 +295,7 @@ async def _describe(address: str, user: str, password: str, login: tuple[str, st
         samples = []
         for _ in range(DESCRIBE_OWNER_SAMPLES):
             started = time.perf_counter()
-            response = await raw.call(DESCRIBE_TOKEN, 3, owner_body)
+            response = await raw.call(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, owner_body)
             samples.append(time.perf_counter() - started)
             if response["ErrorCode"] or len(response["Tokens"]) != PROBE_TOKENS:
                 raise RuntimeError(f"describe of the probe owner gave {len(response['Tokens'])}")
@@ -386,7 +388,7 @@ def _broker(ctx: BenchContext, zk_connect: str, name: str) -> Any:
     owned = OwnedCluster(directory, zk_connect, env.broker_overrides(ctx, extra),
                          START_TIMEOUT_S, name=name).start()
     try:
-        address = _address_when_written(directory, started + START_TIMEOUT_S)
+        address = address_when_written(directory, started + START_TIMEOUT_S)
         yield address, owned, started
     finally:
         owned.close(START_TIMEOUT_S)
@@ -403,7 +405,7 @@ def _measure_size(ctx: BenchContext, zk: ManagedZooKeeper, connect: str,
     with _broker(ctx, connect, f"b9-{len(tokens)}-{time.monotonic_ns()}") as (address, owned,
                                                                                started):
         deadline = started + START_TIMEOUT_S
-        asyncio.run(_first_login(address, probe.token_id, password, deadline))
+        asyncio.run(attempts_until_login(address, probe.token_id, password, deadline))
         figures["cold_start_s"] = round(time.monotonic() - started, 3)
         owned.ready.wait(START_TIMEOUT_S)
         if owned.error is not None:
@@ -414,7 +416,7 @@ def _measure_size(ctx: BenchContext, zk: ManagedZooKeeper, connect: str,
         figures["broker_cpu_s_at_first_login"] = _cpu_s(pid) if pid else None
         figures["first_start_rss_mb"] = _rss_mb(pid) if pid else None
         log_path = cluster.broker_info(1)["log"]
-        figures.update(_from_log(log_path))
+        figures.update(broker_log_figures(log_path))
         figures.update(_load_from_log(log_path))
         figures["load_avg_1m_at_restart"] = _load()
         restart, _attempts = timed_restart(owned, address, probe.token_id, password,
@@ -423,7 +425,7 @@ def _measure_size(ctx: BenchContext, zk: ManagedZooKeeper, connect: str,
         pid = cluster.broker_pid(1)
         figures["restart_cpu_s"] = _cpu_s(pid) if pid else None
         figures["broker_rss_mb"] = _rss_mb(pid) if pid else None
-        again = _from_log(log_path, last=True)
+        again = broker_log_figures(log_path, last=True)
         if not again.get("snapshot_tokens"):
             # Never report a full load under the restart's label.
             raise RuntimeError(f"the restart did not load its snapshot (broker log: {again})")

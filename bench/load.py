@@ -83,7 +83,7 @@ class CpuWindow:
         return self.seconds
 
 
-def _run_worker(target: str, window: Window, params: dict[str, Any]) -> WorkerReport:
+def run_worker(target: str, window: Window, params: dict[str, Any]) -> WorkerReport:
     module, _, name = target.partition(":")
     workload: Workload = getattr(importlib.import_module(module), name)
     cpu = CpuWindow(time.process_time, window.start, window.end)  # all its threads
@@ -112,7 +112,7 @@ def run_processes(
     context = multiprocessing.get_context("spawn")
     total = WorkerReport()
     with ProcessPoolExecutor(processes, mp_context=context) as pool:
-        futures = [pool.submit(_run_worker, target, window, dict(params, worker=n))
+        futures = [pool.submit(run_worker, target, window, dict(params, worker=n))
                    for n in range(processes)]
         for future in futures:
             total.merge(future.result(timeout=start - time.time() + seconds + 120))

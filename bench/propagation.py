@@ -3,8 +3,7 @@
 Owns the one loop both benchmarks time: a super-user connection creates a token on one
 broker, and from the moment the response arrives each watched broker is asked to log the
 token in on fresh connections, again and again, until it succeeds
-(:func:`sample_creates`, :func:`first_login`). It also owns the single login attempt
-(:func:`try_login`) that B4 polls with. Samples are taken one at a time, ``PAUSE_S``
+(:func:`sample_creates`, :func:`first_login`). Samples are taken one at a time, ``PAUSE_S``
 apart; a broker that has not served the token after ``GIVE_UP_S`` fails the run.
 
 It must not start brokers or judge results: the benchmarks choose the brokers, and
@@ -19,15 +18,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from bench.b1_logins import MECHANISM
+from bench.common import try_login
 from bench.wire import (
-    CREATE_TOKEN,
-    WireConnection,
-    WireError,
     create_token_body,
-    login,
     open_logged_in,
 )
+from tokensvc.protocol.api import ApiKey
 
 PAUSE_S = 0.05
 GIVE_UP_S = 10.0
@@ -35,19 +31,6 @@ GIVE_UP_S = 10.0
 T = TypeVar("T")
 # Called once per created token: (token id, token password, salted cache, acked time).
 AfterCreate = Callable[[str, str, dict, float], Awaitable[T]]
-
-
-async def try_login(address: str, token_id: str, password: str, salted: dict) -> bool:
-    """One token login on a fresh connection to ``address``: whether it succeeded."""
-    host, _, port = address.rpartition(":")
-    conn = await WireConnection.open(host, int(port))
-    try:
-        await login(conn, MECHANISM, token_id, password, token=True, salted_cache=salted)
-        return True
-    except WireError:
-        return False
-    finally:
-        conn.close()
 
 
 async def first_login(address: str, token_id: str, password: str, salted: dict,
@@ -73,7 +56,7 @@ async def sample_creates(create_at: str, user: str, password: str, samples: int,
     results: list[T] = []
     try:
         for _ in range(samples):
-            created = await admin.request(CREATE_TOKEN, 3, create_token_body())
+            created = await admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, create_token_body())
             acked = time.perf_counter()
             if created["ErrorCode"]:
                 raise RuntimeError(f"create failed with error code {created['ErrorCode']}")

@@ -19,13 +19,10 @@ from collections.abc import Mapping
 
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import FrameDecoder, RequestHeader, decode_response, encode_request, frame
+from tokensvc.protocol.api import ApiKey
 from tokensvc.scram.client import SaltedPasswordCache, ScramClient
 from tokensvc.scram.formatter import ScramMechanism
 
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
-CREATE_TOKEN = 38
-DESCRIBE_TOKEN = 41
 MAX_FRAME = 16 * 1024 * 1024
 
 
@@ -108,7 +105,8 @@ async def login(
     salted_cache: SaltedPasswordCache | None = None,
 ) -> None:
     """SaslHandshake v1 then two SaslAuthenticate v2 round trips; raises WireError if refused."""
-    handshake = await conn.request(SASL_HANDSHAKE, 1, {"Mechanism": mechanism.mechanism_name})
+    handshake = await conn.request(ApiKey.SASL_HANDSHAKE, 1,
+                                   {"Mechanism": mechanism.mechanism_name})
     if handshake["ErrorCode"]:
         raise WireError(f"SaslHandshake refused: {Errors(handshake['ErrorCode']).name}")
     client = ScramClient(
@@ -118,11 +116,11 @@ async def login(
         extensions={"tokenauth": "true"} if token else None,
         salted_password_cache=salted_cache,
     )
-    first = await conn.request(SASL_AUTHENTICATE, 2, {"AuthBytes": client.first_message()})
+    first = await conn.request(ApiKey.SASL_AUTHENTICATE, 2, {"AuthBytes": client.first_message()})
     if first["ErrorCode"]:
         raise WireError(f"SaslAuthenticate refused: {Errors(first['ErrorCode']).name}")
     final = await conn.request(
-        SASL_AUTHENTICATE, 2, {"AuthBytes": client.final_message(first["AuthBytes"])}
+        ApiKey.SASL_AUTHENTICATE, 2, {"AuthBytes": client.final_message(first["AuthBytes"])}
     )
     if final["ErrorCode"]:
         raise WireError(f"SaslAuthenticate refused: {Errors(final['ErrorCode']).name}")

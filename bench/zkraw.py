@@ -1,8 +1,9 @@
-"""Raw ZooKeeper work for the benchmarks: fast set-up writes and the kazoo-only references.
+"""Raw ZooKeeper work outside the brokers: fast set-up writes and the kazoo-only references.
 
-Owns everything the suite does on ZooKeeper without a broker: loading many token
-znodes quickly (pipelined async creates: set-up, not measured), rewriting tokens
-with their change notifications, reading the controller id, and the two
+Owns everything the benchmarks, the fault drivers (``faults/``) and the tests do on
+ZooKeeper without a broker: loading many token znodes quickly (pipelined async
+creates: set-up, not measured), rewriting tokens with their change notifications,
+reading the controller id (:func:`controller_of`), and the two
 references measured "with kazoo alone": B2's raw write rate (the same
 transaction the controller commits, at the same concurrency) and B3's watch
 latency. Clients come from :func:`zk.client.open_client`, so like the rest of
@@ -110,18 +111,26 @@ def rewrite_tokens(connect: Target, infos: Sequence[TokenInformation]) -> None:
         _drain(results, 0)
 
 
-def controller_id(connect: Target) -> int | None:
-    """The broker id in ``/controller``, None when there is no controller."""
-    with client(connect) as zk:
-        found = zk.exists(layout.CONTROLLER)
-        if found is None:
-            return None
+def controller_of(zk: Any) -> int | None:
+    """The broker id in ``/controller`` read with the started client ``zk``; None when
+    there is no controller at this moment."""
+    if zk.exists(layout.CONTROLLER) is None:
+        return None
+    try:
         data, _ = zk.get(layout.CONTROLLER)
-        return layout.decode_controller(data)
+    except Exception:  # noqa: BLE001 - deleted between exists and get (a new election)
+        return None
+    return layout.decode_controller(data)
+
+
+def controller_id(connect: Target) -> int | None:
+    """The broker id in ``/controller`` on ``connect``, None when there is no controller."""
+    with client(connect) as zk:
+        return controller_of(zk)
 
 
 def raw_create_rate(
-    connect: str, infos: Sequence[TokenInformation], concurrency: int, seconds: float
+    connect: Target, infos: Sequence[TokenInformation], concurrency: int, seconds: float
 ) -> dict[str, Any]:
     """Commit ``check(guard) + create(token) + create(token_change)`` transactions with
     ``concurrency`` in flight on one client for ``seconds``; the rate and latencies.

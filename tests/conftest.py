@@ -1,11 +1,20 @@
 """Shared fixtures: a real ZooKeeper server for the whole session, and a fresh
-chroot per test so tests never see each other's znodes."""
+chroot per test so tests never see each other's znodes; and where tests run under
+pytest-xdist.
+
+Each xdist worker is its own process with its own session ZooKeeper (chroots are named
+by pid as well), its own temporary directories and its own Spark session (one per
+worker that runs Spark tests, ``tests/spark_support.py``). A module's tests run on one
+worker (its module-scoped cluster starts once); the longest modules are handed out
+first.
+"""
 
 from __future__ import annotations
 
 import itertools
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,6 +22,23 @@ import pytest
 from zk.server import ManagedZooKeeper
 
 _chroots = itertools.count(1)
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Put every test in the xdist_group of its module, so a module's tests (and its
+    module-scoped cluster or Spark session) stay on one worker, and hand the modules out
+    longest first (setup.cfg keeps this order for xdist): modules marked
+    ``heavy(minutes=M)`` by decreasing M, then the other Spark modules, then the rest.
+    A worker that started a long module last would end the run last."""
+    def cost(item: pytest.Item) -> tuple[int, float]:
+        heavy = item.get_closest_marker("heavy")
+        if heavy is not None:
+            return 0, -float(heavy.kwargs.get("minutes", 1))
+        return (1, 0.0) if item.get_closest_marker("spark") is not None else (2, 0.0)
+
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    items.sort(key=cost)
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +51,14 @@ def zookeeper() -> ManagedZooKeeper:
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def zk_chroot_factory(zookeeper: ManagedZooKeeper) -> Callable[[], str]:
+    """A function returning a new connect string with a chroot of its own
+    (``host:port/t<pid>-<n>``) on the session ZooKeeper."""
+    return lambda: f"{zookeeper.connect}/t{os.getpid()}-{next(_chroots)}"
+
+
 @pytest.fixture
-def zk_connect(zookeeper: ManagedZooKeeper) -> str:
+def zk_connect(zk_chroot_factory: Callable[[], str]) -> str:
     """A connect string with a chroot of its own (``host:port/t<pid>-<n>``)."""
-    return f"{zookeeper.connect}/t{os.getpid()}-{next(_chroots)}"
+    return zk_chroot_factory()

@@ -1,7 +1,7 @@
-"""One SparkSession for the whole test run.
+"""One SparkSession for the whole test run (per pytest-xdist worker).
 
 Test modules that need Spark define a session-scoped ``spark`` fixture returning
-:func:`shared_spark`; every such fixture gets the same session, started once
+:func:`shared_spark`; every such fixture of a process gets the same session, started once
 (local[2], no UI, 4 shuffle partitions, modest memory) and stopped at exit.
 Whole-stage code generation is off: test inputs are tiny, and compiling each of
 the report's many plans costs more than it saves (about half the run time).

@@ -8,7 +8,7 @@ can kill single nodes.
 
 It never downloads anything and never listens beyond 127.0.0.1, except on the
 addresses an ensemble is given (the partition harness's network namespaces,
-``bench.netns``), where a command prefix starts each node. Start-up fails
+``faults.netns``), where a command prefix starts each node. Start-up fails
 with :class:`ZooKeeperStartError` and a message a person can act on (Java
 missing, port in use, a key or trust store missing, unreadable or expired, the
 server died, it did not answer in time) instead of hanging.

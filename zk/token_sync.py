@@ -142,7 +142,7 @@ class CommittedOrder:
     (and pending) for one still to come (whose follower state then replaces it, being
     newer); the mark advances to M after the last chunk.
 
-    Pure: no I/O and no clock; ``tests/unit/test_committed_order.py`` drives it.
+    Pure: no I/O and no clock; ``tests/unit/zk/test_committed_order.py`` drives it.
     """
 
     def __init__(self, cache: SyncedCache) -> None:

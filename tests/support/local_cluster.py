@@ -1,14 +1,20 @@
 """Reading a ``tokensvc.cluster.LocalCluster`` (broker processes) from tests.
 
 Owns how a test finds a broker process's client address and reads one of its exported
-metrics. It must not start, stop or change the cluster: the tests' fixtures do.
+metrics, and the type of the fixtures' cluster factories. It must not start, stop or
+change the cluster: the fixtures of tests/integration/conftest.py do.
 """
 
 from __future__ import annotations
 
 import urllib.request
+from collections.abc import Callable
 
 from tokensvc.cluster import LocalCluster
+
+#: What ``cluster_factory`` and ``module_cluster_factory`` (tests/integration/conftest.py)
+#: hand a test: start a cluster (brokers, overrides, tls, zookeeper, users), get it running.
+ClusterFactory = Callable[..., LocalCluster]
 
 
 def broker_address(cluster: LocalCluster, broker_id: int) -> tuple[str, int]:

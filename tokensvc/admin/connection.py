@@ -33,7 +33,7 @@ from tokensvc.protocol import (
     encode_request,
     frame,
 )
-from tokensvc.scram.client import ScramClient
+from tokensvc.scram.client import SaltedPasswordCache, ScramClient
 from tokensvc.scram.messages import ScramAuthenticationError
 
 MAX_RESPONSE_BYTES = 100 * 1024 * 1024
@@ -61,7 +61,8 @@ def split_address(address: str) -> tuple[str, int]:
 class BrokerConnection:
     """A logged-in connection to the broker at ``address`` (``host:port``)."""
 
-    def __init__(self, address: str, config: ClientConfig, *, client_id: str) -> None:
+    def __init__(self, address: str, config: ClientConfig, *, client_id: str,
+                 salted_password_cache: SaltedPasswordCache | None = None) -> None:
         self.address = address
         self.config = config
         self.client_id = client_id
@@ -73,6 +74,9 @@ class BrokerConnection:
         self._sock: socket.socket | None = None
         self._decoder = FrameDecoder(MAX_RESPONSE_BYTES)
         self._correlation = 0
+        # Salted passwords by (password, salt, iterations): a caller that logs in many
+        # times with the same secrets (the fault drivers) hands one in to skip PBKDF2.
+        self._salted = salted_password_cache
 
     # -- life ------------------------------------------------------------------------
 
@@ -278,6 +282,7 @@ class BrokerConnection:
             config.username,
             config.password or "",
             extensions={"tokenauth": "true"} if config.token_auth else None,
+            salted_password_cache=self._salted,
         )
         try:
             first = self._authenticate(client.first_message(), deadline, who)

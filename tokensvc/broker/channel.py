@@ -20,6 +20,7 @@ import ssl
 from tokensvc.broker.offloop import decode_response_async
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import FrameDecoder, RequestHeader, encode_request, frame
+from tokensvc.protocol.api import ApiKey
 from tokensvc.scram.client import ScramClient
 from tokensvc.scram.formatter import ScramMechanism
 
@@ -88,16 +89,19 @@ class BrokerChannel:
             await asyncio.wait_for(self._login(), timeout)
 
     async def _login(self) -> None:
-        hs = await self.request(17, 1, {"Mechanism": self._mechanism.mechanism_name})
+        hs = await self.request(ApiKey.SASL_HANDSHAKE, 1,
+                                {"Mechanism": self._mechanism.mechanism_name})
         if hs.get("ErrorCode"):
             raise ChannelAuthError(f"SaslHandshake refused: {Errors(hs['ErrorCode']).name}")
         client = ScramClient(
             self._mechanism, self._username, self._password, extensions=self._extensions
         )
-        first = await self.request(36, 2, {"AuthBytes": client.first_message()})
+        first = await self.request(ApiKey.SASL_AUTHENTICATE, 2,
+                                   {"AuthBytes": client.first_message()})
         if first.get("ErrorCode"):
             raise ChannelAuthError(first.get("ErrorMessage") or "authentication failed")
-        final = await self.request(36, 2, {"AuthBytes": client.final_message(first["AuthBytes"])})
+        final = await self.request(ApiKey.SASL_AUTHENTICATE, 2,
+                                   {"AuthBytes": client.final_message(first["AuthBytes"])})
         if final.get("ErrorCode"):
             raise ChannelAuthError(final.get("ErrorMessage") or "authentication failed")
         client.verify_server_final(final["AuthBytes"])

@@ -61,8 +61,9 @@ from tokensvc.broker.precomputed import PrecomputedResponses
 from tokensvc.broker.session import IllegalSaslState, Session, State
 from tokensvc.core.config import BrokerConfig, Listener
 from tokensvc.core.errors import Errors, KafkaError
-from tokensvc.core.principal import KafkaPrincipal
+from tokensvc.core.principal import ANONYMOUS, KafkaPrincipal
 from tokensvc.protocol import FrameTooLargeError, UnsupportedVersionError
+from tokensvc.protocol.api import ApiKey
 from tokensvc.protocol.primitives import INT16, INT32
 from tokensvc.scram.server import ScramAuthenticationError
 
@@ -74,12 +75,8 @@ OUTPUT_LOW_WATER = 64 * 1024
 CLOSE_FLUSH_S = 1.0
 CLOSE_LINGER_S = 0.5
 SIZE_PREFIX = 4
-ENVELOPE = 58
 # EnvelopeRequests one inter-broker connection may have in flight (see "Order").
 ENVELOPES_IN_FLIGHT = 64
-
-API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
-ANONYMOUS = KafkaPrincipal("User", "ANONYMOUS")
 
 Dispatch = Callable[[RequestContext, dict], Coroutine[Any, Any, tuple[bytes | list[bytes], int]]]
 RawSasl = Callable[[Session, bytes], Awaitable[bytes]]
@@ -468,7 +465,8 @@ class Connection(asyncio.BufferedProtocol):
     def _next_may_overlap(self) -> bool:
         """With envelopes in flight: the next frame is complete and an envelope, and
         there is room for one more (else it waits until they are answered)."""
-        return len(self._envelopes) < ENVELOPES_IN_FLIGHT and self._rx.next_api_key() == ENVELOPE
+        return (len(self._envelopes) < ENVELOPES_IN_FLIGHT
+                and self._rx.next_api_key() == ApiKey.ENVELOPE)
 
     def _process(self) -> None:
         """Answer the complete frames in the buffer, one at a time, while nothing waits."""
@@ -523,7 +521,7 @@ class Connection(asyncio.BufferedProtocol):
         try:
             header, body = decode_client_request(payload)
         except UnsupportedVersionError as exc:
-            if exc.header is not None and exc.header.api_key == API_VERSIONS:
+            if exc.header is not None and exc.header.api_key == ApiKey.API_VERSIONS:
                 # Kafka answers an unknown ApiVersions version with a v0 response
                 # listing what it supports, so the client can pick a version.
                 self._write(svc.precomputed.api_versions_unsupported(exc.header.correlation_id))
@@ -532,7 +530,7 @@ class Connection(asyncio.BufferedProtocol):
         api = header.api_key
         if (
             session.state is State.AUTHENTICATED
-            and api != SASL_HANDSHAKE
+            and api != ApiKey.SASL_HANDSHAKE
             and session.expired(svc.clock.now_ms())
         ):
             log.info("closing %s: session lifetime over without re-authentication",
@@ -549,11 +547,11 @@ class Connection(asyncio.BufferedProtocol):
             self._close("api not allowed")
             return
         started = time.perf_counter()
-        if api == API_VERSIONS:
+        if api == ApiKey.API_VERSIONS:
             self._write(svc.precomputed.api_versions(header.api_version, header.correlation_id))
             svc.metrics.request("ApiVersions", 0, time.perf_counter() - started)
             return
-        if api == SASL_HANDSHAKE:
+        if api == ApiKey.SASL_HANDSHAKE:
             error = svc.handshake(session, body.get("Mechanism") or "", header.api_version)
             self._write(svc.precomputed.handshake(header.api_version, error, header.correlation_id))
             svc.metrics.request("SaslHandshake", int(error), time.perf_counter() - started)
@@ -567,17 +565,17 @@ class Connection(asyncio.BufferedProtocol):
             client_host=session.client_host,
             client_port=session.client_port,
             # Only APIs that may be forwarded keep their bytes; the login path copies nothing.
-            payload=b"" if api == SASL_AUTHENTICATE else bytes(payload),
+            payload=b"" if api == ApiKey.SASL_AUTHENTICATE else bytes(payload),
             session=session,
         )
-        if api == ENVELOPE and self._overlap_envelopes:
+        if api == ApiKey.ENVELOPE and self._overlap_envelopes:
             name = svc.api_name(api)
             task = self._loop.create_task(svc.dispatch(ctx, body))
             self._envelopes.add(task)
             task.add_done_callback(lambda t: self._finished(t, name, started, False))
             return
         self._run(svc.dispatch(ctx, body), svc.api_name(api), started,
-                  inline=api == SASL_AUTHENTICATE)
+                  inline=api == ApiKey.SASL_AUTHENTICATE)
 
     async def _raw_sasl(self, payload: bytes) -> bytes | None:
         """One raw SASL token after SaslHandshake v0: the challenge, or None to close."""

@@ -14,7 +14,7 @@ response's parts without joining them). A token's labels are encoded (its ``Labe
 tag, in the element's tagged-field section) only when the request asked for them
 (``IncludeLabels``) and the token has some: a client that asks nothing gets Kafka's
 bytes. Encoding is direct (``struct`` and byte joins, each principal encoded once per
-describe); ``tests/unit/test_broker_describe.py`` checks it against the schema codec.
+describe); ``tests/unit/broker/test_broker_describe.py`` checks it against the schema codec.
 
 Must not: change the cache, authorize on its own (the handler passes
 ``may_describe``), audit, or touch sockets.
@@ -34,6 +34,7 @@ from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import DelegationToken, TokenInformation
 from tokensvc.protocol import flexible
 from tokensvc.protocol.api import ApiKey
+from tokensvc.protocol.primitives import encode_uvarint
 from tokensvc.protocol.schema import EncodedElements
 
 # How long one slice may hold the event loop, and how many tokens go between clock reads.
@@ -53,15 +54,6 @@ class Described:
     tokens: EncodedElements
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 class _Encoder:
     """Encodes DescribedDelegationToken elements of one API version."""
 
@@ -76,11 +68,11 @@ class _Encoder:
     def _string(self, text: str) -> bytes:
         data = text.encode("utf-8")
         if self.flexible:
-            return _uvarint(len(data) + 1) + data
+            return encodeencode_uvarint(len(data) + 1) + data
         return _INT16.pack(len(data)) + data
 
     def _length(self, length: int) -> bytes:
-        return _uvarint(length + 1) if self.flexible else _INT32.pack(length)
+        return encodeencode_uvarint(length + 1) if self.flexible else _INT32.pack(length)
 
     def _principal(self, principal: KafkaPrincipal) -> bytes:
         found = self._principals.get(principal)
@@ -106,9 +98,9 @@ class _Encoder:
             return b"\x00"
         found = self._label_sections.get(labels)
         if found is None:
-            data = _uvarint(len(labels) + 1) + b"".join(
+            data = encode_uvarint(len(labels) + 1) + b"".join(
                 self._string(k) + self._string(v) + b"\x00" for k, v in labels)
-            found = b"\x01" + _uvarint(0) + _uvarint(len(data)) + data
+            found = b"\x01" + encode_uvarint(0) + encode_uvarint(len(data)) + data
             self._label_sections[labels] = found
         return found
 

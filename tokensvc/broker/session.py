@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum, auto
 
-from tokensvc.core.principal import KafkaPrincipal
+from tokensvc.core.principal import ANONYMOUS, KafkaPrincipal
 
 API_VERSIONS = 18
 SASL_HANDSHAKE = 17
@@ -114,7 +114,7 @@ class Session:
             # PLAINTEXT and SSL: no SASL; the principal is ANONYMOUS, or the
             # client certificate's subject on two-way SSL.
             session.state = State.AUTHENTICATED
-            session.principal = ssl_principal or KafkaPrincipal("User", "ANONYMOUS")
+            session.principal = ssl_principal or ANONYMOUS
             session.authenticated_once = True
         return session
 

@@ -516,7 +516,7 @@ class TokenCache:
         is unknown or its master key is. Matches ``CredentialLookup.token_salt``."""
         # A live token and an unknown id run the same steps (the same lookups, the
         # same tuple built) and part only at the return: a login probe cannot time the
-        # difference (tests/integration/test_login_oracles.py measures it).
+        # difference (tests/integration/hostile/test_login_oracles.py measures it).
         salt = derived_salt(self._salt_secret or b"", mechanism, token_id)
         slot = _MECHANISM_INDEX[mechanism]
         with self._lock:

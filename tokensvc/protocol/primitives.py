@@ -26,6 +26,19 @@ MAX_UVARINT_BYTES = 5
 MAX_UINT32 = 0xFFFFFFFF
 
 
+def encode_uvarint(value: int) -> bytes:
+    """``value`` as an unsigned varint, unchecked: for callers that encode lengths and
+    counts they computed themselves (:meth:`Writer.uvarint` checks the range)."""
+    if value < 0x80:
+        return bytes((value,))
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 class Reader:
     """Reads primitives from ``data`` starting at ``pos``; ``pos`` advances as it reads."""
 

@@ -5,7 +5,7 @@ second the generic codec's walk over the field list (one Python call per field a
 per tag buffer) was 5-6 % of a broker's CPU. This module owns the same bytes for
 that one API, written out by hand from the field list in ``messages``: v0 (error
 code, nullable string, bytes), v1 (+ session lifetime), v2 (flexible: compact
-types, tagged fields, response header v1). ``tests/unit/test_sasl_fast.py`` checks
+types, tagged fields, response header v1). ``tests/unit/protocol/test_sasl_fast.py`` checks
 it byte for byte against the generic codec, including the errors on malformed
 bodies. Must not touch sockets.
 """
@@ -16,24 +16,13 @@ import struct
 
 from tokensvc.protocol.errors import ProtocolError
 from tokensvc.protocol.header import RequestHeader
-from tokensvc.protocol.primitives import Reader
+from tokensvc.protocol.primitives import Reader, encode_uvarint
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
 _CORRELATION = struct.Struct(">i")
 _EMPTY_TAGS = b"\x00"
-
-
-def _uvarint(value: int) -> bytes:
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def encode_sasl_authenticate_response(header: RequestHeader, body: dict) -> bytes:
@@ -49,8 +38,8 @@ def encode_sasl_authenticate_response(header: RequestHeader, body: dict) -> byte
         parts.append(_EMPTY_TAGS)  # response header v1
     parts.append(_INT16.pack(body.get("ErrorCode", 0) or 0))
     if version >= 2:
-        parts.append(b"\x00" if text is None else _uvarint(len(text) + 1) + text)
-        parts.append(_uvarint(len(auth) + 1))
+        parts.append(b"\x00" if text is None else encode_uvarint(len(text) + 1) + text)
+        parts.append(encode_uvarint(len(auth) + 1))
     else:
         parts.append(_INT16.pack(-1) if text is None else _INT16.pack(len(text)) + text)
         parts.append(_INT32.pack(len(auth)))

@@ -1,0 +1,378 @@
+"""The lake: streaming ingest against real Spark, the lake report against the JSON report,
+and exactly-once after kill -9 in the middle of a batch (a real subprocess).
+
+One SparkSession (tests/spark_support.py) serves the in-process runs; the crash test
+runs ``tokensvc audit ingest`` in its own process group, as a person would.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from cli.audit_cmd import audit
+from tests.spark_support import shared_spark
+from tests.support.wait import wait_for
+from tokensvc.audit import aggregates
+from tokensvc.audit.events import authentication_event, stamp
+from tokensvc.audit.generator import SNAPSHOT_FILE, generate
+from tokensvc.audit.ingest import STALL_ENV, IngestOptions, run_ingest
+from tokensvc.audit.lake import (
+    ID_HASH,
+    distinct_id_hashes,
+    lake_layout,
+    read_partials,
+    read_stats,
+)
+from tokensvc.audit.report import REPORTS, build_options, run_report
+
+# The longest module of the suite (a loaded 2-core machine: 12 min): handed out first.
+pytestmark = [pytest.mark.spark, pytest.mark.heavy(minutes=12)]
+
+T0 = 1_704_067_200_000  # 2024-01-01T00:00:00Z
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="session")
+def spark() -> SparkSession:
+    return shared_spark()
+
+
+def login_line(ts: int, token: int, broker: int = 4, host: str = "10.9.9.9") -> str:
+    body = authentication_event(outcome="failure", mechanism="SCRAM-SHA-256", kind="token",
+                                username=f"tok{token:019d}", token_id=f"tok{token:019d}",
+                                client_host=host, reason="bad_proof")
+    return json.dumps(stamp(body, ts=ts, broker_id=broker, event_id=f"{broker:04d}{ts:028d}"))
+
+
+BAD_LINES = [
+    "this is not json",
+    '{"schema":1,"ts":"yesterday","broker_id":4,"event_id":"x1","type":"authentication"}',
+    '{"schema":2,"ts":1704067200000,"broker_id":4,"event_id":"x2","type":"authentication"}',
+    '{"schema":1,"ts":1704067200000,"broker_id":4,"event_id":"x3","type":"mystery"}',
+    '{"schema":1,"ts":1704067200000,"event_id":"x4","type":"authentication"}',
+]
+
+
+def lake_rows(spark: SparkSession, lake: Path) -> list[Any]:
+    return spark.read.parquet(str(lake_layout(lake).events)).select("event_id").collect()
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> dict[str, Any]:
+    """Generated events plus a compressed rotated file, extra fields and bad lines;
+    ingested once, and reported both from the lake and from the JSON files."""
+    data = tmp_path_factory.mktemp("audit")
+    generate(data, 2_500, seed=21, brokers=3)
+    with gzip.open(data / "audit-4-20240101T000000-0.jsonl.1.gz", "wt") as fh:
+        for n in range(12):  # a burst on one token from a fourth broker, rotated away
+            fh.write(login_line(T0 + 3_600_000 + n * 1000, 7) + "\n")
+    with open(data / "audit-4-20240101T020000-0.jsonl", "w") as fh:
+        for n, bad in enumerate(BAD_LINES):
+            event = json.loads(login_line(T0 + 7_200_000 + n, 100 + n))
+            event["implicit"] = True
+            event["fingerprint"] = "k1:9f2c"  # a field this reader does not know
+            fh.write(json.dumps(event) + "\n" + bad + "\n\n")
+    lake = tmp_path_factory.mktemp("lake")
+    totals = run_ingest(spark, IngestOptions(str(data), str(lake), once=True), echo=print)
+    from_lake = tmp_path_factory.mktemp("from-lake")
+    from_json = tmp_path_factory.mktemp("from-json")
+    snapshot = str(data / SNAPSHOT_FILE)
+    return {
+        "data": data, "lake": lake, "totals": totals, "out_lake": from_lake,
+        "out_json": from_json,
+        "lake_summary": run_report(spark, build_options(None, str(from_lake), lake=str(lake),
+                                                        tokens=snapshot)),
+        "json_summary": run_report(spark, build_options(str(data), str(from_json),
+                                                        tokens=snapshot)),
+    }
+
+
+def test_every_valid_event_is_in_the_lake_once(spark: SparkSession, both: dict) -> None:
+    ids = [r["event_id"] for r in lake_rows(spark, both["lake"])]
+    assert len(ids) == len(set(ids)) == both["json_summary"]["events_read"] == 2_500 + 12 + 5
+    assert both["totals"].events == len(ids)
+
+
+def test_malformed_lines_are_quarantined_with_their_reason(spark: SparkSession,
+                                                           both: dict) -> None:
+    rows = spark.read.parquet(str(lake_layout(both["lake"]).quarantine)).collect()
+    by_reason: dict[str, int] = {}
+    for row in rows:
+        by_reason[row["malformed_reason"]] = by_reason.get(row["malformed_reason"], 0) + 1
+    assert by_reason == {"not_json": 1, "wrong_types": 1, "unknown_schema": 1,
+                         "unknown_type": 1, "missing_fields": 1}
+    assert {r["line"] for r in rows} == set(BAD_LINES)
+    assert all(r["source"].startswith("audit-4-20240101T020000-0.jsonl.") for r in rows)
+    assert both["totals"].quarantined == 5
+    assert both["lake_summary"]["malformed_by_reason"] == \
+        both["json_summary"]["malformed_by_reason"]
+
+
+def test_lake_is_partitioned_by_event_date(both: dict) -> None:
+    dates = sorted(p.name for p in lake_layout(both["lake"]).events.iterdir())
+    assert dates == ["date=2024-01-01", "date=2024-01-02"]
+
+
+def test_report_from_lake_agrees_with_json_row_for_row(spark: SparkSession,
+                                                       both: dict) -> None:
+    for name in REPORTS:
+        lake_rows_ = spark.read.parquet(str(both["out_lake"] / name / "parquet")).collect()
+        json_rows = spark.read.parquet(str(both["out_json"] / name / "parquet")).collect()
+        assert [r.asDict() for r in lake_rows_] == [r.asDict() for r in json_rows], name
+        assert json_rows or name in ("lifecycle", "revocations")  # no revocation in this data
+    for name in REPORTS:
+        csv_lake = next((both["out_lake"] / name / "csv").glob("part-*.csv")).read_text()
+        assert csv_lake == next((both["out_json"] / name / "csv").glob("part-*.csv")).read_text()
+    skip = {"input", "lake", "output", "elapsed_s"}
+    lake_summary = {k: v for k, v in both["lake_summary"].items() if k not in skip}
+    assert lake_summary == {k: v for k, v in both["json_summary"].items() if k not in skip}
+    assert both["lake_summary"]["findings_by_rule"]["failed_login_burst_token"] >= 2
+
+
+MERGES = {aggregates.TOKENS: aggregates.merge_tokens, aggregates.HOURS: aggregates.merge_hours,
+          aggregates.TYPES: aggregates.merge_types, aggregates.GROUPED: aggregates.merge_grouped}
+
+
+def _sorted_rows(df: Any) -> list[dict[str, Any]]:
+    """Rows as dicts, arrays sorted (a merged set has no order), in a stable order."""
+    rows = [{k: sorted(v) if isinstance(v, list) else v for k, v in r.asDict(True).items()}
+            for r in df.collect()]
+    return sorted(rows, key=repr)
+
+
+def assert_partials_match_events(spark: SparkSession, lake: Path) -> dict[str, int]:
+    """The lake's stored partial tables, merged, equal the same tables built from the
+    lake's events now; their rows per table."""
+    stats = read_stats(lake)
+    assert stats is not None and stats.aggregate_rows is not None
+    stored = read_partials(spark, lake, stats.aggregate_rows)
+    assert stored is not None
+    events = spark.read.parquet(str(lake_layout(lake).events))
+    for name, merge in MERGES.items():
+        assert _sorted_rows(merge(stored[name])) == \
+            _sorted_rows(merge(aggregates.PARTIALS[name](events))), name
+    return stats.aggregate_rows
+
+
+def test_batch_partial_tables_merge_to_what_the_events_give(spark: SparkSession,
+                                                            both: dict) -> None:
+    rows = assert_partials_match_events(spark, both["lake"])
+    assert all(rows[table] > 0 for table in aggregates.TABLES), rows  # none left empty
+
+
+def test_report_merges_the_partial_tables_of_many_batches(tmp_path: Path,
+                                                          spark: SparkSession) -> None:
+    data, lake = tmp_path / "audit", tmp_path / "lake"
+    generate(data, 600, seed=5, brokers=3)  # three files: three one-chunk batches
+    run_ingest(spark, IngestOptions(str(data), str(lake), once=True, max_files_per_batch=1),
+               echo=print)
+    layout = lake_layout(lake)
+    assert len(list(layout.stats.iterdir())) == 3
+    assert sorted(p.name[:14] for p in (layout.agg / aggregates.TOKENS).iterdir()) == [
+        layout.batch_prefix(n) for n in range(3)]
+    snapshot = str(data / SNAPSHOT_FILE)
+
+    def usage(out: str, *, input_path: str | None = None, lake_path: str | None = None
+              ) -> dict[str, Any]:
+        run_report(spark, build_options(input_path, str(tmp_path / out), tokens=snapshot,
+                                        lake=lake_path))
+        rows = spark.read.parquet(str(tmp_path / out / "token_usage" / "parquet")).collect()
+        return {r["token_id"]: r.asDict() for r in rows}
+
+    from_json = usage("json", input_path=str(data))
+    assert usage("lake", lake_path=str(lake)) == from_json
+
+    # The report reads the partial tables: one batch's token rows changed by hand
+    # (same number of rows) show in its token_usage.
+    part = next((layout.agg / aggregates.TOKENS).glob("b000000000001-*.parquet"))
+    changed = spark.read.parquet(str(part)).withColumn("logins_ok", F.col("logins_ok") + 1000)
+    changed.coalesce(1).write.parquet(str(tmp_path / "changed"))
+    part.unlink()
+    os.replace(next((tmp_path / "changed").glob("part-*.parquet")), part)
+    doctored = usage("doctored", lake_path=str(lake))
+    assert {t: r["logins_ok"] - from_json[t]["logins_ok"] for t, r in doctored.items()
+            if r["logins_ok"] != from_json[t]["logins_ok"]}
+    assert {r["logins_ok"] - from_json[t]["logins_ok"] for t, r in doctored.items()} <= {0, 1000}
+
+    # A partial table file removed: its rows no longer match the statistics, so the
+    # report does not use the tables (it reads the events, as for a lake without them).
+    part.unlink()
+    stats = read_stats(lake)
+    assert stats is not None and stats.aggregate_rows is not None
+    assert read_partials(spark, lake, stats.aggregate_rows) is None
+
+
+def test_batch_statistics_count_what_the_lake_holds(spark: SparkSession, both: dict) -> None:
+    stats = read_stats(both["lake"])
+    assert stats is not None
+    malformed = {r: n for r, n in stats.statuses.items() if r != "ok"}
+    assert malformed == both["json_summary"]["malformed_by_reason"]
+    assert stats.statuses["ok"] == both["json_summary"]["events_read"] == both["totals"].events
+    assert stats.ids_repeat is False  # one batch, every id once
+    events = spark.read.parquet(str(lake_layout(both["lake"]).events))
+    assert events.filter(F.col(ID_HASH).isNull()
+                         | (F.col(ID_HASH) != F.xxhash64("event_id"))).count() == 0
+
+
+def _lake_and_json_reports(spark: SparkSession, data: Path, lake: Path, out: Path
+                           ) -> tuple[dict[str, Any], dict[str, Any]]:
+    return (run_report(spark, build_options(None, str(out / "lake"), lake=str(lake))),
+            run_report(spark, build_options(str(data), str(out / "json"))))
+
+
+def test_duplicates_within_and_across_batches_are_counted_as_from_json(
+        tmp_path: Path, spark: SparkSession) -> None:
+    data, lake = tmp_path / "audit", tmp_path / "lake"
+    data.mkdir()
+    first = [login_line(T0 + n * 1000, n) for n in range(20)]
+    (data / "audit-4-20240101T000000-0.jsonl").write_text("".join(f"{x}\n" for x in first))
+    options = IngestOptions(str(data), str(lake), once=True)
+    run_ingest(spark, options, echo=print)
+    stats = read_stats(lake)
+    assert stats is not None and stats.statuses["ok"] == 20 and stats.ids_repeat is False
+
+    # A second file repeats five events of the first (a broker wrote them twice):
+    # every batch is unique alone, so only a check across batches finds them.
+    again = first[:5] + [login_line(T0 + n * 1000, n, broker=5) for n in range(20, 23)]
+    (data / "audit-5-20240101T000000-0.jsonl").write_text("".join(f"{x}\n" for x in again))
+    run_ingest(spark, options, echo=print)
+    stats = read_stats(lake)
+    assert stats is not None and stats.statuses["ok"] == 28 and stats.ids_repeat is None
+    assert distinct_id_hashes(spark, lake) == 23
+    from_lake, from_json = _lake_and_json_reports(spark, data, lake, tmp_path / "two")
+    assert from_lake["duplicates"] == from_json["duplicates"] == 5
+    assert from_lake["events"] == from_json["events"] == 23
+
+    # A third file holds one event twice: its own batch says an id repeats.
+    twice = login_line(T0 + 99_000, 99, broker=6)
+    (data / "audit-6-20240101T000000-0.jsonl").write_text(f"{twice}\n{twice}\n")
+    run_ingest(spark, options, echo=print)
+    stats = read_stats(lake)
+    assert stats is not None and stats.statuses["ok"] == 30 and stats.ids_repeat is True
+    from_lake, from_json = _lake_and_json_reports(spark, data, lake, tmp_path / "three")
+    assert from_lake["duplicates"] == from_json["duplicates"] == 6
+    skip = {"input", "lake", "output", "elapsed_s"}
+    assert {k: v for k, v in from_lake.items() if k not in skip} == \
+        {k: v for k, v in from_json.items() if k not in skip}
+
+    # The third batch's events removed by hand: its statistics no longer match the
+    # files, so the report counts by scanning what is there.
+    for part in lake_layout(lake).events.rglob("b000000000002-*.parquet"):
+        part.unlink()
+    (data / "audit-6-20240101T000000-0.jsonl").unlink()
+    from_lake, from_json = _lake_and_json_reports(spark, data, lake, tmp_path / "removed")
+    assert (from_lake["lines"], from_lake["duplicates"], from_lake["events"]) == \
+        (from_json["lines"], from_json["duplicates"], from_json["events"]) == (28, 5, 23)
+
+
+def test_ingest_again_adds_only_new_lines(tmp_path: Path, spark: SparkSession) -> None:
+    data, lake = tmp_path / "audit", tmp_path / "lake"
+    data.mkdir()
+    live = data / "audit-5-20240101T000000-0.jsonl"
+    live.write_text("".join(login_line(T0 + n, n, broker=5) + "\n" for n in range(30))
+                    + login_line(T0 + 30, 30, broker=5)[:25])  # a line still being written
+    options = IngestOptions(str(data), str(lake), once=True)
+    first = run_ingest(spark, options, echo=print)
+    assert (first.events, first.quarantined) == (30, 0)
+    assert run_ingest(spark, options, echo=print).events == 0
+    with open(live, "a") as fh:
+        fh.write(login_line(T0 + 30, 30, broker=5)[25:] + "\n")
+        fh.write(login_line(T0 + 31, 31, broker=5) + "\n")
+    assert run_ingest(spark, options, echo=print).events == 2
+    ids = [r["event_id"] for r in lake_rows(spark, lake)]
+    assert len(ids) == len(set(ids)) == 32
+
+
+def test_ingest_refuses_a_missing_input_and_changes_nothing(tmp_path: Path) -> None:
+    result = CliRunner().invoke(audit, ["ingest", "--input", str(tmp_path / "nope"),
+                                        "--lake", str(tmp_path / "lake"), "--once"])
+    assert result.exit_code == 1
+    assert "input directory does not exist" in result.output
+    assert not (tmp_path / "lake").exists()
+
+
+def test_report_needs_exactly_one_source(tmp_path: Path) -> None:
+    result = CliRunner().invoke(audit, ["report", "--input", str(tmp_path), "--lake",
+                                        str(tmp_path), "--output", str(tmp_path / "o")])
+    assert result.exit_code == 1 and "exactly one of --input" in result.output
+    result = CliRunner().invoke(audit, ["report", "--lake", str(tmp_path / "none"),
+                                        "--output", str(tmp_path / "o")])
+    assert result.exit_code == 1 and "lake directory does not exist" in result.output
+
+
+def _ingest_process(data: Path, lake: Path, log: Path, *, once: bool,
+                    stall: int | None) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    env.pop(STALL_ENV, None)
+    if stall is not None:
+        env[STALL_ENV] = str(stall)
+    args = [sys.executable, "-m", "cli.tokensvc", "audit", "ingest", "--input", str(data),
+            "--lake", str(lake), "--master", "local[1]", "--max-files-per-batch", "1",
+            "--trigger-s", "0.5"]
+    with open(log, "wb") as out:
+        return subprocess.Popen(args + (["--once"] if once else []), cwd=ROOT, env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def test_kill_9_in_the_middle_of_a_batch_then_run_again_loses_and_repeats_nothing(
+        tmp_path: Path, spark: SparkSession) -> None:
+    data, lake = tmp_path / "audit", tmp_path / "lake"
+    generate(data, 1_500, seed=3, brokers=3)  # three files: three one-chunk batches
+    layout = lake_layout(lake)
+    first = _ingest_process(data, lake, tmp_path / "first.log", once=True, stall=1)
+    try:
+        wait_for(lambda: (lake / "stalled-1").exists() or first.poll() is not None, 300,
+                 "batch 1 half written")
+        assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+        # Mid-batch: batch 1 is planned, not committed, and part of it is in the lake.
+        assert (layout.checkpoint / "offsets" / "1").exists()
+        assert not (layout.checkpoint / "commits" / "1").exists()
+        assert list(layout.events.rglob("b000000000001-*.parquet"))
+        # ... so the lake's statistics are incomplete and a report would scan.
+        assert not layout.stats_file(1).exists() and read_stats(lake) is None
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(60)
+
+    # Run again, this time as a long-running job stopped by SIGTERM.
+    second = _ingest_process(data, lake, tmp_path / "second.log", once=False, stall=None)
+    log = tmp_path / "second.log"
+    try:
+        wait_for(lambda: "batch 2:" in log.read_text() or second.poll() is not None, 300,
+                 "batch 2 of the second run")
+        assert second.poll() is None, log.read_text()[-3000:]
+        os.kill(second.pid, signal.SIGTERM)  # the tokensvc process, as `kill PID` does
+        assert second.wait(120) == 0, log.read_text()[-3000:]
+    finally:
+        if second.poll() is None:
+            os.killpg(second.pid, signal.SIGKILL)
+    text = log.read_text()
+    assert "SIGTERM: stopping" in text and "ingested" in text
+    ids = [r["event_id"] for r in lake_rows(spark, lake)]
+    assert len(ids) == len(set(ids)) == 1_500
+    assert not list(layout.batches.iterdir())
+    # Each batch's statistics once: the re-run of batch 1 replaced nothing twice.
+    stats = read_stats(lake)
+    assert stats is not None and stats.statuses["ok"] == 1_500
+    assert sorted(p.name for p in layout.stats.iterdir()) == [
+        layout.stats_file(n).name for n in range(len(list(layout.stats.iterdir())))]
+    assert distinct_id_hashes(spark, lake) == 1_500
+    # ... and each batch's partial tables once: one file per table and batch, which
+    # merged give what the events in the lake give.
+    batches = len(list(layout.stats.iterdir()))
+    for table in aggregates.TABLES:
+        names = sorted(p.name[:14] for p in (layout.agg / table).glob("*.parquet"))
+        assert names == [layout.batch_prefix(n) for n in range(batches)], table
+    assert assert_partials_match_events(spark, lake)[aggregates.TYPES] >= 1
