@@ -68,11 +68,11 @@ class _Encoder:
     def _string(self, text: str) -> bytes:
         data = text.encode("utf-8")
         if self.flexible:
-            return encodeencode_uvarint(len(data) + 1) + data
+            return encode_uvarint(len(data) + 1) + data
         return _INT16.pack(len(data)) + data
 
     def _length(self, length: int) -> bytes:
-        return encodeencode_uvarint(length + 1) if self.flexible else _INT32.pack(length)
+        return encode_uvarint(length + 1) if self.flexible else _INT32.pack(length)
 
     def _principal(self, principal: KafkaPrincipal) -> bytes:
         found = self._principals.get(principal)
