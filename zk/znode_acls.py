@@ -29,7 +29,7 @@ from kazoo.security import ACL, OPEN_ACL_UNSAFE, Id, Permissions
 from zk import layout
 
 # Paths the stores own, spelled here because the stores import the client that imports
-# this table (tests/unit/test_znode_acls.py holds them equal to the stores' constants).
+# this table (tests/unit/zk/test_znode_acls.py holds them equal to the stores' constants).
 CONFIG = "/config"
 CONFIG_USERS = "/config/users"
 CONFIG_BROKERS = "/config/brokers"

