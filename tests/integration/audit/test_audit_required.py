@@ -46,7 +46,8 @@ from tokensvc.client_config import ClientConfig, client_config_from_properties, 
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.errors import Errors
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root"),
+              pytest.mark.heavy(minutes=2)]
 
 LOADER, LOADER_PW = "loader", "loader-pw"
 REFUSED_USER = "refused-user"

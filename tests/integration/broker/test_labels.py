@@ -37,6 +37,7 @@ from tokensvc.core.errors import Errors
 from tokensvc.protocol import decode_response
 from zk.client import open_client
 
+pytestmark = pytest.mark.heavy(minutes=3)  # 200 labelled tokens on 3 brokers
 JOBS = ("etl-nightly", "ingest", "compact", "report")
 
 

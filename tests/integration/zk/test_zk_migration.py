@@ -49,6 +49,7 @@ from zk import znode_acls
 from zk.client import ZkSettings, open_client
 
 TOKENS, USERS, ACLS = 1_000, 100, 100
+pytestmark = pytest.mark.heavy(minutes=4)  # 1,000 tokens, two rolling restarts
 IDENTITY = "tokensvc:migration-secret"
 ZK_KEYS = {"zookeeper.digest": IDENTITY, "zookeeper.set.acl": "true",
            # The brokers read the ACLs back every second: the gauge follows the migration.

@@ -34,6 +34,7 @@ from zk.client import open_client
 from zk.server import free_port
 
 ATTACK_TIMEOUT_S = 2.5
+pytestmark = pytest.mark.heavy(minutes=3)  # a secure cluster of one node, one of an ensemble
 ADMIN_PATH = "/config/users/admin"
 
 
