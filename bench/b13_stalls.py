@@ -62,7 +62,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from bench import env, zkraw
 from bench.b9_scale import _describe_all
 from bench.suite import BenchContext, Outcome, Target
-from bench.wire import CREATE_TOKEN, WireError, create_token_body, open_logged_in
+from bench.wire import WireError, create_token_body, open_logged_in
 from tokensvc.admin import AdminClient, tokens_absent
 from tokensvc.broker.loopwatch import STALL_BUCKETS
 from tokensvc.client_config import load_client_config
@@ -70,6 +70,7 @@ from tokensvc.cluster import LocalCluster
 from tokensvc.core.keys import key_id
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
+from tokensvc.protocol.api import ApiKey
 from zk import layout
 from zk.client import expire_session
 from zk.server import ManagedZooKeeper
@@ -363,7 +364,7 @@ async def _creates(addresses: list[str], admin: dict[str, Any], count: int) -> d
     errors = 0
     started = time.perf_counter()
     try:
-        futures = [conns[i % len(conns)].request(CREATE_TOKEN, 3, body) for i in range(count)]
+        futures = [conns[i % len(conns)].request(ApiKey.CREATE_DELEGATION_TOKEN, 3, body) for i in range(count)]
         for result in await asyncio.gather(*futures, return_exceptions=True):
             if isinstance(result, WireError | OSError) or (
                     isinstance(result, dict) and result["ErrorCode"]):

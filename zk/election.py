@@ -32,8 +32,10 @@ How it works (kazoo-recipe style, lifecycle start()/close()):
   any case. LOST (session expired): this broker stops being the controller for good
   (``guard()`` returns None), and on reconnect it reads ``/controller`` again and runs
   for election with its new session. CONNECTED always re-reads, which re-arms the watch.
-* ``on_change(controller_id, is_me)`` runs on the worker thread -- never kazoo's --
-  each time the known controller or this broker's role changes.
+* ``on_change(controller_id, is_me)`` runs on the election's report thread -- never
+  kazoo's, and never queued behind a ZooKeeper call of the worker (a read that waits
+  out a suspended connection must not hold back the news that this broker stopped
+  acting) -- each time the known controller or this broker's role changes, in order.
 * ``close()`` deletes ``/controller`` if this session owns it, so another broker takes
   over at once instead of after the session timeout.
 
@@ -82,6 +84,8 @@ class ControllerElection:
         self._on_change = on_change
         self._clock = clock or SystemClock()
         self._worker = SerialWorker(f"controller-election-{broker_id}")
+        # Reports of the role (on_change) run here, in order, apart from ZooKeeper calls.
+        self._reporter = SerialWorker(f"controller-election-{broker_id}-reports")
         self._lock = threading.Lock()
         self._controller_id: int | None = None
         self._guard: Guard | None = None
@@ -128,6 +132,7 @@ class ControllerElection:
         self._started = True
         self._ensure_epoch()
         self._client.add_listener(self._on_state)
+        self._reporter.start()
         self._worker.start()
         self._refresh_soon()
 
@@ -135,6 +140,7 @@ class ControllerElection:
         """Stop; resign (delete ``/controller``) if this session holds it."""
         self._client.remove_listener(self._on_state)
         self._worker.close()
+        self._reporter.close()
         with self._lock:
             owned = self._guard is not None
             self._guard = None
@@ -155,11 +161,11 @@ class ControllerElection:
                 self._epoch = None
                 self._controller_id = None
                 self._suspended = False
-            self._worker.submit("report", self._report)
+            self._report_soon()
         elif state == KazooState.SUSPENDED:
             with self._lock:
                 self._suspended = True
-            self._worker.submit("report", self._report)
+            self._report_soon()
         elif state == KazooState.CONNECTED:
             with self._lock:
                 self._suspended = False
@@ -172,6 +178,9 @@ class ControllerElection:
 
     def _refresh_soon(self) -> None:
         self._worker.submit("refresh", self._refresh_task)
+
+    def _report_soon(self) -> None:
+        self._reporter.submit("report", self._report)
 
     def _refresh_task(self) -> None:
         while not self._worker.closed:
@@ -206,7 +215,7 @@ class ControllerElection:
                 if not mine:
                     self._guard = None
                     self._epoch = None
-            self._report()
+            self._report_soon()
             return
 
     def _try_win(self) -> None:

@@ -5,7 +5,7 @@ labels, and a describe by label on the restarted broker returns exactly them."""
 
 from __future__ import annotations
 
-from tests.integration.test_cache_snapshot import (
+from tests.integration.broker.test_cache_snapshot import (
     _cache,
     _config,
     _started,

@@ -131,13 +131,13 @@ def test_session_expiry_of_the_controller_hands_over(brokers):
     assert len(controllers(group)) == 1
 
 
-def test_on_change_runs_on_the_election_worker_not_kazoos_thread(brokers):
+def test_on_change_runs_on_the_elections_report_thread_not_kazoos(brokers):
     group = brokers(1, 2)
     assert eventually(lambda: settled(group))
     assert eventually(lambda: all(b.changes for b in group))
     for b in group:
         assert {name for _, _, name in b.changes} == {
-            f"controller-election-{b.election.broker_id}"
+            f"controller-election-{b.election.broker_id}-reports"
         }
         last_id, last_me, _ = b.changes[-1]
         assert last_me == b.election.is_controller
