@@ -427,10 +427,11 @@ def measure(ctx: BenchContext, scale: Scale) -> dict[str, Any]:
         # The brokers follow the rewrite before the instant (not measured as the sweep's).
         while time.time() < when:
             time.sleep(min(0.05, max(0.0, when - time.time())))
-        phases["sweep"] = stage.phase("sweep", lambda: _sweep(stage, len(due), sizes))
-        # The sweep changed every cache: let each broker write its snapshot before the
-        # creates (a write inside them would be counted as theirs).
+        # The sweep changes every cache: each broker writes a snapshot after it, which
+        # must come before the creates (a write inside them would be counted as theirs).
+        # Counted from before the sweep: under load that write may land inside the sweep.
         settled = {b: m.get("snapshot_writes", 0) for b, m in stage.read().metrics.items()}
+        phases["sweep"] = stage.phase("sweep", lambda: _sweep(stage, len(due), sizes))
         stage.wait("the snapshot after the sweep", lambda now: all(
             now[b].get("snapshot_writes", 0) > settled[b] for b in stage.ids))
         # ... and let the controller purge the sweep's 10,000 change notifications (by
