@@ -333,7 +333,7 @@ def _describe(address: str, admin: dict[str, Any], expected: int) -> dict[str, A
 
 
 def _resync(stage: Stage, cluster: LocalCluster, broker_id: int) -> dict[str, Any]:
-    with zkraw.client(cluster.info["zookeeper"]["connect"]) as zk:
+    with zkraw.client(cluster.zk_settings()) as zk:
         stat = zk.exists(layout.broker_path(broker_id))
         if stat is None:
             raise RuntimeError(f"B13: broker {broker_id} is not registered")

@@ -31,7 +31,7 @@ from tokensvc.cluster import LocalCluster, Placement
 from tokensvc.core.errors import Errors
 from tokensvc.protocol.api import ApiKey
 from tokensvc.scram.formatter import ScramMechanism
-from zk.client import ZkSettings, open_client
+from zk.client import open_client
 from zk.server import ZooKeeperEnsemble
 
 REQUEST_TIMEOUT_S = 40.0
@@ -117,7 +117,7 @@ class FaultCluster:
                                        placements=placements)
         asked = {"session_timeout_ms": client_session_timeout_ms} \
             if client_session_timeout_ms is not None else {}
-        self.zk = open_client(ZkSettings(connect, **asked))
+        self.zk = open_client(self.cluster.zk_settings(**asked))
         self.admin = (self.cluster.info["admin"]["username"],
                       self.cluster.info["admin"]["password"])
 
