@@ -21,6 +21,14 @@ nor past its lifetime, is in ZooKeeper) and that every broker's cache equals Zoo
 then prints: requests, errors by class, tokens lost (must be 0), max resync time. The
 exit status is 1 if a token was lost, a cache diverged or an error was not retriable.
 
+Every ``--sample-every`` seconds (default a minute) it records each broker's and
+ZooKeeper node's resident memory, open file descriptors and threads, and the bytes and
+files of ZooKeeper's data directories and of the audit files (``faults.soakmeter``,
+a CSV that ``python -m faults.soak_plot`` draws), and at the end prints the slope per
+hour of each. The tokens the load creates live at most ``--token-lifetime`` seconds, so
+their number, and what the cluster keeps for them, levels off; ``--spare-broker`` keeps
+one broker out of the kill faults so its series spans the whole run.
+
 It measures; it asserts nothing about speed. It must not print passwords or HMACs.
 """
 
@@ -42,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from faults.soakmeter import Sampler, format_slopes, read_rows, summarize
 from faults.cluster import (
     REQUEST_TIMEOUT_S,
     ClientError,
@@ -61,11 +70,13 @@ SESSION_TIMEOUT_MS = 6000
 ZK_PAUSE_S = 10.0
 RESYNC_LIMIT_S = 120.0
 SHORT_LIFETIME_MS = 20_000
+TOKEN_LIFETIME_S = 600.0
 RETRIABLE = {Errors.REQUEST_TIMED_OUT.name, Errors.NOT_CONTROLLER.name,
              Errors.COORDINATOR_LOAD_IN_PROGRESS.name, "connection"}
 # Refused token logins that are not errors of the service: the token was removed, or had
 # not yet reached that broker (it did a second later), or ZooKeeper could not say which.
-REFUSED_OK = {"refused", "refused (propagation lag)", "refused (unverified)"}
+REFUSED_OK = {"refused", "refused (propagation lag)", "refused (unverified)",
+              "refused (at its max lifetime)"}
 # Answers the load expects in normal operation (a renew or expire racing with an
 # expire-now or the sweep finds no token).
 EXPECTED = {"NONE", Errors.DELEGATION_TOKEN_NOT_FOUND.name, Errors.DELEGATION_TOKEN_EXPIRED.name}
@@ -88,23 +99,42 @@ class Ledger:
     outcomes: Counter = field(default_factory=Counter)
     tokens: dict[str, Token] = field(default_factory=dict)
 
+    acknowledged: int = 0
+
     def record(self, api: str, outcome: str) -> None:
         with self.lock:
             self.requests[api] += 1
             self.outcomes[(api, outcome)] += 1
 
+    def acknowledge(self, token: Token, now_ms: int) -> None:
+        """Keep an acknowledged token; forget those a minute past their max lifetime, so
+        the load's own memory and work stay flat over hours."""
+        with self.lock:
+            self.acknowledged += 1
+            self.tokens[token.token_id] = token
+            if self.acknowledged % 500 == 0:
+                for gone in [t for t in self.tokens.values() if t.max_ms < now_ms - 60_000]:
+                    del self.tokens[gone.token_id]
+
     def live_token(self, rng: random.Random, now_ms: int) -> Token | None:
         with self.lock:
-            live = [t for t in self.tokens.values()
+            live = [t for t in list(self.tokens.values())[-1_000:]
                     if not t.expired_by_load and t.max_ms > now_ms + 5_000]
         return rng.choice(live[-200:]) if live else None
 
 
 class Soak(FaultCluster):
     def __init__(self, directory: Path, minutes: float, fault_every_s: float, seed: int,
-                 clients: int) -> None:
+                 clients: int, *, token_lifetime_s: float = TOKEN_LIFETIME_S,
+                 spare_broker: int | None = None, samples: Path | None = None,
+                 sample_every_s: float = 60.0) -> None:
         super().__init__(directory)
-        self.deadline = time.monotonic() + minutes * 60
+        self.started = time.monotonic()
+        self.deadline = self.started + minutes * 60
+        self.token_lifetime_ms = int(token_lifetime_s * 1000)
+        self.spare_broker = spare_broker
+        self.sampler = Sampler(samples, self.started) if samples is not None else None
+        self.sample_every_s = sample_every_s
         self.fault_every_s = fault_every_s
         self.rng = random.Random(seed)
         self.clients = clients
@@ -156,7 +186,7 @@ class Soak(FaultCluster):
         roll = rng.random()
         token = self.ledger.live_token(rng, now_ms)
         if roll < 0.3 or token is None:
-            lifetime = SHORT_LIFETIME_MS if rng.random() < 0.2 else -1
+            lifetime = SHORT_LIFETIME_MS if rng.random() < 0.2 else self.token_lifetime_ms
             api = "create"
             try:
                 answer = conn.call(ApiKey.CREATE_DELEGATION_TOKEN, 3,
@@ -165,9 +195,8 @@ class Soak(FaultCluster):
                 self.ledger.record(api, "connection")
                 raise
             if answer["ErrorCode"] == 0:
-                with self.ledger.lock:
-                    self.ledger.tokens[answer["TokenId"]] = Token(
-                        answer["TokenId"], answer["Hmac"], answer["MaxTimestampMs"])
+                self.ledger.acknowledge(
+                    Token(answer["TokenId"], answer["Hmac"], answer["MaxTimestampMs"]), now_ms)
         elif roll < 0.5:
             api = "renew"
             answer = self._call(conn, api, ApiKey.RENEW_DELEGATION_TOKEN, 2,
@@ -190,8 +219,13 @@ class Soak(FaultCluster):
                     # A token created a moment ago may not have reached that broker yet.
                     time.sleep(1.0)
                     again = self._token_login(broker, token, cache)
-                    outcome = "refused (propagation lag)" if again == "NONE" else (
-                        "refused (token live)")
+                    if again == "NONE":
+                        outcome = "refused (propagation lag)"
+                    elif time.time() * 1000 >= token.max_ms - 1_000:
+                        # It reached its max lifetime meanwhile (a slow login under load).
+                        outcome = "refused (at its max lifetime)"
+                    else:
+                        outcome = "refused (token live)"
             self.ledger.record(api, outcome)
             return
         else:
@@ -246,11 +280,15 @@ class Soak(FaultCluster):
 
     def kill_controller(self) -> None:
         victim = self.controller() or 1
+        if victim == self.spare_broker:
+            self.kill_broker()
+            return
         self._crash_and_restart(victim, f"kill -9 controller (broker {victim})")
 
     def kill_broker(self) -> None:
         controller = self.controller()
-        victim = self.rng.choice([b for b in self.cluster.broker_ids() if b != controller])
+        victim = self.rng.choice([b for b in self.cluster.broker_ids()
+                                  if b not in (controller, self.spare_broker)])
         self._crash_and_restart(victim, f"kill -9 broker {victim}")
 
     def _crash_and_restart(self, victim: int, name: str) -> None:
@@ -330,6 +368,29 @@ class Soak(FaultCluster):
             took = float("inf")
         self.resync_s.append((name, took))
 
+    # -- the resource series -------------------------------------------------------------
+
+    def run_sampler(self) -> None:
+        """A sample at the start and every ``sample_every_s`` until the soak stops."""
+        while True:
+            try:
+                self.sample_once()
+            except Exception as exc:  # noqa: BLE001 - a missed sample must not end the soak
+                print(f"  sample failed: {exc.__class__.__name__}: {exc}", flush=True)
+            if self.stop.wait(self.sample_every_s):
+                return
+
+    def sample_once(self) -> None:
+        if self.sampler is None:
+            return
+        processes: dict[str, int | None] = {
+            f"broker-{b}": self.cluster.broker_pid(b) for b in self.cluster.broker_ids()}
+        processes.update({f"zookeeper-{n.server_id}": n.pid for n in self.ensemble.nodes})
+        directories = {f"zookeeper-{n.server_id} data": [n.data_dir / "data"]
+                       for n in self.ensemble.nodes}
+        directories["audit files"] = [Path(self.cluster.info["audit_dir"])]
+        self.sampler.sample(time.monotonic(), processes, directories)
+
     # -- the end ------------------------------------------------------------------------
 
     def verify(self) -> dict[str, Any]:
@@ -359,11 +420,19 @@ class Soak(FaultCluster):
 
 
 def run(minutes: float, fault_every_s: float, seed: int, clients: int,
-        directory: Path | None) -> int:
+        directory: Path | None, *, token_lifetime_s: float = TOKEN_LIFETIME_S,
+        spare_broker: int | None = None, samples: Path | None = None,
+        sample_every_s: float = 60.0) -> int:
     scratch = directory or Path(tempfile.mkdtemp(prefix="tokensvc-soak-"))
-    soak = Soak(scratch, minutes, fault_every_s, seed, clients)
+    if samples is None:
+        samples = (directory / "samples.csv") if directory is not None else Path(
+            tempfile.gettempdir()) / f"tokensvc-soak-samples-{os.getpid()}.csv"
+    soak = Soak(scratch, minutes, fault_every_s, seed, clients,
+                token_lifetime_s=token_lifetime_s, spare_broker=spare_broker, samples=samples,
+                sample_every_s=sample_every_s)
     print(f"soak: {minutes:g} min, a fault every {fault_every_s:.0f}s, {clients} clients, "
-          f"seed {seed}, in {scratch}", flush=True)
+          f"seed {seed}, in {scratch}; samples every {sample_every_s:g}s in {samples}"
+          + (f"; broker {spare_broker} is never killed" if spare_broker else ""), flush=True)
     started = time.monotonic()
     threads: list[threading.Thread] = []
     try:
@@ -372,11 +441,14 @@ def run(minutes: float, fault_every_s: float, seed: int, clients: int,
               f"3 brokers", flush=True)
         threads = [threading.Thread(target=soak.client_loop, args=(i,), daemon=True)
                    for i in range(clients)]
+        sampler = threading.Thread(target=soak.run_sampler, name="soak-sampler", daemon=True)
+        sampler.start()
         for thread in threads:
             thread.start()
         soak.run_faults()
+        soak.sample_once()          # the last sample, before the load stops
         soak.stop.set()
-        for thread in threads:
+        for thread in [*threads, sampler]:
             thread.join(REQUEST_TIMEOUT_S + 5)
         result = soak.verify()
     finally:
@@ -405,10 +477,14 @@ def report(soak: Soak, result: dict[str, Any], elapsed_s: float) -> int:
         kind = "retriable" if outcome in RETRIABLE else (
             "expected" if outcome in REFUSED_OK else "UNEXPECTED")
         print(f"  {api:12s} {outcome:32s} {count:6d}  ({kind})")
-    print(f"tokens acknowledged: {len(ledger.tokens)}; in ZooKeeper at the end: {result['tokens']}")
+    print(f"tokens acknowledged: {ledger.acknowledged}; in ZooKeeper at the end: {result['tokens']}")
     print(f"tokens lost: {len(result['lost'])}")
     print(f"caches diverged from ZooKeeper: {result['diverged'] or 'none'}")
     print(f"max resync time: {max(resyncs, default=0.0):.2f}s")
+    if soak.sampler is not None and soak.sampler.path.exists():
+        print(f"\nresources (samples in {soak.sampler.path}); slope per hour over each "
+              f"series' longest life:")
+        print(format_slopes(summarize(read_rows(soak.sampler.path))))
     failed = bool(result["lost"] or result["diverged"] or unexpected)
     print("RESULT: " + ("FAIL" if failed else "OK"))
     return 1 if failed else 0
@@ -422,6 +498,17 @@ def main(argv: list[str] | None = None) -> int:
                              "else 180)")
     parser.add_argument("--clients", type=int, default=6, help="client threads (default 6)")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    parser.add_argument("--token-lifetime", type=float, default=TOKEN_LIFETIME_S,
+                        help="max lifetime in seconds of the tokens the load creates (default "
+                             f"{TOKEN_LIFETIME_S:.0f}; a fifth live 20 s), so their number "
+                             "levels off")
+    parser.add_argument("--spare-broker", type=int, default=None,
+                        help="never kill -9 this broker, so its series spans the whole run")
+    parser.add_argument("--sample-every", type=float, default=60.0,
+                        help="seconds between resource samples (default 60)")
+    parser.add_argument("--samples", type=Path, default=None,
+                        help="CSV of the samples (default: DIR/samples.csv, or a file in the "
+                             "temporary directory)")
     parser.add_argument("--dir", type=Path, default=None,
                         help="keep the cluster's files here (default: a temporary directory)")
     args = parser.parse_args(argv)
@@ -431,7 +518,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     # The soak's own ZooKeeper client rides through the faults too; its reconnects are noise.
     logging.getLogger("kazoo").setLevel(logging.ERROR)
-    return run(args.minutes, fault_every, args.seed, args.clients, args.dir)
+    if args.spare_broker is not None and args.spare_broker not in (1, 2, 3):
+        parser.error("--spare-broker must be 1, 2 or 3")
+    return run(args.minutes, fault_every, args.seed, args.clients, args.dir,
+               token_lifetime_s=args.token_lifetime, spare_broker=args.spare_broker,
+               samples=args.samples, sample_every_s=args.sample_every)
 
 
 if __name__ == "__main__":
