@@ -5,7 +5,9 @@ token created after it was stopped.
 The load is what a job sees: the token agent keeps a token (renewing every few seconds,
 replacing it near its max lifetime) and the job's clients use it with their default
 settings (retries included) -- confluent-kafka and kafka-python, each as one long-lived
-client asking for metadata every 100 ms and as a new client per request (a login each).
+client asking for metadata every 100 ms and as a new client per request (a login each);
+and, with retries off, a new client of each per login bound to one broker in turn, with no
+retry and no failover (its failures are the logins aimed at a stopped broker).
 The test reports, per client, the requests and logins that failed during the roll and the
 longest time without a success, and asserts what the procedure promises: it completes,
 the controller goes last, every broker comes back from its token cache snapshot, every
