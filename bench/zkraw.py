@@ -27,6 +27,7 @@ from typing import Any
 from tokensvc.core.token import TokenInformation
 from zk import layout
 from zk.client import ZkSettings, open_client
+from zk.errors import ZnodeMissing, zk_call
 from zk.token_store import TokenStore
 
 PIPELINE_WINDOW = 4_000
@@ -113,12 +114,11 @@ def rewrite_tokens(connect: Target, infos: Sequence[TokenInformation]) -> None:
 
 def controller_of(zk: Any) -> int | None:
     """The broker id in ``/controller`` read with the started client ``zk``; None when
-    there is no controller at this moment."""
-    if zk.exists(layout.CONTROLLER) is None:
-        return None
+    there is no controller at this moment. Raises ``zk.errors.StoreError`` when
+    ZooKeeper cannot be asked (the client's own session lost or cut off by a fault)."""
     try:
-        data, _ = zk.get(layout.CONTROLLER)
-    except Exception:  # noqa: BLE001 - deleted between exists and get (a new election)
+        data, _ = zk_call("read /controller", lambda: zk.get(layout.CONTROLLER))
+    except ZnodeMissing:  # no controller, or deleted between elections
         return None
     return layout.decode_controller(data)
 

@@ -88,6 +88,7 @@ from tokensvc.admin.client import AdminClient
 from tokensvc.client_config import load_client_config
 from tokensvc.cluster import Placement
 from tokensvc.protocol.api import ApiKey
+from zk.errors import StoreError
 
 NET_FAULTS = ("zk-cut", "controller-zk-cut", "zk-split", "controller-cut", "flap")
 ZK_HOSTS = ("zk1", "zk2", "zk3")
@@ -522,8 +523,11 @@ class NetChaos(Chaos):
         began = time.monotonic()
         while not stop.wait(SAMPLE_S):
             gauges = {b: self._gauge(b) for b in self.cluster.broker_ids()}
-            samples.append(ControllerSample(time.monotonic() - began, gauges,
-                                            self.controller()))
+            try:
+                in_zookeeper = self.controller()
+            except StoreError:
+                continue  # this driver's own session is cut off: no sample this tick
+            samples.append(ControllerSample(time.monotonic() - began, gauges, in_zookeeper))
 
     def _flap(self, host: str, longest_down: list[float]) -> None:
         pick = random.Random(self.rng.randrange(2**32))
