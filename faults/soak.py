@@ -50,7 +50,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from faults.soakmeter import Sampler, format_slopes, read_rows, summarize
 from faults.cluster import (
     REQUEST_TIMEOUT_S,
     ClientError,
@@ -59,6 +58,7 @@ from faults.cluster import (
     error_name,
     token_password,
 )
+from faults.soakmeter import Sampler, format_slopes, read_rows, summarize
 from tokensvc.core.errors import Errors
 from tokensvc.protocol.api import ApiKey
 from zk.errors import StoreError

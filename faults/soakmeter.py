@@ -116,8 +116,8 @@ def _human(measure: str, value: float | None) -> str:
 def format_slopes(slopes: Iterable[Slope]) -> str:
     """The table the soak prints: per series and measure, first and last value and the
     slope per hour over the longest life and over its second half."""
-    lines = [f"{'series':22s} {'measure':9s} {'first':>12s} {'last':>12s} "
-             f"{'per hour':>14s} {'2nd half/h':>14s} {'minutes':>8s} lives"]
+    lines = [(f"{'series':22s} {'measure':9s} {'first':>12s} {'last':>12s} "
+              f"{'per hour':>14s} {'2nd half/h':>14s} {'minutes':>8s} lives")]
     for s in slopes:
         scale = (lambda v: f"{v / 2**20:.1f} MiB") if s.measure in ("rss_bytes", "bytes") \
             else (lambda v: f"{v:.0f}")

@@ -180,11 +180,12 @@ def test_rolling_restart_under_client_load(cluster: LocalCluster, tmp_path: Path
             Client("kafka-python requests", kafka_python.describe_cluster, 0.1),
             Client("kafka-python logins", lambda: _new_kafka_python(bootstrap, watcher), 0.2),
         ]
+        turns = RoundRobin(bootstrap), RoundRobin(bootstrap)
         no_retries = [
             Client("confluent-kafka logins, retries off",
-                   lambda rr=RoundRobin(bootstrap): _confluent_no_retries(rr, watcher), 0.2),
+                   lambda: _confluent_no_retries(turns[0], watcher), 0.2),
             Client("kafka-python logins, retries off",
-                   lambda rr=RoundRobin(bootstrap): _kafka_python_no_retries(rr, watcher), 0.2),
+                   lambda: _kafka_python_no_retries(turns[1], watcher), 0.2),
         ]
         clients += no_retries
         for c in clients:

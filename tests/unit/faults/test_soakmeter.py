@@ -30,7 +30,7 @@ def test_slope_needs_three_points_at_two_minutes_at_least():
 
 
 def test_a_restart_starts_a_new_life_and_the_longest_life_is_measured():
-    rows = [Row(m, "broker-1", 100, 1000 + 10 * m, 20, 5) for m in range(0, 5)]
+    rows = [Row(m, "broker-1", 100, 1000 + 10 * m, 20, 5) for m in range(5)]
     # restarted at minute 5 with a new pid and low memory: flat for 20 minutes
     rows += [Row(m, "broker-1", 200, 500, 20, 5) for m in range(5, 25)]
     (rss, fds, threads) = summarize(rows)
