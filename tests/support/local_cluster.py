@@ -1,7 +1,8 @@
 """Reading a ``tokensvc.cluster.LocalCluster`` (broker processes) from tests.
 
-Owns how a test finds a broker process's client address and reads one of its exported
-metrics, and the type of the fixtures' cluster factories. It must not start, stop or
+Owns how a test finds a broker process's client address, reads one of its exported
+metrics and opens the cluster admin's client, and the type of the fixtures' cluster
+factories. It must not start, stop or
 change the cluster: the fixtures of tests/integration/conftest.py do.
 """
 
@@ -10,11 +11,20 @@ from __future__ import annotations
 import urllib.request
 from collections.abc import Callable
 
+from tokensvc.admin import AdminClient
+from tokensvc.client_config import load_client_config
 from tokensvc.cluster import LocalCluster
 
 #: What ``cluster_factory`` and ``module_cluster_factory`` (tests/integration/conftest.py)
 #: hand a test: start a cluster (brokers, overrides, tls, zookeeper, users), get it running.
 ClusterFactory = Callable[..., LocalCluster]
+
+
+def admin_client(cluster: LocalCluster, timeout_s: float = 30.0) -> AdminClient:
+    """An admin client of the cluster's admin user (its properties file), every broker
+    in its bootstrap list."""
+    config = load_client_config(cluster.info["admin"]["properties"])
+    return AdminClient(cluster.info["bootstrap_servers"], config, timeout_s=timeout_s)
 
 
 def broker_address(cluster: LocalCluster, broker_id: int) -> tuple[str, int]:

@@ -27,11 +27,10 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient as ConfluentAdmin
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
 
-from tests.support.local_cluster import broker_metric
+from tests.support.intruder import attempts_that_succeeded
+from tests.support.local_cluster import admin_client, broker_metric
 from tests.support.wait import poll_until
-from tokensvc.admin import AdminClient
 from tokensvc.authz.acl import (
     AccessControlEntry,
     AclBinding,
@@ -42,7 +41,6 @@ from tokensvc.authz.acl import (
     ResourcePattern,
     ResourceType,
 )
-from tokensvc.client_config import load_client_config
 from tokensvc.cluster import LocalCluster
 from tokensvc.properties import properties_text, read_properties
 from zk import znode_acls
@@ -54,11 +52,6 @@ IDENTITY = "tokensvc:migration-secret"
 ZK_KEYS = {"zookeeper.digest": IDENTITY, "zookeeper.set.acl": "true",
            # The brokers read the ACLs back every second: the gauge follows the migration.
            "zookeeper.acl.check.interval.ms": "1000"}
-
-
-def admin_client(cluster: LocalCluster) -> AdminClient:
-    config = load_client_config(cluster.info["admin"]["properties"])
-    return AdminClient(cluster.info["bootstrap_servers"], config, timeout_s=60)
 
 
 def acl(i: int) -> AclBinding:
@@ -122,7 +115,7 @@ def populated(zookeeper, tmp_path_factory) -> Iterator[tuple[LocalCluster, str, 
     directory = tmp_path_factory.mktemp("migration")
     with LocalCluster.up(directory, brokers=3, zookeeper=connect,
                          die_with_parent=True) as cluster:
-        with admin_client(cluster) as admin:
+        with admin_client(cluster, timeout_s=60) as admin:
             tokens = [admin.create_token() for _ in range(TOKENS)]
             for i in range(USERS):
                 admin.upsert_user_scram_credential(f"user-{i}", "SCRAM-SHA-256", f"pw-{i}")
@@ -169,7 +162,7 @@ def restart_with(cluster: LocalCluster, broker_id: int, changes: dict[str, str |
 
 def rolling(cluster: LocalCluster, changes: dict[str, str | None]) -> None:
     """Each broker in turn, the controller last (docs/operations.md)."""
-    with admin_client(cluster) as admin:
+    with admin_client(cluster, timeout_s=60) as admin:
         controller = admin.describe_cluster().controller_id
 
     for broker_id in sorted(cluster.broker_ids(), key=lambda b: b == controller):
@@ -184,7 +177,6 @@ def acls_set(output: str) -> int:
 def intruder_reads_and_writes(connect: str) -> list[str]:
     client = KazooClient(hosts=connect.split("/")[0], timeout=5)
     client.start(timeout=10)
-    managed = []
     root = "/" + connect.split("/", 1)[1]
     tries = {
         "read a credential": lambda: client.get(f"{root}/config/users/user-1"),
@@ -193,21 +185,11 @@ def intruder_reads_and_writes(connect: str) -> list[str]:
         "grant an ACL": lambda: client.create(f"{root}/kafka-acl/Cluster/kafka-cluster", b"{}"),
         "create in the chroot": lambda: client.create(f"{root}/evil", b"x"),
     }
-    try:
-        for name, attempt in tries.items():
-            try:
-                attempt()
-            except KazooException:
-                continue
-            managed.append(name)
-    finally:
-        client.stop()
-        client.close()
-    return managed
+    return attempts_that_succeeded(client, tries)
 
 
 def counts(cluster: LocalCluster) -> tuple[int, int, int]:
-    with admin_client(cluster) as admin:
+    with admin_client(cluster, timeout_s=60) as admin:
         tokens = len(admin.describe_tokens())
         users = len([u for u in admin.describe_user_scram_credentials() if u.startswith("user-")])
         acls = len(admin.describe_acls(AclBindingFilter.of()))

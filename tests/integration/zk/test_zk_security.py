@@ -19,13 +19,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient as ConfluentAdmin
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 
-from tests.support.local_cluster import broker_metric
+from tests.support.intruder import attempts_that_succeeded
+from tests.support.local_cluster import admin_client, broker_metric
 from tokensvc import devcerts
-from tokensvc.admin import AdminClient
-from tokensvc.client_config import load_client_config
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.zk_security import jaas_client_section
 from tokensvc.properties import properties_text, read_properties
@@ -36,11 +34,6 @@ from zk.server import free_port
 ATTACK_TIMEOUT_S = 2.5
 pytestmark = pytest.mark.heavy(minutes=3)  # a secure cluster of one node, one of an ensemble
 ADMIN_PATH = "/config/users/admin"
-
-
-def admin_client(cluster: LocalCluster) -> AdminClient:
-    config = load_client_config(cluster.info["admin"]["properties"])
-    return AdminClient(cluster.info["bootstrap_servers"], config)
 
 
 def brokers_view(cluster: LocalCluster) -> KazooClient:
@@ -114,18 +107,7 @@ def what_it_managed(hosts: str, options: dict) -> list[str]:
         "create a user": lambda: client.create("/config/users/eve", b"x"),
         "delete the controller": lambda: client.delete("/controller"),
     }
-    managed = []
-    try:
-        for name, attempt in tries.items():
-            try:
-                attempt()
-            except KazooException:
-                continue
-            managed.append(name)
-    finally:
-        client.stop()
-        client.close()
-    return managed
+    return attempts_that_succeeded(client, tries)
 
 
 # The intruder's own kazoo clients die in their connection thread when ZooKeeper refuses
