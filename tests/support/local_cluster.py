@@ -12,7 +12,7 @@ import urllib.request
 from collections.abc import Callable
 
 from tokensvc.admin import AdminClient
-from tokensvc.client_config import load_client_config
+from tokensvc.client_config import ClientConfig, load_client_config
 from tokensvc.cluster import LocalCluster
 
 #: What ``cluster_factory`` and ``module_cluster_factory`` (tests/integration/conftest.py)
@@ -20,11 +20,13 @@ from tokensvc.cluster import LocalCluster
 ClusterFactory = Callable[..., LocalCluster]
 
 
-def admin_client(cluster: LocalCluster, timeout_s: float = 30.0) -> AdminClient:
-    """An admin client of the cluster's admin user (its properties file), every broker
-    in its bootstrap list."""
-    config = load_client_config(cluster.info["admin"]["properties"])
-    return AdminClient(cluster.info["bootstrap_servers"], config, timeout_s=timeout_s)
+def admin_client(cluster: LocalCluster, *, address: str | None = None,
+                 config: ClientConfig | None = None, timeout_s: float = 30.0) -> AdminClient:
+    """An admin client of the cluster's admin user (its properties file) or of ``config``,
+    on every broker of the cluster or only on ``address`` ("host:port")."""
+    return AdminClient(address or cluster.info["bootstrap_servers"],
+                       config or load_client_config(cluster.info["admin"]["properties"]),
+                       timeout_s=timeout_s)
 
 
 def broker_address(cluster: LocalCluster, broker_id: int) -> tuple[str, int]:

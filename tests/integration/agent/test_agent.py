@@ -33,6 +33,7 @@ from confluent_kafka.admin import AdminClient as ConfluentAdmin
 from kafka import KafkaAdminClient
 
 from tests.support.agent import JOB, OVERLAP_MS, AgentProcess
+from tests.support.local_cluster import admin_client
 from tests.support.wait import wait_for
 from tokensvc.admin import AdminClient
 from tokensvc.agent.clients import (
@@ -46,7 +47,7 @@ from tokensvc.agent.clients import (
     kafka_python_config,
 )
 from tokensvc.agent.credentials import CredentialsError, parse
-from tokensvc.client_config import client_config_from_properties, load_client_config
+from tokensvc.client_config import client_config_from_properties
 from tokensvc.cluster import LocalCluster
 from zk.server import free_port
 
@@ -62,8 +63,7 @@ pytestmark = [pytest.mark.heavy(minutes=4), pytest.mark.cluster(brokers=3, overr
 
 
 def _admin(cluster: LocalCluster) -> AdminClient:
-    return AdminClient(cluster.info["bootstrap_servers"],
-                       load_client_config(cluster.info["admin"]["properties"]), timeout_s=15)
+    return admin_client(cluster, timeout_s=15)
 
 
 def _live_tokens(cluster: LocalCluster, owner: str) -> list[str]:

@@ -25,11 +25,11 @@ from aiokafka.client import AIOKafkaClient
 from confluent_kafka.admin import AdminClient as ConfluentAdmin
 from kafka import KafkaAdminClient
 
+from tests.support.local_cluster import admin_client
 from tests.support.wait import wait_for
 from tokensvc.admin import AdminClient, TokenDescription
 from tokensvc.agent.clients import aiokafka_applier, confluent_applier, kafka_python_applier
 from tokensvc.agent.credentials import Credentials
-from tokensvc.client_config import load_client_config
 from tokensvc.cluster import LocalCluster
 
 REAUTH_MS = 3_000
@@ -40,8 +40,7 @@ pytestmark = pytest.mark.cluster(brokers=1,
 
 
 def _admin(cluster: LocalCluster) -> AdminClient:
-    return AdminClient(cluster.info["bootstrap_servers"],
-                       load_client_config(cluster.info["admin"]["properties"]), timeout_s=15)
+    return admin_client(cluster, timeout_s=15)
 
 
 def _creds(token: TokenDescription) -> Credentials:

@@ -28,7 +28,7 @@ from typing import Self
 import pytest
 from kafka import KafkaAdminClient
 
-from tests.support.local_cluster import broker_metric
+from tests.support.local_cluster import admin_client, broker_metric
 from tests.support.wait import poll_until
 from tokensvc.admin import AdminClient, AdminError
 from tokensvc.admin.connection import BrokerConnection, ConnectionLost
@@ -42,7 +42,7 @@ from tokensvc.authz.acl import (
     ResourcePatternFilter,
     ResourceType,
 )
-from tokensvc.client_config import ClientConfig, client_config_from_properties, load_client_config
+from tokensvc.client_config import ClientConfig, client_config_from_properties
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.errors import Errors
 
@@ -80,9 +80,7 @@ def _cluster(tmp_path: Path, audit_dir: Path, **settings: str) -> LocalCluster:
 
 
 def _admin(cluster: LocalCluster, address: str | None = None, timeout_s: float = 20) -> AdminClient:
-    return AdminClient(address or cluster.info["bootstrap_servers"],
-                       load_client_config(cluster.info["admin"]["properties"]),
-                       timeout_s=timeout_s)
+    return admin_client(cluster, address=address, timeout_s=timeout_s)
 
 
 def _loader_config() -> ClientConfig:

@@ -28,10 +28,12 @@ import pytest
 from click.testing import CliRunner
 
 from cli.delegation_token import delegation_token
+from tests.support.local_cluster import admin_client
+from tests.support.tokens import token_logs_in
 from tests.support.wait import poll_until
 from tokensvc.admin import AdminClient, AdminError, TokenDescription
 from tokensvc.admin.connection import BrokerConnection
-from tokensvc.client_config import ClientConfig, client_config_from_properties, load_client_config
+from tokensvc.client_config import ClientConfig, load_client_config
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import decode_response
@@ -52,9 +54,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 def _admin(cluster: LocalCluster, address: str | None = None,
            config: ClientConfig | None = None) -> AdminClient:
-    return AdminClient(address or cluster.info["bootstrap_servers"],
-                       config or load_client_config(cluster.info["admin"]["properties"]),
-                       timeout_s=20)
+    return admin_client(cluster, address=address, config=config, timeout_s=20)
 
 
 def _addresses(cluster: LocalCluster) -> list[str]:
@@ -74,24 +74,8 @@ def _cli(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def _token_config(token: TokenDescription) -> ClientConfig:
-    return client_config_from_properties({
-        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
-        "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
-                            f'username="{token.token_id}" password="{token.hmac_b64}" '
-                            "tokenauth=true;"})
-
-
 def _logs_in(address: str, token: TokenDescription) -> bool:
-    conn = BrokerConnection(address, _token_config(token), client_id="labels-test")
-    try:
-        conn.open(time.monotonic() + 10)
-        return True
-    except AdminError as exc:
-        assert exc.error == Errors.SASL_AUTHENTICATION_FAILED, exc
-        return False
-    finally:
-        conn.close()
+    return token_logs_in(address, token, "labels-test")
 
 
 def _librdkafka_logs_in(address: str, token: TokenDescription) -> bool:

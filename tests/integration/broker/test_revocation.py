@@ -28,6 +28,8 @@ import pytest
 from click.testing import CliRunner
 
 from cli.delegation_token import delegation_token
+from tests.support.local_cluster import admin_client
+from tests.support.tokens import token_client_config, token_logs_in
 from tests.support.wait import poll_until
 from tokensvc.admin import AdminClient, AdminError, TokenDescription
 from tokensvc.admin.connection import BrokerConnection, ConnectionLost
@@ -39,7 +41,7 @@ from tokensvc.authz.acl import (
     ResourcePattern,
     ResourceType,
 )
-from tokensvc.client_config import ClientConfig, client_config_from_properties, load_client_config
+from tokensvc.client_config import ClientConfig, client_config_from_properties
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import ApiKey
@@ -50,9 +52,7 @@ pytestmark = pytest.mark.cluster(brokers=3,
 
 def _admin(cluster: LocalCluster, address: str | None = None,
            config: ClientConfig | None = None) -> AdminClient:
-    return AdminClient(address or cluster.info["bootstrap_servers"],
-                       config or load_client_config(cluster.info["admin"]["properties"]),
-                       timeout_s=20)
+    return admin_client(cluster, address=address, config=config, timeout_s=20)
 
 
 def _addresses(cluster: LocalCluster) -> list[str]:
@@ -77,28 +77,12 @@ def _create(cluster: LocalCluster, owner: str, count: int) -> list[TokenDescript
         return [t for part in pool.map(batch, sizes) for t in part]
 
 
-def _token_config(token: TokenDescription) -> ClientConfig:
-    return client_config_from_properties({
-        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
-        "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
-                            f'username="{token.token_id}" password="{token.hmac_b64}" '
-                            "tokenauth=true;"})
-
-
 def _logs_in(address: str, token: TokenDescription) -> bool:
-    conn = BrokerConnection(address, _token_config(token), client_id="revocation-test")
-    try:
-        conn.open(time.monotonic() + 10)
-        return True
-    except AdminError as exc:
-        assert exc.error == Errors.SASL_AUTHENTICATION_FAILED, exc
-        return False
-    finally:
-        conn.close()
+    return token_logs_in(address, token, "revocation-test")
 
 
 def _open_session(address: str, token: TokenDescription) -> BrokerConnection:
-    conn = BrokerConnection(address, _token_config(token), client_id="revocation-session")
+    conn = BrokerConnection(address, token_client_config(token), client_id="revocation-session")
     conn.open(time.monotonic() + 10)
     return conn
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.local_cluster import broker_metric
+from tests.support.local_cluster import admin_client, broker_metric
 from tests.support.wait import poll_until
 from tokensvc.admin import AdminClient
 from tokensvc.admin.propagation import token_logs_in, wait_all_brokers
@@ -38,8 +38,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 
 def _admin(cluster: LocalCluster, address: str | None = None) -> AdminClient:
-    return AdminClient(address or cluster.info["bootstrap_servers"],
-                       load_client_config(cluster.info["admin"]["properties"]), timeout_s=30)
+    return admin_client(cluster, address=address, timeout_s=30)
 
 
 def _address(cluster: LocalCluster, broker_id: int) -> str:
