@@ -28,9 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.local_cluster import ClusterFactory
-from tokensvc.admin import AdminClient
-from tokensvc.client_config import load_client_config
+from tests.support.local_cluster import ClusterFactory, admin_client
 from tokensvc.cluster import LocalCluster
 
 
@@ -38,20 +36,22 @@ def _factory(stack: ExitStack, directory: Callable[[], Path],
              chroot: Callable[[], str]) -> ClusterFactory:
     def up(*, brokers: int = 1, overrides: Mapping[str, str] | None = None, tls: bool = False,
            zookeeper: str | None = None, own_zookeeper: bool = False,
-           users: Sequence[tuple[str, str, str]] = ()) -> LocalCluster:
+           users: Sequence[tuple[str, str, str]] = (),
+           broker_env: Mapping[int, Mapping[str, str]] | None = None) -> LocalCluster:
         """Start a cluster of ``brokers`` on ``zookeeper`` (default: a new chroot of the
         session ZooKeeper; ``own_zookeeper``: a managed ZooKeeper of the cluster's own,
-        in its directory), with ``overrides`` in every broker's properties; the users
-        given are created through the admin client before it is handed out."""
+        in its directory), with ``overrides`` in every broker's properties and
+        ``broker_env`` in the environment of the brokers it names; the users given are
+        created through the admin client before it is handed out."""
         if own_zookeeper and zookeeper is not None:
             raise ValueError("own_zookeeper and zookeeper exclude each other")
         connect = None if own_zookeeper else zookeeper or chroot()
         cluster = stack.enter_context(LocalCluster.up(
             directory(), brokers=brokers, zookeeper=connect,
-            overrides=dict(overrides or {}), tls=tls, die_with_parent=True))
+            overrides=dict(overrides or {}), tls=tls, die_with_parent=True,
+            broker_env=broker_env))
         if users:
-            config = load_client_config(cluster.info["admin"]["properties"])
-            with AdminClient(cluster.info["bootstrap_servers"], config, timeout_s=20) as admin:
+            with admin_client(cluster, timeout_s=20) as admin:
                 for name, mechanism, password in users:
                     admin.upsert_user_scram_credential(name, mechanism, password)
         return cluster

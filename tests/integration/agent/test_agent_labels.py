@@ -16,12 +16,12 @@ import json
 import re
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.agent import JOB, AgentProcess
+from tests.support.local_cluster import ClusterFactory
 from tests.support.wait import wait_for
 from tokensvc.admin import AdminClient
 from tokensvc.agent.credentials import parse
@@ -33,15 +33,12 @@ CREATED = re.compile(r"created token (\S+) ")
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    overrides = {
+def cluster(module_cluster_factory: ClusterFactory) -> LocalCluster:
+    return module_cluster_factory(brokers=3, overrides={
         "delegation.token.expiry.time.ms": str(EXPIRY_MS),
         "delegation.token.max.lifetime.ms": str(MAX_MS),
         "delegation.token.expiry.check.interval.ms": "2000",
-    }
-    with LocalCluster.up(tmp_path_factory.mktemp("agent-labels"), brokers=3,
-                         overrides=overrides, die_with_parent=True) as c:
-        yield c
+    })
 
 
 def _created(agent: AgentProcess) -> list[str]:

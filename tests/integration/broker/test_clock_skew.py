@@ -27,7 +27,6 @@ import base64
 import glob
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,7 +34,7 @@ from kafka import KafkaAdminClient
 from kafka.errors import KafkaTimeoutError
 
 from tests.support.client import WireClient
-from tests.support.local_cluster import broker_address, broker_metric
+from tests.support.local_cluster import ClusterFactory, broker_address, broker_metric
 from tests.support.wait import poll_until
 from tokensvc.broker.channel import ChannelAuthError
 from tokensvc.cluster import LocalCluster
@@ -65,13 +64,9 @@ def _faketime_env(offset: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster.up(
-        tmp_path_factory.mktemp("clock-skew"), brokers=3, die_with_parent=True,
-        overrides={"max.clock.skew.ms": BOUND_ABOVE_10_MIN},
-        broker_env={SKEWED: _faketime_env("-10m")},
-    ) as running:
-        yield running
+def cluster(module_cluster_factory: ClusterFactory) -> LocalCluster:
+    return module_cluster_factory(brokers=3, overrides={"max.clock.skew.ms": BOUND_ABOVE_10_MIN},
+                                  broker_env={SKEWED: _faketime_env("-10m")})
 
 
 def _admin(cluster: LocalCluster, broker_id: int) -> WireClient:

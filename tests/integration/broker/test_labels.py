@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,7 +27,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.delegation_token import delegation_token
-from tests.support.local_cluster import admin_client
+from tests.support.local_cluster import ClusterFactory, admin_client
 from tests.support.tokens import token_logs_in
 from tests.support.wait import poll_until
 from tokensvc.admin import AdminClient, AdminError, TokenDescription
@@ -44,12 +43,8 @@ JOBS = ("etl-nightly", "ingest", "compact", "report")
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster.up(tmp_path_factory.mktemp("labels"), brokers=3,
-                         die_with_parent=True) as c:
-        with _admin(c) as admin:
-            admin.upsert_user_scram_credential("mallory", "SCRAM-SHA-512", "mallory-pw")
-        yield c
+def cluster(module_cluster_factory: ClusterFactory) -> LocalCluster:
+    return module_cluster_factory(brokers=3, users=[("mallory", "SCRAM-SHA-512", "mallory-pw")])
 
 
 def _admin(cluster: LocalCluster, address: str | None = None,

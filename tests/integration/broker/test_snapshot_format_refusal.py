@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.local_cluster import admin_client, broker_metric
+from tests.support.local_cluster import ClusterFactory, admin_client, broker_metric
 from tests.support.wait import poll_until
 from tokensvc.admin import AdminClient
 from tokensvc.admin.propagation import token_logs_in, wait_all_brokers
@@ -31,10 +30,8 @@ BEFORE, WHILE_DOWN = 200, 20
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster.up(tmp_path_factory.mktemp("snapshot-format"), brokers=2,
-                         die_with_parent=True) as c:
-        yield c
+def cluster(module_cluster_factory: ClusterFactory) -> LocalCluster:
+    return module_cluster_factory(brokers=2)
 
 
 def _admin(cluster: LocalCluster, address: str | None = None) -> AdminClient:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import time
 import urllib.request
-from collections.abc import Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.local_cluster import ClusterFactory
 from tokensvc.cluster import LocalCluster
 
 HISTOGRAMS = ("tokensvc_event_loop_lag_seconds", "tokensvc_event_loop_lag_cpu_seconds",
@@ -26,10 +26,8 @@ REST_S = 3.0
 
 
 @pytest.fixture
-def cluster(tmp_path, zk_connect: str) -> Iterator[LocalCluster]:
-    with LocalCluster.up(tmp_path / "cluster", brokers=1, zookeeper=zk_connect,
-                         die_with_parent=True) as running:
-        yield running
+def cluster(cluster_factory: ClusterFactory) -> LocalCluster:
+    return cluster_factory(brokers=1)
 
 
 def _histograms(address: str) -> dict[str, dict[str, object]]:

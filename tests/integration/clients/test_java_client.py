@@ -28,7 +28,6 @@ import shutil
 import subprocess
 import time
 import zipfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ import pytest
 from confluent_kafka import KafkaError as ConfluentError
 from confluent_kafka.admin import AdminClient as ConfluentAdmin
 
+from tests.support.local_cluster import ClusterFactory
 from tests.support.wait import retry
 from tokensvc.admin.client import AdminClient
 from tokensvc.authz.acl import (
@@ -117,11 +117,8 @@ def java(tmp_path_factory: pytest.TempPathFactory) -> JavaProgram:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory, zookeeper) -> Iterator[LocalCluster]:
-    connect = f"{zookeeper.connect}/java-client-{time.monotonic_ns()}"
-    with LocalCluster.up(tmp_path_factory.mktemp("java-cluster"), brokers=3, zookeeper=connect,
-                         die_with_parent=True) as local:
-        yield local
+def cluster(module_cluster_factory: ClusterFactory) -> LocalCluster:
+    return module_cluster_factory(brokers=3)
 
 
 def run_java(java: JavaProgram, cluster: LocalCluster, *args: str) -> dict[str, dict[str, Any]]:
