@@ -1,9 +1,9 @@
 """``python -m faults.soak_plot SAMPLES.csv --out PLOT.png``: the soak's series as one figure.
 
-Owns the picture of a soak's ``samples.csv`` (written by ``faults.soakmeter``): five
-panels against the minute of the run, resident memory, open file descriptors and
-threads of each broker and ZooKeeper node, then the bytes of ZooKeeper's data
-directories and of the brokers' audit files. A restart shows as a break in a line.
+Owns the picture of a soak's ``samples.csv`` (written by ``faults.soakmeter``): panels
+against the minute of the run, resident memory, open file descriptors and threads of
+each broker and ZooKeeper node, then the bytes (the files' sizes and the blocks they
+hold) and the files of ZooKeeper's data directories and of the brokers' audit files. A restart shows as a break in a line.
 Drawn with matplotlib on its file-only backend; it reads the CSV and writes the PNG,
 nothing else.
 """
@@ -20,7 +20,8 @@ PANELS = (
     ("rss_bytes", "resident memory (MiB)", 2**20, True),
     ("fds", "open file descriptors", 1, True),
     ("threads", "threads", 1, True),
-    ("bytes", "bytes on disk (MiB)", 2**20, False),
+    ("bytes", "bytes of the files (MiB)", 2**20, False),
+    ("disk_bytes", "bytes allocated on disk (MiB)", 2**20, False),
     ("files", "files on disk", 1, False),
 )
 
@@ -30,7 +31,7 @@ def draw(rows: list[Row], out: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(PANELS), 1, figsize=(10, 13), sharex=True)
+    fig, axes = plt.subplots(len(PANELS), 1, figsize=(10, 15), sharex=True)
     series_names = sorted({r.series for r in rows})
     for ax, (measure, label, scale, processes) in zip(axes, PANELS):
         for series in series_names:
@@ -50,7 +51,8 @@ def draw(rows: list[Row], out: Path, title: str) -> None:
                     [y if y is not None else float("nan") for y in ys], label=series, linewidth=1)
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7, loc="upper left", ncol=3)
+        if ax.get_legend_handles_labels()[0]:  # a panel a CSV has no values for stays bare
+            ax.legend(fontsize=7, loc="upper left", ncol=3)
     axes[-1].set_xlabel("minute of the soak")
     fig.suptitle(title)
     fig.tight_layout()

@@ -24,15 +24,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-FIELDS = ("minute", "series", "pid", "rss_bytes", "fds", "threads", "bytes", "files")
+FIELDS = ("minute", "series", "pid", "rss_bytes", "fds", "threads", "bytes", "files",
+          "disk_bytes")
 PROCESS_MEASURES = ("rss_bytes", "fds", "threads")
-DIRECTORY_MEASURES = ("bytes", "files")
+DIRECTORY_MEASURES = ("bytes", "disk_bytes", "files")
 
 
 @dataclass(frozen=True)
 class Row:
     """One sample of one series: a process (pid, rss_bytes, fds, threads) or a directory
-    (bytes, files); the measures that do not apply are None."""
+    (bytes: the files' sizes; disk_bytes: the blocks they hold, smaller for ZooKeeper's
+    preallocated, sparse transaction logs; files); the measures that do not apply are
+    None."""
 
     minute: float
     series: str
@@ -42,6 +45,7 @@ class Row:
     threads: int | None = None
     bytes: int | None = None
     files: int | None = None
+    disk_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -108,7 +112,7 @@ def summarize(rows: Iterable[Row]) -> list[Slope]:
 def _human(measure: str, value: float | None) -> str:
     if value is None:
         return "-"
-    if measure in ("rss_bytes", "bytes"):
+    if measure in ("rss_bytes", "bytes", "disk_bytes"):
         return f"{value / 2**20:+.2f} MiB" if value else "0 MiB"
     return f"{value:+.1f}"
 
@@ -119,7 +123,8 @@ def format_slopes(slopes: Iterable[Slope]) -> str:
     lines = [(f"{'series':22s} {'measure':9s} {'first':>12s} {'last':>12s} "
               f"{'per hour':>14s} {'2nd half/h':>14s} {'minutes':>8s} lives")]
     for s in slopes:
-        scale = (lambda v: f"{v / 2**20:.1f} MiB") if s.measure in ("rss_bytes", "bytes") \
+        scale = (lambda v: f"{v / 2**20:.1f} MiB") \
+            if s.measure in ("rss_bytes", "bytes", "disk_bytes") \
             else (lambda v: f"{v:.0f}")
         lines.append(f"{s.series:22s} {s.measure:9s} {scale(s.first):>12s} {scale(s.last):>12s} "
                      f"{_human(s.measure, s.per_hour):>14s} "
@@ -143,11 +148,16 @@ def read_rows(path: Path) -> list[Row]:
     rows = []
     with open(path, newline="", encoding="utf-8") as source:
         for record in csv.DictReader(source):
-            values = {f: (None if record[f] == "" else record[f]) for f in FIELDS}
+            values = {f: _read_value(record, f) for f in FIELDS}
             rows.append(Row(
                 float(values["minute"]), values["series"],
                 *(None if values[f] is None else int(values[f]) for f in FIELDS[2:])))
     return rows
+
+
+def _read_value(record: dict[str, str | None], name: str) -> str | None:
+    value = record.get(name)  # a CSV of an older soak has no disk_bytes column
+    return None if value in ("", None) else value
 
 
 # -- the shell: /proc and the directories ------------------------------------------------
@@ -167,17 +177,20 @@ def process_row(minute: float, series: str, pid: int) -> Row | None:
 
 
 def directory_row(minute: float, series: str, paths: Iterable[Path]) -> Row:
-    """The bytes and number of regular files under ``paths`` (missing ones count 0)."""
-    total = files = 0
+    """The bytes, allocated bytes and number of regular files under ``paths`` (missing
+    ones count 0)."""
+    total = allocated = files = 0
     for root in paths:
         for dirpath, _, names in os.walk(root):
             for name in names:
                 try:
-                    total += os.stat(os.path.join(dirpath, name)).st_size
-                    files += 1
+                    stat = os.stat(os.path.join(dirpath, name))
                 except FileNotFoundError:
                     continue
-    return Row(minute, series, bytes=total, files=files)
+                total += stat.st_size
+                allocated += stat.st_blocks * 512
+                files += 1
+    return Row(minute, series, bytes=total, files=files, disk_bytes=allocated)
 
 
 class Sampler:

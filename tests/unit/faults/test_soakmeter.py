@@ -47,16 +47,19 @@ def test_growth_that_levels_off_shows_in_the_second_half():
 
 
 def test_directory_series_are_measured_in_bytes_and_files():
-    rows = [Row(m, "audit files", bytes=1000 * m, files=1 + m // 10) for m in range(30)]
-    (size, files) = summarize(rows)
-    assert (size.measure, files.measure) == ("bytes", "files")
+    rows = [Row(m, "audit files", bytes=1000 * m, files=1 + m // 10, disk_bytes=4096 * m)
+            for m in range(30)]
+    (size, allocated, files) = summarize(rows)
+    assert (size.measure, allocated.measure, files.measure) == ("bytes", "disk_bytes", "files")
+    assert allocated.per_hour == pytest.approx(60 * 4096.0)
     assert size.per_hour == pytest.approx(60_000.0)
     assert "audit files" in format_slopes([size, files])
 
 
 def test_rows_survive_the_csv(tmp_path):
     path = tmp_path / "samples.csv"
-    rows = [Row(0.5, "broker-1", 11, 1 << 20, 21, 7), Row(0.5, "audit files", bytes=3, files=1)]
+    rows = [Row(0.5, "broker-1", 11, 1 << 20, 21, 7),
+            Row(0.5, "audit files", bytes=3, files=1, disk_bytes=4096)]
     write_rows(path, rows[:1], header=True)
     write_rows(path, rows[1:], header=False)
     assert read_rows(path) == rows
@@ -71,9 +74,16 @@ def test_the_sampler_reads_this_process_and_a_directory(tmp_path):
     me, d = rows
     assert me.series == "me" and me.minute == 2.0 and me.rss_bytes > 0 and me.fds > 0
     assert me.threads >= 1
-    assert (d.bytes, d.files) == (1234, 1)
+    assert (d.bytes, d.files) == (1234, 1) and d.disk_bytes >= 1234
     assert read_rows(tmp_path / "samples.csv") == rows
     assert directory_row(0, "none", []).bytes == 0
+
+
+def test_a_csv_of_an_older_soak_reads_without_allocated_bytes(tmp_path):
+    path = tmp_path / "old.csv"
+    path.write_text("minute,series,pid,rss_bytes,fds,threads,bytes,files\n"
+                    "1.0,zookeeper-1 data,,,,,67108880,3\n")
+    assert read_rows(path) == [Row(1.0, "zookeeper-1 data", bytes=67108880, files=3)]
 
 
 def test_the_plot_is_a_png(tmp_path):
