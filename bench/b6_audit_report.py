@@ -199,7 +199,9 @@ def _progress(text: str) -> None:
 def run(ctx: BenchContext) -> Outcome:
     from tokensvc.audit.generator import generate
     from tokensvc.audit.ingest import IngestOptions, run_ingest
-    from tokensvc.audit.report import build_options, create_session, run_report
+    from tokensvc.audit.reporting.job import run_report
+    from tokensvc.audit.reporting.options import build_options
+    from tokensvc.audit.session import create_session
 
     sizes = ctx.sizes.b6_events
     datasets = {}
