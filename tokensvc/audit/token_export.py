@@ -6,8 +6,8 @@ tokens the log never mentions and the labels of tokens created before the range 
 reads. This module owns the one format all three use: the fields (:data:`FIELDS`, in
 the order the report's Spark schema lists them), how a record is written
 (:func:`encode_token`, :func:`write_tokens`) and read back (:func:`decode_token`,
-:func:`read_tokens`). A line is
-a JSON object with keys sorted::
+:func:`read_tokens`). A line is a JSON object with its keys sorted (one line, wrapped
+here)::
 
     {"expiry_ms": 1704088800000, "issue_ms": 1704067200000, "max_ms": 1704153600000,
      "owner": "User:alice", "renewers": ["User:bob"], "requester": "User:alice",
