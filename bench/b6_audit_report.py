@@ -75,13 +75,14 @@ def _events(path: str) -> Iterator[dict[str, Any]]:
 def python_report(files: list[str], snapshot: str) -> dict[str, int]:
     """The reports by plain Python, one process: their row counts."""
     from tokensvc.audit.rules import DEFAULT_SETTINGS, ReferenceAudit
+    from tokensvc.audit.token_export import read_tokens
 
     audit = ReferenceAudit(DEFAULT_SETTINGS)
     observe = audit.observe
     for event in heapq.merge(*(_events(f) for f in files), key=itemgetter("ts")):
         observe(event)
     with open(snapshot, encoding="utf-8") as lines:
-        tokens = [json.loads(line) for line in lines if line.strip()]
+        tokens = [token.as_record() for token in read_tokens(lines)]
     result = audit.result(tokens)
     return {
         "token_usage": len(result.token_usage),
@@ -199,7 +200,9 @@ def _progress(text: str) -> None:
 def run(ctx: BenchContext) -> Outcome:
     from tokensvc.audit.generator import generate
     from tokensvc.audit.ingest import IngestOptions, run_ingest
-    from tokensvc.audit.report import build_options, create_session, run_report
+    from tokensvc.audit.reporting.job import run_report
+    from tokensvc.audit.reporting.options import build_options
+    from tokensvc.audit.session import create_session
 
     sizes = ctx.sizes.b6_events
     datasets = {}

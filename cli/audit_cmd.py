@@ -1,7 +1,7 @@
 """`tokensvc audit`: lake ingest, reports, live findings (Spark) and the event generator.
 
 Thin shells: options are parsed here, the work is done by
-:mod:`tokensvc.audit.ingest`, :mod:`tokensvc.audit.report`,
+:mod:`tokensvc.audit.ingest`, :mod:`tokensvc.audit.reporting`,
 :mod:`tokensvc.audit.watch` and :mod:`tokensvc.audit.generator`. pyspark is
 imported only when a Spark command runs, so the rest of ``tokensvc`` starts fast.
 ``ingest`` and ``watch`` stop cleanly on Ctrl-C and SIGTERM: the running
@@ -88,7 +88,7 @@ def ingest(input_path: str, lake: str, master: str | None, once: bool, file_glob
         format_totals,
         run_ingest,
     )
-    from tokensvc.audit.report import create_session
+    from tokensvc.audit.session import create_session
 
     options = IngestOptions(input_path, lake, once=once, glob=file_glob,
                             closed_after_s=closed_after_s, trigger_s=trigger_s,
@@ -124,7 +124,7 @@ def watch(input_path: str, alerts: str, master: str | None, host_threshold: int,
           burst_threshold: int, burst_window_s: int, lateness_s: int, host_memory_s: int,
           trigger_s: float, file_glob: str) -> None:
     """Raise findings from the live audit files, each once, within seconds."""
-    from tokensvc.audit.report import create_session
+    from tokensvc.audit.session import create_session
     from tokensvc.audit.watch import WatchError, WatchOptions, check_options, run_watch
 
     options = WatchOptions(
@@ -164,13 +164,10 @@ def report(input_path: str | None, lake: str | None, output: str, master: str | 
            until: str | None, host_threshold: int, burst_threshold: int, burst_window_s: int,
            tokens_path: str | None, file_glob: str, group_by_labels: tuple[str, ...]) -> None:
     """Read audit events (files or the lake) with Spark and write the token audit reports."""
-    from tokensvc.audit.report import (
-        ReportError,
-        build_options,
-        create_session,
-        format_summary,
-        run_report,
-    )
+    from tokensvc.audit.reporting.job import run_report
+    from tokensvc.audit.reporting.options import ReportError, build_options
+    from tokensvc.audit.reporting.output import format_summary
+    from tokensvc.audit.session import create_session
 
     try:
         options = build_options(

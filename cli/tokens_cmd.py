@@ -1,19 +1,19 @@
 """`tokensvc tokens export`: a token snapshot from ZooKeeper for the audit report.
 
-The snapshot is JSON lines without any HMAC (ZooKeeper holds none):
-``{"token_id","owner","requester","renewers","issue_ms","expiry_ms","max_ms"}``, plus
-``labels`` (an object) for a token that has labels: the audit report resolves the labels of
-tokens created before the range it reads from here.
+The snapshot is JSON lines without any HMAC (ZooKeeper holds none), in the format of
+:mod:`tokensvc.audit.token_export`: ``token_id``, ``owner``, ``requester``, ``renewers``,
+``issue_ms``, ``expiry_ms``, ``max_ms``, plus ``labels`` for a token that has labels (the
+audit report resolves the labels of tokens created before the range it reads from here).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
 from cli.common import zk_config_option, zk_settings
+from tokensvc.audit.token_export import from_token, write_tokens
 
 
 @click.group("tokens")
@@ -45,26 +45,10 @@ def export(connect: str, out: str, zookeeper_timeout_ms: int, zk_config: str | N
     finally:
         client.stop()
         client.close()
-    lines = [
-        json.dumps(
-            {
-                "token_id": i.token_id,
-                "owner": str(i.owner),
-                "requester": str(i.token_requester),
-                "renewers": [str(r) for r in i.renewers],
-                "issue_ms": i.issue_timestamp,
-                "expiry_ms": i.expiry_timestamp,
-                "max_ms": i.max_timestamp,
-                **({"labels": dict(i.labels)} if i.labels else {}),
-            },
-            sort_keys=True,
-        )
-        for i in sorted(infos, key=lambda i: i.token_id)
-    ]
-    text = "".join(line + "\n" for line in lines)
+    exported = [from_token(info) for info in sorted(infos, key=lambda i: i.token_id)]
     if out == "-":
-        sys.stdout.write(text)
+        write_tokens(exported, sys.stdout)
     else:
         with open(out, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        click.echo(f"exported {len(lines)} tokens to {out}", err=True)
+            write_tokens(exported, fh)
+        click.echo(f"exported {len(exported)} tokens to {out}", err=True)

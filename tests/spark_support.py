@@ -16,7 +16,7 @@ import sys
 
 from pyspark.sql import SparkSession
 
-from tokensvc.audit.report import DRIVER_JAVA_OPTIONS
+from tokensvc.audit.session import DRIVER_JAVA_OPTIONS
 
 
 @functools.cache

@@ -7,7 +7,8 @@ credential changes, session re-authentication) that writes events of the
 :mod:`tokensvc.audit.events` schema the way brokers do, one file series per
 broker, plus:
 
-* ``tokens.jsonl``: a token snapshot (the format of ``tokensvc tokens export``),
+* ``tokens.jsonl``: a token snapshot (the format of ``tokensvc tokens export``,
+  written by :mod:`tokensvc.audit.token_export`),
 
 Two thirds of the tokens carry a ``job`` label (:data:`GENERATED_JOBS`, chosen from the
 token id, so the random sequence and every other value are what they were before labels
@@ -50,6 +51,7 @@ from tokensvc.audit.rules import (
     RuleSettings,
     sort_findings,
 )
+from tokensvc.audit.token_export import ExportedToken, write_tokens
 from tokensvc.audit.writer import audit_file_name
 
 DEFAULT_START_MS = 1_704_067_200_000  # 2024-01-01T00:00:00Z
@@ -142,13 +144,9 @@ class _Token:
         self.login_line: str | None = None
         self.labels = generated_labels(token_id)
 
-    def snapshot(self) -> dict[str, Any]:
-        line = {"token_id": self.token_id, "owner": self.owner, "requester": self.requester,
-                "renewers": self.renewers, "issue_ms": self.issue, "expiry_ms": self.expiry,
-                "max_ms": self.max}
-        if self.labels:
-            line["labels"] = self.labels
-        return line
+    def exported(self) -> ExportedToken:
+        return ExportedToken(self.token_id, self.owner, self.requester, tuple(self.renewers),
+                             self.issue, self.expiry, self.max, self.labels or {})
 
 
 class _BrokerFiles:
@@ -590,15 +588,15 @@ class _Simulation:
         for files in self.files:
             files.close()
 
-    def snapshot_tokens(self) -> list[dict[str, Any]]:
-        live = [token.snapshot() for token in self.live]
-        return [t.snapshot() for t in self.stale] + sorted(live, key=lambda t: t["token_id"])
+    def snapshot_tokens(self) -> list[ExportedToken]:
+        live = [token.exported() for token in self.live]
+        return [t.exported() for t in self.stale] + sorted(live, key=lambda t: t.token_id)
 
 
 @dataclass
 class _ShardOutput:
     truth: ReferenceAudit
-    snapshot: list[dict[str, Any]]
+    snapshot: list[ExportedToken]
     planted: dict[str, list[Any]]
     count: int
     first_ts: int | None
@@ -612,7 +610,7 @@ def _run_shard(args: tuple[str, int, int, int, int, int, RuleSettings, int, int]
                       per_file)
     sim.run()
     snapshot = sim.snapshot_tokens()
-    labelled = {**sim.labelled, **{t["token_id"]: t["labels"] for t in snapshot if "labels" in t}}
+    labelled = {**sim.labelled, **{t.token_id: dict(t.labels) for t in snapshot if t.labels}}
     return _ShardOutput(sim.truth, snapshot, sim.planted, sim.count, sim.first_ts,
                         [p for f in sim.files for p in f.paths], labelled)
 
@@ -665,11 +663,12 @@ def generate(
     last_ts = max((o.truth.last_ts for o in outputs if o.truth.last_ts is not None), default=None)
     snapshot = [token for o in outputs for token in o.snapshot]
     labelled = {t: labels for o in outputs for t, labels in o.labels.items()}
-    results = [o.truth.result(o.snapshot, as_of_ms=last_ts) for o in outputs]
+    results = [o.truth.result([t.as_record() for t in o.snapshot], as_of_ms=last_ts)
+               for o in outputs]
     result = _merge(results, last_ts)
     snapshot_path = directory / SNAPSHOT_FILE
     with open(snapshot_path, "w", encoding="ascii") as fh:
-        fh.writelines(json.dumps(token, separators=(",", ":")) + "\n" for token in snapshot)
+        write_tokens(snapshot, fh)
     planted: dict[str, list[Any]] = {}
     for o in outputs:
         for rule, what in o.planted.items():

@@ -5,7 +5,7 @@ orders) and a pure reference implementation of every report the Spark job
 writes: :class:`ReferenceAudit` consumes events in time order and produces the
 per-token and per-owner usage, the hourly counts and the findings. The
 synthetic generator uses it to write exact ground truth, and the tests hold the
-Spark job (:mod:`tokensvc.audit.report`) to the same answers.
+Spark job (:mod:`tokensvc.audit.reporting`) to the same answers.
 
 It does no I/O, reads no clock and must not import pyspark.
 

@@ -16,7 +16,8 @@ import pytest
 from tests.spark_support import shared_spark
 from tests.support.client import WireClient
 from tests.support.inproc import InProcessBroker, bootstrap_user, broker_properties
-from tokensvc.audit.report import build_options, run_report
+from tokensvc.audit.reporting.job import run_report
+from tokensvc.audit.reporting.options import build_options
 from tokensvc.core.config import BrokerConfig
 from tokensvc.protocol.api import ApiKey
 

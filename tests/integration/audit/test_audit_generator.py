@@ -13,6 +13,7 @@ from cli.audit_cmd import audit
 from tokensvc.audit.events import COMMON_FIELDS, build_event
 from tokensvc.audit.generator import GROUND_TRUTH_FILE, SNAPSHOT_FILE, generate
 from tokensvc.audit.rules import RULES, ReferenceAudit, RuleSettings
+from tokensvc.audit.token_export import read_tokens
 
 EVENTS = 6_000
 
@@ -58,7 +59,8 @@ def test_every_line_is_a_valid_schema_event_without_secrets(sharded: Path) -> No
 def test_ground_truth_equals_the_reference_over_the_written_files(sharded: Path) -> None:
     """Merging shard results must give what one pass over all files gives."""
     truth = json.loads((sharded / GROUND_TRUTH_FILE).read_text())
-    snapshot = [json.loads(line) for line in (sharded / SNAPSHOT_FILE).read_text().splitlines()]
+    with open(sharded / SNAPSHOT_FILE, encoding="utf-8") as lines:
+        snapshot = [token.as_record() for token in read_tokens(lines)]
     reference = ReferenceAudit(RuleSettings(**truth["settings"]))
     for event in sorted(read_events(sharded), key=lambda e: e["ts"]):
         reference.observe(event)

@@ -26,7 +26,9 @@ from cli.audit_cmd import audit
 from tests.spark_support import shared_spark
 from tokensvc.audit.events import authentication_event, stamp, token_event
 from tokensvc.audit.generator import GROUND_TRUTH_FILE, SNAPSHOT_FILE, generate
-from tokensvc.audit.report import build_options, format_summary, run_report
+from tokensvc.audit.reporting.job import run_report
+from tokensvc.audit.reporting.options import build_options
+from tokensvc.audit.reporting.output import format_summary
 
 # Spark on a shared machine: a report takes minutes when the cores are busy.
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]

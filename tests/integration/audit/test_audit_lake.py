@@ -35,7 +35,8 @@ from tokensvc.audit.lake import (
     read_partials,
     read_stats,
 )
-from tokensvc.audit.report import REPORTS, build_options, run_report
+from tokensvc.audit.reporting.job import run_report
+from tokensvc.audit.reporting.options import REPORTS, build_options
 
 # The longest module of the suite (a loaded 2-core machine: 12 min): handed out first.
 pytestmark = [pytest.mark.spark, pytest.mark.heavy(minutes=12)]

@@ -28,13 +28,8 @@ from tokensvc.audit.events import (
     token_event,
 )
 from tokensvc.audit.generator import GROUND_TRUTH_FILE, SNAPSHOT_FILE, generate
-from tokensvc.audit.report import (
-    REPORTS,
-    ReportError,
-    build_options,
-    parse_time,
-    run_report,
-)
+from tokensvc.audit.reporting.job import run_report
+from tokensvc.audit.reporting.options import REPORTS, ReportError, build_options, parse_time
 from tokensvc.audit.rules import FINDING_COLUMNS, RULES, SEVERITIES, TOKEN_USAGE_COLUMNS
 
 pytestmark = pytest.mark.spark

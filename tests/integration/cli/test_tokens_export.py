@@ -8,6 +8,7 @@ import json
 from click.testing import CliRunner
 
 from cli.tokens_cmd import tokens
+from tokensvc.audit.token_export import read_tokens
 from tokensvc.core.clock import FakeClock
 from tokensvc.core.keys import MasterKeys, token_hmac
 from tokensvc.core.manager import TokenManager
@@ -46,6 +47,7 @@ def test_export_writes_every_token_without_hmac(zk_connect, tmp_path):
         "max_ms": made[0].info.max_timestamp,
     }
     text = out.read_text()
+    assert [t.token_id for t in read_tokens(text.splitlines())] == sorted(by_id)
     for token in made:
         assert base64.b64encode(token_hmac("export-test-key", token.info.token_id)).decode() not in text
 
