@@ -39,7 +39,9 @@ from tokensvc.audit.reporting.job import run_report
 from tokensvc.audit.reporting.options import REPORTS, build_options
 
 # The longest module of the suite (a loaded 2-core machine: 12 min): handed out first.
-pytestmark = [pytest.mark.spark, pytest.mark.heavy(minutes=12)]
+# Its shared set-up (an ingest and two reports) alone can take minutes when the machine
+# is busy: a test's time limit here counts that set-up too.
+pytestmark = [pytest.mark.spark, pytest.mark.heavy(minutes=12), pytest.mark.timeout(900)]
 
 T0 = 1_704_067_200_000  # 2024-01-01T00:00:00Z
 ROOT = Path(__file__).resolve().parents[3]
