@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokensvc.broker import eventloop
 from tokensvc.broker.broker import Broker
+from tokensvc.broker.loop import eventloop
 from tokensvc.core.config import BrokerConfig
 from tokensvc.scram.formatter import ScramMechanism
 from zk import credential_store

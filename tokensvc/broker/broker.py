@@ -6,11 +6,11 @@ credentials, authorizer, the controller's write path guarded by this broker's
 ``/controller_epoch`` version, audit, metrics), and :meth:`Broker.dispatch`, the one
 callable the socket server hands every decoded request to: it routes through the
 ApiKey -> handler table; a write goes to the controller's exactly-once ledger
-(:mod:`tokensvc.broker.ledger`) here, or to the forwarder
-(:mod:`tokensvc.broker.forwarding`) on a non-controller.
+(:mod:`tokensvc.broker.writes.ledger`) here, or to the forwarder
+(:mod:`tokensvc.broker.writes.forwarding`) on a non-controller.
 
 Start-up order: ZooKeeper session → the clock measured against ZooKeeper's time (one
-round of samples; :mod:`tokensvc.broker.clockskew`) → ``early.start.listeners`` open → token,
+round of samples; :mod:`tokensvc.broker.gates.clockskew`) → ``early.start.listeners`` open → token,
 credential and ACL caches loaded (authorizer ready; the token cache from its
 snapshot, caught up from ZooKeeper, when ``token.cache.snapshot.dir`` holds a
 usable one: :mod:`tokensvc.snapshot`) → election and expiry sweep → the other
@@ -19,7 +19,7 @@ run in worker threads, never on the event loop; the snapshot is written by a
 thread of its own, periodically and at a clean stop.
 
 Bounded staleness (issue #20): the broker's
-:class:`~tokensvc.broker.freshness.FreshnessGate` confirms, in the background every
+:class:`~tokensvc.broker.gates.freshness.FreshnessGate` confirms, in the background every
 ``zookeeper.max.staleness.ms / 3``, that the token, credential and ACL caches are current
 (:meth:`zk.notifications.VersionWaiter.confirm_current`). :meth:`Broker.dispatch` holds
 every request of a token-authenticated connection until the view is fresh, the SASL
@@ -28,7 +28,7 @@ was removed by the catch-up) is not served.
 
 One clock (issue #36): ``self.clock`` is a
 :class:`~tokensvc.core.clock.CorrectedClock` -- the cluster's time, measured against
-ZooKeeper's by the :class:`~tokensvc.broker.clockskew.ClockGate` -- and is the clock of
+ZooKeeper's by the :class:`~tokensvc.broker.gates.clockskew.ClockGate` -- and is the clock of
 the token rules, SCRAM's expiry check, the session registry, the expiry sweep and the
 syncs' purges. While the gate does not trust it (beyond ``max.clock.skew.ms`` or not
 measured), token logins (SASL handler), token writes (here on a non-controller, in the
@@ -47,21 +47,17 @@ from typing import Any
 
 from tokensvc.audit.writer import AuditLog
 from tokensvc.authz.authorizer import AclAuthorizer
-from tokensvc.broker.clockskew import ClockGate
 from tokensvc.broker.context import RequestContext, WriteTicket, client_request_key
-from tokensvc.broker.derivations import DerivationPool
-from tokensvc.broker.forwarding import EnvelopeForwarder
-from tokensvc.broker.freshness import FreshnessGate, StaleView
-from tokensvc.broker.groupcommit import GroupCommit
+from tokensvc.broker.gates.clockskew import ClockGate
+from tokensvc.broker.gates.freshness import FreshnessGate, StaleView
 from tokensvc.broker.handlers import HANDLERS, sasl
 from tokensvc.broker.handlers import tokens as token_handlers
 from tokensvc.broker.handlers.base import ApiHandler
 from tokensvc.broker.handlers.sasl import HostNoticeLimiter
-from tokensvc.broker.ledger import WriteLedger, new_request_key
-from tokensvc.broker.loopwatch import LoopWatch, StallMeter
+from tokensvc.broker.loop.loopwatch import LoopWatch, StallMeter
+from tokensvc.broker.loop.offloop import encode_response_segments_async
 from tokensvc.broker.metrics import BrokerMetrics
-from tokensvc.broker.offloop import encode_response_segments_async
-from tokensvc.broker.server import BrokerServer
+from tokensvc.broker.network.server import BrokerServer
 from tokensvc.broker.services import (
     AclService,
     Authorization,
@@ -70,8 +66,12 @@ from tokensvc.broker.services import (
     TokenService,
     WritePath,
 )
-from tokensvc.broker.session import Session, State
-from tokensvc.broker.sessions import SessionRegistry
+from tokensvc.broker.sessions.derivations import DerivationPool
+from tokensvc.broker.sessions.registry import SessionRegistry
+from tokensvc.broker.sessions.session import Session, State
+from tokensvc.broker.writes.forwarding import EnvelopeForwarder
+from tokensvc.broker.writes.groupcommit import GroupCommit
+from tokensvc.broker.writes.ledger import WriteLedger, new_request_key
 from tokensvc.core.cache import TokenCache
 from tokensvc.core.clock import Clock, CorrectedClock
 from tokensvc.core.clocksync import ClusterTimeEstimator
@@ -499,7 +499,7 @@ class Broker:
 
     async def _measure_clock(self, probe: ClockProbe) -> None:
         """Measure the clock once before any listener opens, then every few seconds
-        (:mod:`tokensvc.broker.clockskew`): no token login is decided on an unchecked
+        (:mod:`tokensvc.broker.gates.clockskew`): no token login is decided on an unchecked
         clock. A failed first round leaves the clock UNCHECKED (token logins and writes
         refused, retriable) until a background round succeeds."""
         assert isinstance(self.clock, CorrectedClock)

@@ -14,14 +14,14 @@ Owns :class:`Services` (what a handler gets instead of the broker) and the servi
 
 The write path (:class:`WritePath`) is the controller's: every write runs its store call
 in a worker thread under the controller guard (token writes through the group commit,
-:mod:`tokensvc.broker.groupcommit`: concurrent ones share one transaction, each with its
+:mod:`tokensvc.broker.writes.groupcommit`: concurrent ones share one transaction, each with its
 own outcome), with the request record of its
 :class:`~tokensvc.broker.context.WriteTicket` in the same ZooKeeper transaction, then
 *waits until this broker's own caches have applied the notification versions it
 committed* (futures set by the followers: no sleep, no polling) and adds them to the
 ticket, so the answering broker -- this one, or the forwarding broker that waits for the
 same versions -- serves the write before it answers. Two outcomes are not answers and
-leave the handler as exceptions, for :class:`tokensvc.broker.ledger.WriteLedger`:
+leave the handler as exceptions, for :class:`tokensvc.broker.writes.ledger.WriteLedger`:
 :class:`AlreadyApplied` (the request key was recorded: a retry) and
 :class:`OutcomeUnknown` (ZooKeeper failed during the commit, or the cache did not catch
 up in time: the ledger looks the key up and retries).
@@ -126,7 +126,7 @@ class TokenStoreWrites(Protocol):
 
 
 class Grouped(Protocol):
-    """The group commit of token writes (:class:`tokensvc.broker.groupcommit.GroupCommit`):
+    """The group commit of token writes (:class:`tokensvc.broker.writes.groupcommit.GroupCommit`):
     ``submit`` returns the write's notification sequence (None: nothing changed) or
     raises its own store error."""
 
@@ -579,7 +579,7 @@ class AuthService(Protocol):
 
 
 class Ledger(Protocol):
-    """The controller's exactly-once ledger (:class:`tokensvc.broker.ledger.WriteLedger`)."""
+    """The controller's exactly-once ledger (:class:`tokensvc.broker.writes.ledger.WriteLedger`)."""
 
     async def apply(self, ctx: RequestContext, body: dict) -> tuple[bytes, int]: ...
 

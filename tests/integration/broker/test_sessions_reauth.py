@@ -24,7 +24,7 @@ from kafka import KafkaAdminClient
 from tests.support.client import WireClient
 from tests.support.inproc import InProcessBroker, bootstrap_user, broker_properties
 from tests.support.wait import retry as eventually
-from tokensvc.broker.channel import ChannelClosed
+from tokensvc.broker.writes.channel import ChannelClosed
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
 from tokensvc.kafka_python_token import token_login_config

@@ -30,7 +30,7 @@ from tests.support.inproc import (
     running_brokers,
     zk_client,
 )
-from tokensvc.broker.channel import BrokerChannel
+from tokensvc.broker.writes.channel import BrokerChannel
 from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.protocol import RequestHeader, encode_request

@@ -24,7 +24,7 @@ import pytest
 from tests.support.client import WireClient
 from tests.support.inproc import InProcessBroker, bootstrap_user, broker_properties
 from tests.support.wait import poll_until
-from tokensvc.broker.channel import ChannelAuthError
+from tokensvc.broker.writes.channel import ChannelAuthError
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
 from tokensvc.protocol.api import ApiKey

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tokensvc.broker.context import RequestContext
-from tokensvc.broker.session import IllegalSaslState, Session, State
+from tokensvc.broker.sessions.session import IllegalSaslState, Session, State
 from tokensvc.core.principal import KafkaPrincipal
 
 ALICE = KafkaPrincipal.user("alice")

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 from tokensvc.broker.context import RequestContext, WriteTicket
 from tokensvc.broker.handlers.base import ApiHandler, replay_recorded
-from tokensvc.broker.ledger import WriteLedger
 from tokensvc.broker.services import WritePath
+from tokensvc.broker.writes.ledger import WriteLedger
 from tokensvc.core.clock import FakeClock
 from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal

@@ -26,7 +26,7 @@ its idle and stalled-frame timeouts, and how it ends. Broker-wide it owns the
   (``OUTPUT_HIGH_WATER``); above it the connection stops decoding requests
   and reading until the client has read its responses.
 - **Login path.** ApiVersions and SaslHandshake are answered from
-  :class:`~tokensvc.broker.precomputed.PrecomputedResponses`; SaslAuthenticate
+  :class:`~tokensvc.broker.network.precomputed.PrecomputedResponses`; SaslAuthenticate
   and raw SASL frames run ``dispatch`` on the spot, without a task: a task is
   made only if that coroutine has to wait (the failed-login delay). Other APIs
   run as one task each. No lock anywhere.
@@ -54,11 +54,11 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from tokensvc.broker.clockskew import ClockSkewed
 from tokensvc.broker.context import RequestContext
-from tokensvc.broker.decoding import decode_client_request
-from tokensvc.broker.precomputed import PrecomputedResponses
-from tokensvc.broker.session import IllegalSaslState, Session, State
+from tokensvc.broker.gates.clockskew import ClockSkewed
+from tokensvc.broker.network.decoding import decode_client_request
+from tokensvc.broker.network.precomputed import PrecomputedResponses
+from tokensvc.broker.sessions.session import IllegalSaslState, Session, State
 from tokensvc.core.config import BrokerConfig, Listener
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.principal import ANONYMOUS, KafkaPrincipal

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokensvc.audit.writer import AuditUnavailable
 from tokensvc.broker.context import WriteTicket
-from tokensvc.broker.offloop import encode_response_async
+from tokensvc.broker.loop.offloop import encode_response_async
 from tokensvc.broker.services import AlreadyApplied, OutcomeUnknown
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.protocol import encode_response

@@ -1,7 +1,7 @@
 """Listeners and TLS for a broker: the only room of the broker that opens sockets.
 
 Owns one asyncio server per listener (on the Protocol API: each accepted
-connection is a :class:`~tokensvc.broker.connection.Connection`), TLS
+connection is a :class:`~tokensvc.broker.network.connection.Connection`), TLS
 contexts from PEM files, ``max.connections.per.ip`` bookkeeping, the
 broker-wide request memory pool (``queued.max.request.bytes``) and the
 precomputed ApiVersions and SaslHandshake responses its connections share.
@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from tokensvc.broker.connection import (
+from tokensvc.broker.network.connection import (
     Connection,
     Dispatch,
     Handshake,
@@ -30,8 +30,8 @@ from tokensvc.broker.connection import (
     RequestMemoryPool,
     ServerServices,
 )
-from tokensvc.broker.precomputed import PrecomputedResponses
-from tokensvc.broker.session import Session
+from tokensvc.broker.network.precomputed import PrecomputedResponses
+from tokensvc.broker.sessions.session import Session
 from tokensvc.core.config import BrokerConfig, Listener
 
 log = logging.getLogger("tokensvc.broker.server")
