@@ -144,7 +144,7 @@ async def handle_envelope(services: Services, ctx: RequestContext, body: dict) -
         forwarded=True,
         write=ticket,
     )
-    response, error = await ledger.apply(inner, inner_body)
+    response, error = await ledger.apply(services, inner, inner_body)
     if error == Errors.NOT_CONTROLLER:
         return _error(ctx.api_version, Errors.NOT_CONTROLLER)
     committed = inner.write.committed if inner.write is not None else []

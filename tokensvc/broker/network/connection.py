@@ -49,7 +49,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -57,198 +57,31 @@ from typing import Any
 from tokensvc.broker.context import RequestContext
 from tokensvc.broker.gates.clockskew import ClockSkewed
 from tokensvc.broker.network.decoding import decode_client_request
+from tokensvc.broker.network.memory import RequestMemoryPool
 from tokensvc.broker.network.precomputed import PrecomputedResponses
+from tokensvc.broker.network.receive import RECEIVE_BUFFER_BYTES, ReceiveBuffer
+from tokensvc.broker.network.trampoline import continue_in_task
 from tokensvc.broker.sessions.session import IllegalSaslState, Session, State
 from tokensvc.core.config import BrokerConfig, Listener
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.principal import ANONYMOUS, KafkaPrincipal
 from tokensvc.protocol import FrameTooLargeError, UnsupportedVersionError
 from tokensvc.protocol.api import ApiKey
-from tokensvc.protocol.primitives import INT16, INT32
+from tokensvc.protocol.primitives import INT32
 from tokensvc.scram.server import ScramAuthenticationError
 
 log = logging.getLogger("tokensvc.broker.server")
 
-RECEIVE_BUFFER_BYTES = 4096
 OUTPUT_HIGH_WATER = 256 * 1024
 OUTPUT_LOW_WATER = 64 * 1024
 CLOSE_FLUSH_S = 1.0
 CLOSE_LINGER_S = 0.5
-SIZE_PREFIX = 4
 # EnvelopeRequests one inter-broker connection may have in flight (see "Order").
 ENVELOPES_IN_FLIGHT = 64
 
 Dispatch = Callable[[RequestContext, dict], Coroutine[Any, Any, tuple[bytes | list[bytes], int]]]
 RawSasl = Callable[[Session, bytes], Awaitable[bytes]]
 Handshake = Callable[[Session, str, int], Errors]
-
-
-# -- pure parts: the receive buffer and the memory pool ---------------------------------------
-
-
-class ReceiveBuffer:
-    """Frames of one connection, parsed in place from a reused buffer (sans-IO).
-
-    The socket writes into :meth:`writable`; :meth:`received` records how much
-    it wrote; :meth:`next_frame` returns each complete frame's payload as a
-    ``memoryview`` of the buffer, valid until the next call. A size prefix that
-    is negative or above ``max_size`` raises ``FrameTooLargeError`` as soon as
-    its four bytes are in. The buffer has ``base`` bytes; :meth:`grow` gives
-    it room for a larger frame and :meth:`shrink` returns to ``base`` when
-    what is left fits again.
-    """
-
-    def __init__(self, base: int = RECEIVE_BUFFER_BYTES, max_size: int = 2**31 - 1) -> None:
-        self._base = bytearray(base)
-        self._buf = self._base
-        self._view = memoryview(self._buf)
-        self._start = 0
-        self._end = 0
-        self._size: int | None = None
-        self.max_size = max_size
-
-    @property
-    def base(self) -> int:
-        return len(self._base)
-
-    @property
-    def capacity(self) -> int:
-        return len(self._buf)
-
-    @property
-    def buffered(self) -> int:
-        """Bytes received and not yet returned as a frame."""
-        return self._end - self._start
-
-    @property
-    def free(self) -> int:
-        return len(self._buf) - self._end
-
-    def writable(self) -> memoryview:
-        return self._view[self._end:]
-
-    @property
-    def empty_at_base(self) -> bool:
-        """Nothing buffered, in the base buffer: nothing to move, grow or shrink."""
-        return self._end == 0 and self._buf is self._base
-
-    def received(self, nbytes: int) -> None:
-        self._end += nbytes
-
-    def discard(self) -> None:
-        """Drop everything buffered (the connection is closing)."""
-        self._start = self._end = 0
-        self._size = None
-
-    def next_size(self) -> int | None:
-        """The size of the next frame once its prefix is in (checked against ``max_size``)."""
-        if self._size is None and self._end - self._start >= SIZE_PREFIX:
-            size = INT32.unpack_from(self._buf, self._start)[0]
-            if size < 0 or size > self.max_size:
-                raise FrameTooLargeError(size, self.max_size)
-            self._size = size
-        return self._size
-
-    def next_frame(self) -> memoryview | None:
-        """The next complete frame's payload, or None until more bytes arrive."""
-        size = self.next_size()
-        if size is None or self._end - self._start - SIZE_PREFIX < size:
-            return None
-        begin = self._start + SIZE_PREFIX
-        self._start = begin + size
-        self._size = None
-        if self._start == self._end:
-            self._start = self._end = 0
-        return self._view[begin:begin + size]
-
-    def next_api_key(self) -> int | None:
-        """The API key of the next frame once it is complete, without taking it."""
-        size = self.next_size()
-        if size is None or size < INT16.size or self._end - self._start - SIZE_PREFIX < size:
-            return None
-        return INT16.unpack_from(self._buf, self._start + SIZE_PREFIX)[0]
-
-    def room_needed(self) -> int:
-        """Capacity the next frame needs to be held whole (4 while its size is unknown)."""
-        size = self.next_size()
-        return SIZE_PREFIX + (size or 0)
-
-    def make_room(self) -> None:
-        """Move the unparsed bytes to the front when the next frame would not fit after them."""
-        if self._start and self._start + self.room_needed() > len(self._buf):
-            n = self._end - self._start
-            # bytes(): the two ranges may overlap.
-            self._buf[:n] = bytes(self._view[self._start:self._end])
-            self._start, self._end = 0, n
-
-    def grow(self, capacity: int) -> None:
-        """Hold ``capacity`` bytes (a frame larger than the buffer is coming)."""
-        n = self._end - self._start
-        buf = bytearray(capacity)
-        buf[:n] = self._view[self._start:self._end]
-        self._buf, self._view = buf, memoryview(buf)
-        self._start, self._end = 0, n
-
-    def shrink(self) -> bool:
-        """Return to the base buffer if what is buffered and the next frame fit in it."""
-        if self._buf is self._base:
-            return False
-        n = self._end - self._start
-        if n > len(self._base) or self.room_needed() > len(self._base):
-            return False
-        self._base[:n] = self._view[self._start:self._end]
-        self._buf, self._view = self._base, memoryview(self._base)
-        self._start, self._end = 0, n
-        return True
-
-
-class RequestMemoryPool:
-    """The broker-wide budget for request bytes held beyond the connections' own buffers.
-
-    ``queued.max.request.bytes`` (``capacity``; -1 = no cap). A connection
-    that cannot reserve what its next frame needs registers a callback with
-    :meth:`wait` and is not read; :meth:`release` calls the waiters in arrival
-    order while they obtain their memory (each callback reserves and returns
-    True, or returns False to stay first in line).
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.used = 0
-        self._waiters: deque[Callable[[], bool]] = deque()
-
-    @property
-    def waiting(self) -> int:
-        return len(self._waiters)
-
-    def try_reserve(self, nbytes: int) -> bool:
-        """Reserve ``nbytes`` unless that passes the cap or someone is already waiting."""
-        if self._waiters:
-            return False
-        return self.reserve_for_waiter(nbytes)
-
-    def reserve_for_waiter(self, nbytes: int) -> bool:
-        """``try_reserve`` for the waiter at the head of the line."""
-        if self.capacity >= 0 and self.used + nbytes > self.capacity:
-            return False
-        self.used += nbytes
-        return True
-
-    def release(self, nbytes: int) -> None:
-        self.used -= nbytes
-        while self._waiters:
-            if not self._waiters[0]():
-                break
-            self._waiters.popleft()
-
-    def wait(self, callback: Callable[[], bool]) -> None:
-        self._waiters.append(callback)
-
-    def cancel(self, callback: Callable[[], bool]) -> None:
-        try:
-            self._waiters.remove(callback)
-        except ValueError:
-            pass
 
 
 # -- the shared services a connection uses ----------------------------------------------------
@@ -271,35 +104,6 @@ class ServerServices:
     pool: RequestMemoryPool
     per_ip: Counter[str]
     live: set[Connection]
-
-
-class _Reyield:
-    """Hands a future a coroutine yielded on to the task now running that coroutine."""
-
-    __slots__ = ("future",)
-
-    def __init__(self, future: Any) -> None:
-        self.future = future
-
-    def __await__(self):
-        return (yield self.future)
-
-
-async def _continue(coro: Coroutine[Any, Any, Any], waiting: Any) -> Any:
-    """Run the rest of ``coro``, which was started outside a task and yielded ``waiting``."""
-    while True:
-        try:
-            await _Reyield(waiting)
-        except BaseException as exc:  # noqa: BLE001 - cancellation is passed on to coro
-            try:
-                waiting = coro.throw(exc)
-            except StopIteration as done:
-                return done.value
-        else:
-            try:
-                waiting = coro.send(None)
-            except StopIteration as done:
-                return done.value
 
 
 # -- the protocol -----------------------------------------------------------------------------
@@ -595,7 +399,7 @@ class Connection(asyncio.BufferedProtocol):
             except StopIteration as done:
                 self._done(done.value, api, started, raw)
                 return
-            task = self._loop.create_task(_continue(coro, waiting))
+            task = self._loop.create_task(continue_in_task(coro, waiting))
         else:
             task = self._loop.create_task(coro)
         self._in_flight = task

@@ -27,9 +27,9 @@ from tokensvc.broker.network.connection import (
     Dispatch,
     Handshake,
     RawSasl,
-    RequestMemoryPool,
     ServerServices,
 )
+from tokensvc.broker.network.memory import RequestMemoryPool
 from tokensvc.broker.network.precomputed import PrecomputedResponses
 from tokensvc.broker.sessions.session import Session
 from tokensvc.core.config import BrokerConfig, Listener
@@ -66,6 +66,7 @@ class BrokerServer:
         clock: Any,
         on_session_expired: Callable[[Session], None],
         api_name: Callable[[int], str],
+        addresses: dict[str, tuple[str, int]] | None = None,
     ) -> None:
         self.config = config
         self.pool = RequestMemoryPool(config.queued_max_request_bytes)
@@ -94,7 +95,9 @@ class BrokerServer:
         metrics.gauge("tokensvc_request_memory_waiting",
                       "Connections not read until request memory is freed", lambda: pool.waiting)
         self._servers: dict[str, asyncio.AbstractServer] = {}
-        self.addresses: dict[str, tuple[str, int]] = {}
+        # Each open listener's bound address; ``addresses``: a dict to fill (the cluster
+        # view handlers get reads the broker's own endpoints from it).
+        self.addresses: dict[str, tuple[str, int]] = {} if addresses is None else addresses
 
     @property
     def connections(self) -> int:

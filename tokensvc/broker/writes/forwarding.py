@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING, Any
 from tokensvc.broker.context import WriteTicket, client_request_key, committed_token_of
 from tokensvc.broker.loop.offloop import LARGE_ITEMS
 from tokensvc.broker.network.decoding import decode_client_request
-from tokensvc.broker.services import TOKENS_ROOT
 from tokensvc.broker.writes.channel import BrokerChannel
+from tokensvc.broker.writes.path import TOKENS_ROOT
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import decode_response, encode_response, response_error_code
 from tokensvc.protocol.principal_serde import serialize_principal
