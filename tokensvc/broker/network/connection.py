@@ -1,9 +1,12 @@
 """One client connection on asyncio's Protocol API: framing, order, memory and time limits.
 
-Owns, per connection: the receive buffer frames are parsed from, the order
-in which requests are answered, the back-pressure that bounds what it holds,
-its idle and stalled-frame timeouts, and how it ends. Broker-wide it owns the
-:class:`RequestMemoryPool` (``queued.max.request.bytes``).
+Owns, per connection: the order in which requests are answered, the
+back-pressure that bounds what it holds, its idle and stalled-frame timeouts, and
+how it ends. It reads into its
+:class:`~tokensvc.broker.network.receive.ReceiveBuffer` and takes memory for large
+frames from the broker's
+:class:`~tokensvc.broker.network.memory.RequestMemoryPool`
+(``queued.max.request.bytes``).
 
 - **Framing.** The socket reads straight into a fixed 4 KB buffer per
   connection (``BufferedProtocol``: no bytes object per read) and a frame's
@@ -25,10 +28,13 @@ its idle and stalled-frame timeouts, and how it ends. Broker-wide it owns the
 - **Output.** The transport's write buffer is bounded
   (``OUTPUT_HIGH_WATER``); above it the connection stops decoding requests
   and reading until the client has read its responses.
-- **Login path.** ApiVersions and SaslHandshake are answered from
-  :class:`~tokensvc.broker.network.precomputed.PrecomputedResponses`; SaslAuthenticate
-  and raw SASL frames run ``dispatch`` on the spot, without a task: a task is
-  made only if that coroutine has to wait (the failed-login delay). Other APIs
+- **Routing.** Every decoded request goes where its session's table says
+  (:meth:`~tokensvc.broker.sessions.session.Session.route`): refused or expired
+  (the connection closes), ApiVersions and SaslHandshake answered from
+  :class:`~tokensvc.broker.network.precomputed.PrecomputedResponses`,
+  SaslAuthenticate (and raw SASL frames, when the session says frames are raw) run
+  on the spot, without a task: a task is made only if that coroutine has to wait
+  (the failed-login delay; :mod:`tokensvc.broker.network.trampoline`). Other APIs
   run as one task each. No lock anywhere.
 - **Time.** One timer per connection, re-armed lazily: a connection is
   closed when idle for ``connections.max.idle.ms``, or when a frame begun
@@ -37,8 +43,8 @@ its idle and stalled-frame timeouts, and how it ends. Broker-wide it owns the
   memory is neither; one whose client does not read its responses counts
   as idle from its last read or write.
 
-Must not: decide anything about Kafka requests beyond which API may be sent
-in which session state (``Session``) and KIP-368's expiry; crash the broker
+Must not: decide anything about Kafka requests -- which API may be sent in
+which session state, and KIP-368's expiry, are the session's answer; crash the broker
 or stall other connections on client input (every error closes only its
 connection); hold a frame's bytes after its request is decoded, except the
 copy ``RequestContext.payload`` keeps for the APIs that may be forwarded.
@@ -61,7 +67,7 @@ from tokensvc.broker.network.memory import RequestMemoryPool
 from tokensvc.broker.network.precomputed import PrecomputedResponses
 from tokensvc.broker.network.receive import RECEIVE_BUFFER_BYTES, ReceiveBuffer
 from tokensvc.broker.network.trampoline import continue_in_task
-from tokensvc.broker.sessions.session import IllegalSaslState, Session, State
+from tokensvc.broker.sessions.session import IllegalSaslState, Route, Session, State
 from tokensvc.core.config import BrokerConfig, Listener
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.principal import ANONYMOUS, KafkaPrincipal
@@ -332,11 +338,9 @@ class Connection(asyncio.BufferedProtocol):
                 return
             raise
         api = header.api_key
-        if (
-            session.state is State.AUTHENTICATED
-            and api != ApiKey.SASL_HANDSHAKE
-            and session.expired(svc.clock.now_ms())
-        ):
+        # The session's table decides what may be sent now and where it goes.
+        route = session.route(api, svc.clock.now_ms)
+        if route is Route.EXPIRED:
             log.info("closing %s: session lifetime over without re-authentication",
                      session.client_host)
             svc.metrics.sessions_expired.inc()
@@ -344,23 +348,24 @@ class Connection(asyncio.BufferedProtocol):
             session.close()
             self._close("session expired")
             return
-        if not session.allowed(api):
+        if route is Route.REFUSE:
             log.info("closing %s:%d: api %d not allowed in state %s",
                      session.client_host, session.client_port, api, session.state.name)
             session.close()
             self._close("api not allowed")
             return
         started = time.perf_counter()
-        if api == ApiKey.API_VERSIONS:
+        if route is Route.API_VERSIONS:
             self._write(svc.precomputed.api_versions(header.api_version, header.correlation_id))
             svc.metrics.request("ApiVersions", 0, time.perf_counter() - started)
             return
-        if api == ApiKey.SASL_HANDSHAKE:
+        if route is Route.HANDSHAKE:
             error = svc.handshake(session, body.get("Mechanism") or "", header.api_version)
             self._write(svc.precomputed.handshake(header.api_version, error, header.correlation_id))
             svc.metrics.request("SaslHandshake", int(error), time.perf_counter() - started)
             self._after_response(True)
             return
+        login = route is Route.AUTHENTICATE
         ctx = RequestContext(
             header=header,
             principal=session.principal or ANONYMOUS,
@@ -369,7 +374,7 @@ class Connection(asyncio.BufferedProtocol):
             client_host=session.client_host,
             client_port=session.client_port,
             # Only APIs that may be forwarded keep their bytes; the login path copies nothing.
-            payload=b"" if api == ApiKey.SASL_AUTHENTICATE else bytes(payload),
+            payload=b"" if login else bytes(payload),
             session=session,
         )
         if api == ApiKey.ENVELOPE and self._overlap_envelopes:
@@ -378,8 +383,7 @@ class Connection(asyncio.BufferedProtocol):
             self._envelopes.add(task)
             task.add_done_callback(lambda t: self._finished(t, name, started, False))
             return
-        self._run(svc.dispatch(ctx, body), svc.api_name(api), started,
-                  inline=api == ApiKey.SASL_AUTHENTICATE)
+        self._run(svc.dispatch(ctx, body), svc.api_name(api), started, inline=login)
 
     async def _raw_sasl(self, payload: bytes) -> bytes | None:
         """One raw SASL token after SaslHandshake v0: the challenge, or None to close."""
