@@ -66,11 +66,12 @@ from tokensvc.broker.network.decoding import decode_client_request
 from tokensvc.broker.network.memory import RequestMemoryPool
 from tokensvc.broker.network.precomputed import PrecomputedResponses
 from tokensvc.broker.network.receive import RECEIVE_BUFFER_BYTES, ReceiveBuffer
+from tokensvc.broker.network.tls import cert_principal
 from tokensvc.broker.network.trampoline import continue_in_task
 from tokensvc.broker.sessions.session import IllegalSaslState, Route, Session, State
 from tokensvc.core.config import BrokerConfig, Listener
 from tokensvc.core.errors import Errors, KafkaError
-from tokensvc.core.principal import ANONYMOUS, KafkaPrincipal
+from tokensvc.core.principal import ANONYMOUS
 from tokensvc.protocol import FrameTooLargeError, UnsupportedVersionError
 from tokensvc.protocol.api import ApiKey
 from tokensvc.protocol.primitives import INT32
@@ -186,7 +187,7 @@ class Connection(asyncio.BufferedProtocol):
         listener = self._listener
         self.session = Session.for_listener(
             listener.name, listener.security_protocol, self.host, self.port,
-            ssl_principal=_cert_principal(ssl_object),
+            ssl_principal=cert_principal(ssl_object),
         )
         svc.sessions.attach(self)
         self._last_activity = self._loop.time()
@@ -615,19 +616,3 @@ class Connection(asyncio.BufferedProtocol):
             self._reading = True
             self._transport.resume_reading()
         self._loop.call_later(CLOSE_LINGER_S, self._close, "session closed")
-
-
-def _cert_principal(ssl_object: Any) -> KafkaPrincipal | None:
-    """The client certificate's subject as Kafka's default principal (two-way TLS)."""
-    if ssl_object is None:
-        return None
-    cert = ssl_object.getpeercert()
-    if not cert:
-        return None
-    rdns = []
-    for rdn in reversed(cert.get("subject", ())):
-        for key, value in rdn:
-            short = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU",
-                     "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST"}.get(key, key)
-            rdns.append(f"{short}={value}")
-    return KafkaPrincipal("User", ",".join(rdns)) if rdns else None

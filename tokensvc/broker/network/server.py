@@ -1,8 +1,9 @@
 """Listeners and TLS for a broker: the only room of the broker that opens sockets.
 
 Owns one asyncio server per listener (on the Protocol API: each accepted
-connection is a :class:`~tokensvc.broker.network.connection.Connection`), TLS
-contexts from PEM files, ``max.connections.per.ip`` bookkeeping, the
+connection is a :class:`~tokensvc.broker.network.connection.Connection`; the TLS
+context of SSL listeners from :mod:`tokensvc.broker.network.tls`),
+``max.connections.per.ip`` bookkeeping, the
 broker-wide request memory pool (``queued.max.request.bytes``) and the
 precomputed ApiVersions and SaslHandshake responses its connections share.
 
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -31,24 +31,13 @@ from tokensvc.broker.network.connection import (
 )
 from tokensvc.broker.network.memory import RequestMemoryPool
 from tokensvc.broker.network.precomputed import PrecomputedResponses
+from tokensvc.broker.network.tls import server_ssl_context
 from tokensvc.broker.sessions.session import Session
 from tokensvc.core.config import BrokerConfig, Listener
 
 log = logging.getLogger("tokensvc.broker.server")
 
 LISTEN_BACKLOG = 1024
-
-
-def server_ssl_context(config: BrokerConfig) -> ssl.SSLContext:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(config.ssl_keystore_location, password=config.ssl_key_password or None)
-    mode = config.ssl_client_auth
-    if mode in ("required", "requested"):
-        if config.ssl_truststore_location:
-            ctx.load_verify_locations(config.ssl_truststore_location)
-        ctx.verify_mode = ssl.CERT_REQUIRED if mode == "required" else ssl.CERT_OPTIONAL
-    return ctx
 
 
 class BrokerServer:
