@@ -15,7 +15,8 @@ Owns two builders and what they return:
   (not started), the write path and its group commit, the freshness gate, the
   services handlers get, the exactly-once ledger, the forwarder, the expiry sweeper,
   the znode ACL check, the dispatcher and the socket server (no listener open). Its
-  only ZooKeeper calls are the paths it makes sure of and the cluster id it reads.
+  only ZooKeeper calls are the clock gate's samples, the paths it makes sure of and
+  the cluster id it reads.
 
 Must not: start anything but the clock gate, open a listener, or decide an order of
 start-up or shutdown: :class:`tokensvc.broker.broker.Broker` does, on these parts.
