@@ -48,6 +48,7 @@ from tokensvc.broker.writes.channel import BrokerChannel
 from tokensvc.broker.writes.path import TOKENS_ROOT
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import decode_response, encode_response, response_error_code
+from tokensvc.protocol.api import ApiKey
 from tokensvc.protocol.principal_serde import serialize_principal
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tokensvc.broker.forwarding")
 
-ENVELOPE = 58
+ENVELOPE = int(ApiKey.ENVELOPE)
 _BACKOFF_START_S = 0.05
 _BACKOFF_MAX_S = 1.0
 _CONNECT_TIMEOUT_S = 5.0
