@@ -64,7 +64,7 @@ from bench.b9_scale import _describe_all
 from bench.suite import BenchContext, Outcome, Target
 from bench.wire import WireError, create_token_body, open_logged_in
 from tokensvc.admin import AdminClient, tokens_absent
-from tokensvc.broker.loopwatch import STALL_BUCKETS
+from tokensvc.broker.loop.loopwatch import STALL_BUCKETS
 from tokensvc.client_config import load_client_config
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.keys import key_id

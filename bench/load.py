@@ -21,7 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokensvc.broker.eventloop import loop_factory
+from tokensvc.broker.loop.eventloop import loop_factory
 
 SPAWN_ALLOWANCE_S = 3.0
 

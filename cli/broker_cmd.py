@@ -33,8 +33,8 @@ def broker(config_path: str, log_level: str) -> None:
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     for notice in loaded.notices:
         logging.getLogger("tokensvc.config").warning("%s", notice)
-    from tokensvc.broker import eventloop
     from tokensvc.broker.broker import run_broker
+    from tokensvc.broker.loop import eventloop
 
     async def main() -> None:
         stop = asyncio.Event()

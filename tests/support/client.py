@@ -15,7 +15,7 @@ import socket
 import threading
 from typing import Self
 
-from tokensvc.broker.channel import BrokerChannel, ChannelAuthError
+from tokensvc.broker.writes.channel import BrokerChannel, ChannelAuthError
 
 
 def recv_exact(sock: socket.socket, size: int) -> bytes:

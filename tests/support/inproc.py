@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokensvc.broker import eventloop
 from tokensvc.broker.broker import Broker
+from tokensvc.broker.loop import eventloop
 from tokensvc.core.config import BrokerConfig
 from tokensvc.scram.formatter import ScramMechanism
 from zk import credential_store
@@ -37,7 +37,7 @@ def add_user(brokers: Sequence[InProcessBroker], user: str, password: str,
     bootstrap_user(brokers[0].config.zookeeper_connect, user, password)
     deadline = time.monotonic() + timeout
     for b in brokers:
-        while len(b.broker.users.credentials(user)) < len(ScramMechanism):
+        while len(b.broker.local.users.credentials(user)) < len(ScramMechanism):
             if time.monotonic() > deadline:
                 raise AssertionError(f"broker {b.broker.broker_id} has no credentials for {user}")
             time.sleep(0.01)
@@ -92,7 +92,7 @@ class InProcessBroker:
         self.thread.join(timeout)
 
     def address(self, listener: str = "SASL_PLAINTEXT") -> tuple[str, int]:
-        return self.broker.server.addresses[listener]
+        return self.broker.parts.server.addresses[listener]
 
     def call(self, coro, timeout: float = 30.0):
         """Run a coroutine on this broker's loop (for white-box checks)."""

@@ -18,7 +18,7 @@ from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
 
 if TYPE_CHECKING:
-    from tokensvc.broker.session import Session
+    from tokensvc.broker.sessions.session import Session
     from tokensvc.protocol import RequestHeader
 
 

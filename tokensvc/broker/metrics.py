@@ -34,7 +34,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from tokensvc.broker.loopwatch import StallHistogram, StallMeter
+from tokensvc.broker.loop.loopwatch import StallHistogram, StallMeter
 from tokensvc.core.errors import Errors
 from tokensvc.snapshot.files import LOAD_RESULTS as SNAPSHOT_LOAD_RESULTS
 from tokensvc.snapshot.files import WRITE_RESULTS as SNAPSHOT_WRITE_RESULTS
@@ -140,7 +140,7 @@ class LoopCounts(Collector):
 
 class _Stalls:
     """``tokensvc_event_loop_lag_seconds``, ``tokensvc_event_loop_lag_cpu_seconds`` and
-    ``tokensvc_gil_hold_seconds`` from the stall meter (:mod:`tokensvc.broker.loopwatch`), read at scrape time."""
+    ``tokensvc_gil_hold_seconds`` from the stall meter (:mod:`tokensvc.broker.loop.loopwatch`), read at scrape time."""
 
     def __init__(self, meter: StallMeter) -> None:
         self._meter = meter

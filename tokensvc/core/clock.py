@@ -8,7 +8,7 @@ for the time instead of reading the wall clock, so tests move a
 (expiry on login, token issue/expiry/max times, the expiry sweep): the cluster's time as
 :class:`~tokensvc.core.clocksync.ClusterTimeEstimator` estimates it, i.e. this host's wall
 clock corrected by its measured offset from ZooKeeper's time. This module only reads
-clocks; measuring is the broker's (:mod:`tokensvc.broker.clockskew`).
+clocks; measuring is the broker's (:mod:`tokensvc.broker.gates.clockskew`).
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class CorrectedClock:
     ``now_ms`` is the estimator's cluster time at this instant of the local timeline,
     which is the wall clock plus the offset measured now; before the first sample it is
     the host's wall clock (the broker refuses token logins and writes until then:
-    :class:`~tokensvc.broker.clockskew.ClockGate`). Safe from any thread.
+    :class:`~tokensvc.broker.gates.clockskew.ClockGate`). Safe from any thread.
     """
 
     def __init__(

@@ -3,7 +3,7 @@
 Owns :class:`ClusterTimeEstimator` (samples in, an estimate of the cluster's time out) and
 the skew rule :func:`skew_state` (is this host's clock within ``max.clock.skew.ms`` of the
 cluster's?). Pure: numbers in, numbers out; the caller reads the clocks and talks to
-ZooKeeper (the broker: :mod:`zk.clock` and :mod:`tokensvc.broker.clockskew`; the agent:
+ZooKeeper (the broker: :mod:`zk.clock` and :mod:`tokensvc.broker.gates.clockskew`; the agent:
 :mod:`tokensvc.agent.runner`).
 
 The model:

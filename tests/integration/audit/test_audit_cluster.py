@@ -62,7 +62,7 @@ def test_cluster_audit_report_counts_logins_and_lifecycle_per_token(zookeeper, t
                                     {"Renewers": [], "MaxLifetimeMs": -1})
         token_id = created["TokenId"]
         password = base64.b64encode(created["Hmac"]).decode()
-        _wait(lambda: all(b.broker.cache.by_id(token_id) for b in brokers))
+        _wait(lambda: all(b.broker.local.cache.by_id(token_id) for b in brokers))
         good = [_token_login(brokers[i % 2], token_id, password) for i in range(5)]
         bad = [_token_login(brokers[0], token_id, "not-the-hmac") for _ in range(2)]
         with WireClient(brokers[1].address(), "alice", "alice-secret") as alice:

@@ -136,7 +136,7 @@ def grant_cluster(cluster, principal: str, op: int) -> None:
         assert create(admin, creation("kafka-cluster", principal, rtype=CLUSTER, op=op)) == [0]
     for b in cluster:
         eventually(lambda b=b: _assert(
-            b.broker.authorizer.authorize(KafkaPrincipal.parse(principal), "127.0.0.1",
+            b.broker.local.authorizer.authorize(KafkaPrincipal.parse(principal), "127.0.0.1",
                                           AclOperation(op), ResourceType.CLUSTER, "kafka-cluster")))
 
 
@@ -153,7 +153,7 @@ def test_controller_applies_a_create_to_its_authorizer_before_answering(cluster,
     with login(ctl, "admin") as admin:
         assert create(admin, creation(name), creation(name, "User:bob", op=DESCRIBE)) == [0, 0]
         # No waiting: the controller answered only after applying the change.
-        assert ctl.broker.authorizer.acls(topic(name)) == {
+        assert ctl.broker.local.authorizer.acls(topic(name)) == {
             entry(), entry("User:bob", AclOperation.DESCRIBE)}
         assert store.load_resource(topic(name)) == {
             entry(), entry("User:bob", AclOperation.DESCRIBE)}
@@ -162,7 +162,7 @@ def test_controller_applies_a_create_to_its_authorizer_before_answering(cluster,
             (TOPIC, name, LITERAL, "User:bob", "*", DESCRIBE, ALLOW),
         }
         results = delete(admin, acl_filter(name, "User:alice"))
-        assert ctl.broker.authorizer.acls(topic(name)) == {entry("User:bob", AclOperation.DESCRIBE)}
+        assert ctl.broker.local.authorizer.acls(topic(name)) == {entry("User:bob", AclOperation.DESCRIBE)}
     assert [r["ErrorCode"] for r in results] == [0]
     assert [(m["ResourceName"], m["Principal"], m["Operation"], m["PermissionType"])
             for m in results[0]["MatchingAcls"]] == [(name, "User:alice", READ, ALLOW)]
@@ -175,8 +175,8 @@ def test_create_on_a_non_controller_is_forwarded_and_every_broker_follows(cluste
     assert store.load_resource(topic(name, PatternType.PREFIXED)) == {entry()}
     for b in cluster:
         eventually(lambda b=b: _assert(
-            b.broker.authorizer.acls(topic(name, PatternType.PREFIXED)) == {entry()}))
-        assert b.broker.authorizer.authorize(
+            b.broker.local.authorizer.acls(topic(name, PatternType.PREFIXED)) == {entry()}))
+        assert b.broker.local.authorizer.authorize(
             KafkaPrincipal.user("alice"), "127.0.0.1", AclOperation.READ,
             ResourceType.TOPIC, name + ".eu")
 
@@ -201,7 +201,7 @@ def test_delete_on_a_non_controller_is_forwarded_and_reports_what_it_removed(clu
     assert results[1]["MatchingAcls"] == []
     assert store.load_resource(topic(name)) == set()
     for b in cluster:
-        eventually(lambda b=b: _assert(b.broker.authorizer.acls(topic(name)) == frozenset()))
+        eventually(lambda b=b: _assert(b.broker.local.authorizer.acls(topic(name)) == frozenset()))
 
 
 def test_version_0_requests_mean_literal_patterns(cluster):
@@ -299,7 +299,7 @@ def test_deny_then_allow_through_two_brokers_is_applied_in_order_on_every_broker
     def watch() -> None:
         while not stop.is_set():
             for b in cluster:
-                state = b.broker.authorizer.acls(pattern)
+                state = b.broker.local.authorizer.acls(pattern)
                 history = seen[b.broker.broker_id]
                 if state != history[-1]:
                     history.append(state)
@@ -312,11 +312,11 @@ def test_deny_then_allow_through_two_brokers_is_applied_in_order_on_every_broker
 
     def everywhere(expected: frozenset, allowed: bool) -> None:
         for b in cluster:
-            eventually(lambda b=b: _assert(b.broker.authorizer.acls(pattern) == expected))
+            eventually(lambda b=b: _assert(b.broker.local.authorizer.acls(pattern) == expected))
             # The watcher samples; wait until it has recorded this state too, so a
             # starved watcher thread cannot skip a stable state and fail the order check.
             eventually(lambda b=b: _assert(seen[b.broker.broker_id][-1] == expected))
-            assert b.broker.authorizer.authorize(
+            assert b.broker.local.authorizer.authorize(
                 alice, "127.0.0.1", AclOperation.READ, ResourceType.TOPIC, name) is allowed
 
     try:
@@ -378,7 +378,7 @@ def test_every_change_and_refusal_is_audited(cluster, audit_root):
 
 
 def _acl_count(broker: InProcessBroker) -> float:
-    return broker.broker.metrics.registry.get_sample_value("tokensvc_acl_count")
+    return broker.broker.local.metrics.registry.get_sample_value("tokensvc_acl_count")
 
 
 def test_acl_count_metric_follows_creates_and_deletes_on_every_broker(cluster):
@@ -430,14 +430,14 @@ def test_until_the_acls_are_loaded_only_super_users_are_served(zookeeper, monkey
     connect = f"{zookeeper.connect}/acls-early-{time.monotonic_ns()}"
     for user in ("admin", "alice"):
         bootstrap_user(connect, user, PASSWORDS[user])
-    monkeypatch.setattr("tokensvc.broker.broker.AclSync", _HeldAclSync)
+    monkeypatch.setattr("tokensvc.broker.assembly.AclSync", _HeldAclSync)
     props = broker_properties(1, connect, **{"early.start.listeners": "SASL_PLAINTEXT"})
     broker = InProcessBroker(BrokerConfig.from_properties(props))
     starting = threading.Thread(target=broker.start, daemon=True)
     starting.start()
     try:
         assert _HeldAclSync.entered.wait(30)
-        assert not broker.broker.authorizer.ready
+        assert not broker.broker.local.authorizer.ready
         # The early listener is open while the ACLs are still loading.
         with login(broker, "admin") as admin, login(broker, "alice") as alice:
             users = admin.request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"Users": None})
@@ -451,7 +451,7 @@ def test_until_the_acls_are_loaded_only_super_users_are_served(zookeeper, monkey
                 "ErrorCode"] == Errors.COORDINATOR_LOAD_IN_PROGRESS
             _HeldAclSync.release.set()
             starting.join(30)
-            assert broker.broker.authorizer.ready
+            assert broker.broker.local.authorizer.ready
             assert describe(alice)["ErrorCode"] == Errors.CLUSTER_AUTHORIZATION_FAILED
             assert describe(admin)["ErrorCode"] == 0
     finally:

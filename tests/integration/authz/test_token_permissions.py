@@ -81,7 +81,7 @@ def grant(cluster, principal: str, rtype: ResourceType, name: str, op: AclOperat
     probe = name + "x" if pattern is PatternType.PREFIXED else name
     deadline = time.monotonic() + 5
     for b in cluster:
-        while not b.broker.authorizer.authorize(
+        while not b.broker.local.authorizer.authorize(
             KafkaPrincipal.parse(principal), "127.0.0.1", op, rtype, probe
         ):
             assert time.monotonic() < deadline, f"broker {b.broker.broker_id} missed the ACL"
@@ -240,4 +240,4 @@ def test_non_super_brokers_forward_once_granted_cluster_action(cluster):
     with login(follower(cluster), owner) as client:
         created = create_token(client)
     assert created["ErrorCode"] == 0
-    assert controller(cluster).broker.cache.by_id(created["TokenId"]) is not None
+    assert controller(cluster).broker.local.cache.by_id(created["TokenId"]) is not None

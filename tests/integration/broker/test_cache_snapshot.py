@@ -80,11 +80,11 @@ def _zookeeper_tokens(connect: str) -> dict:
 
 
 def _cache(broker: InProcessBroker) -> dict:
-    return {info.token_id: info for info in broker.broker.cache.infos()}
+    return {info.token_id: info for info in broker.broker.local.cache.infos()}
 
 
 def _loads(broker: InProcessBroker, result: str) -> float:
-    return broker.broker.metrics.registry.get_sample_value(
+    return broker.broker.local.metrics.registry.get_sample_value(
         "tokensvc_cache_snapshot_loads_total", {"result": result})
 
 
@@ -110,7 +110,7 @@ def _started(config: BrokerConfig, **kw) -> InProcessBroker:
 def test_restart_from_the_snapshot_serves_exactly_zookeepers_tokens(zk_connect, other, tmp_path):
     config = _config(1, zk_connect, tmp_path / "snapshots")
     first = _started(config)
-    assert first.broker.token_sync.snapshot_result == "unused"
+    assert first.broker.parts.token_sync.snapshot_result == "unused"
     assert _loads(first, "missing") == 1
     kept, renewed, deleted = _create(other, 3)
     assert poll_until(lambda: _holds(first, [kept, renewed, deleted]), 10)
@@ -128,11 +128,11 @@ def test_restart_from_the_snapshot_serves_exactly_zookeepers_tokens(zk_connect, 
     seen: list[str] = []
 
     def listen(broker) -> None:
-        broker.cache.add_batch_listener(lambda up, _gone: seen.extend(i.token_id for i in up))
+        broker.local.cache.add_batch_listener(lambda up, _gone: seen.extend(i.token_id for i in up))
 
     restarted = _started(config, prepare=listen)
     try:
-        assert restarted.broker.token_sync.snapshot_result == "loaded"
+        assert restarted.broker.parts.token_sync.snapshot_result == "loaded"
         assert _loads(restarted, "loaded") == 1
         truth = _zookeeper_tokens(zk_connect)
         assert _cache(restarted) == truth
@@ -165,7 +165,7 @@ def test_a_damaged_back_dated_or_foreign_snapshot_is_refused(zk_connect, other, 
     old = path.read_bytes()
 
     broker = _started(config)
-    assert broker.broker.token_sync.snapshot_result == "loaded"
+    assert broker.broker.parts.token_sync.snapshot_result == "loaded"
     gone = before[0]
     after = _create(other, 2)
     with WireClient(other.address(), "alice", "alice-secret") as alice:
@@ -198,7 +198,7 @@ def test_a_damaged_back_dated_or_foreign_snapshot_is_refused(zk_connect, other, 
 
     for name, data, result, why in cases:
         if name == "back-dated":
-            assert other.broker.token_sync.purge(purge_at) > 0
+            assert other.broker.parts.token_sync.purge(purge_at) > 0
         if name == "a token deleted by hand":
             with zk_client(zk_connect) as client:
                 client.delete(layout.token_path(by_hand["TokenId"]))
@@ -206,7 +206,7 @@ def test_a_damaged_back_dated_or_foreign_snapshot_is_refused(zk_connect, other, 
         with caplog.at_level(logging.INFO, "tokensvc.snapshot"):
             broker = _restart_with(config, data, path) if data is not None else _started(config)
         try:
-            assert broker.broker.snapshot_file.last_result == result, name
+            assert broker.broker.local.snapshot_file.last_result == result, name
             assert _loads(broker, result) == 1, name
             refusals = [r.getMessage() for r in caplog.records
                         if r.name == "tokensvc.snapshot" and r.levelno == logging.WARNING]
@@ -233,14 +233,14 @@ def test_no_token_login_is_served_until_the_snapshot_is_caught_up(zk_connect, ot
     entered, release = threading.Event(), threading.Event()
 
     def hold(b) -> None:
-        load = b.snapshot_file.load
+        load = b.local.snapshot_file.load
 
         def held():
             entered.set()
             release.wait(20)
             return load()
 
-        b.snapshot_file.load = held
+        b.local.snapshot_file.load = held
 
     restarted = InProcessBroker(config, prepare=hold)
     starting = threading.Thread(target=restarted.start, daemon=True)
@@ -248,9 +248,9 @@ def test_no_token_login_is_served_until_the_snapshot_is_caught_up(zk_connect, ot
     try:
         assert entered.wait(10)
         # The early listener is open; the snapshot is being loaded.
-        gate = restarted.broker.freshness
+        gate = restarted.broker.parts.freshness
         assert not gate.fresh()
-        assert len(restarted.broker.cache) == 0
+        assert len(restarted.broker.local.cache) == 0
         outcome: dict = {}
 
         def login() -> None:
@@ -268,7 +268,7 @@ def test_no_token_login_is_served_until_the_snapshot_is_caught_up(zk_connect, ot
         attempt.join(20)
         assert outcome == {"ok": True}
         starting.join(20)
-        assert restarted.broker.token_sync.snapshot_result == "loaded"
+        assert restarted.broker.parts.token_sync.snapshot_result == "loaded"
         retry(lambda: _token_login(restarted, token), 5, errors=(Exception,))
     finally:
         release.set()
@@ -297,7 +297,7 @@ def test_a_token_that_expired_while_the_broker_was_down_is_swept_after_the_resta
 
     restarted = _started(config)
     try:
-        assert restarted.broker.snapshot_file.last_result == "loaded"
+        assert restarted.broker.local.snapshot_file.last_result == "loaded"
         assert poll_until(lambda: short["TokenId"] not in _zookeeper_tokens(zk_connect)
                           and short["TokenId"] not in _cache(restarted), 10)
         raising(lambda: _token_login(restarted, short))

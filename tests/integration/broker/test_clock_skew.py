@@ -36,7 +36,7 @@ from kafka.errors import KafkaTimeoutError
 from tests.support.client import WireClient
 from tests.support.local_cluster import ClusterFactory, broker_address, broker_metric
 from tests.support.wait import poll_until
-from tokensvc.broker.channel import ChannelAuthError
+from tokensvc.broker.writes.channel import ChannelAuthError
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.errors import Errors
 from tokensvc.properties import properties_text, read_properties

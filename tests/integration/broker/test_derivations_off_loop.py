@@ -22,7 +22,7 @@ import pytest
 from bench import zkraw
 from tests.support.client import WireClient
 from tests.support.inproc import InProcessBroker, broker_properties, chroot_with_users
-from tokensvc.broker.channel import ChannelAuthError
+from tokensvc.broker.writes.channel import ChannelAuthError
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.keys import key_id, token_hmac
 from tokensvc.core.principal import KafkaPrincipal

@@ -46,7 +46,7 @@ def test_a_login_sent_during_a_describe_all_is_answered_before_it_ends(zookeeper
     assert zkraw.write_tokens(connect, tokens) == TOKENS
     broker = InProcessBroker(BrokerConfig.from_properties(broker_properties(1, connect))).start()
     try:
-        cache = broker.broker.cache
+        cache = broker.broker.local.cache
         poll_until(lambda: len(cache) == TOKENS, timeout=120)
         order: list[str] = []
         read_slice = cache.tokens_by_ids

@@ -48,7 +48,7 @@ def test_a_login_sent_during_a_describe_of_every_user_is_answered_before_it_ends
     _write_users(connect, [f"user-{i:06d}" for i in range(USERS)])
     broker = InProcessBroker(BrokerConfig.from_properties(broker_properties(1, connect))).start()
     try:
-        users = broker.broker.users
+        users = broker.broker.local.users
         poll_until(lambda: len(users.users()) == USERS + 2, timeout=120)
         order: list[str] = []
         lookup = users.credentials

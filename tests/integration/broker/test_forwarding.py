@@ -69,7 +69,7 @@ def recorded_token_id(zk, key: str) -> str | None:
 
 
 def forwarded_count(broker: InProcessBroker, client_id: str) -> float:
-    value = broker.broker.metrics.registry.get_sample_value(
+    value = broker.broker.local.metrics.registry.get_sample_value(
         "tokensvc_forwarded_requests_total", {"client_id": client_id}
     )
     return value or 0.0
@@ -278,18 +278,18 @@ def test_same_request_key_twice_creates_one_token(cluster, store, zk):
     assert second == first
     assert set(store.token_ids()) - before == {first["TokenId"]}
     assert recorded_token_id(zk, key) == first["TokenId"]
-    assert controller(cluster).broker.ledger.replayed >= 1
+    assert controller(cluster).broker.parts.ledger.replayed >= 1
 
 
 def test_first_attempt_creates_and_a_retry_is_answered_with_its_token(cluster, store, zk):
     key = uuid.uuid4().hex
-    replayed = controller(cluster).broker.ledger.replayed
+    replayed = controller(cluster).broker.parts.ledger.replayed
     first = send_create_envelope(controller(cluster), key, first=True)
     assert first["ErrorCode"] == 0
     assert recorded_token_id(zk, key) == first["TokenId"]
     retry = send_create_envelope(controller(cluster), key)
     assert retry == first
-    assert controller(cluster).broker.ledger.replayed == replayed + 1
+    assert controller(cluster).broker.parts.ledger.replayed == replayed + 1
 
 
 def test_a_key_wrongly_marked_first_twice_still_creates_one_token(cluster, store):
@@ -331,10 +331,10 @@ def test_concurrent_attempts_with_one_request_key_create_one_token(cluster, stor
 def test_retry_of_a_create_the_cache_does_not_hold_is_answered_from_zookeeper(cluster, store):
     key = uuid.uuid4().hex
     first = send_create_envelope(controller(cluster), key)
-    controller(cluster).broker.cache.remove(first["TokenId"])  # as if the watch lagged
+    controller(cluster).broker.local.cache.remove(first["TokenId"])  # as if the watch lagged
     second = send_create_envelope(controller(cluster), key)
     assert (second["TokenId"], second["Hmac"]) == (first["TokenId"], first["Hmac"])
-    assert controller(cluster).broker.cache.by_id(first["TokenId"]) is not None
+    assert controller(cluster).broker.local.cache.by_id(first["TokenId"]) is not None
 
 
 def test_request_key_replayed_for_another_requester_is_invalid_request(cluster, store):

@@ -69,7 +69,7 @@ def _inner(response: dict) -> tuple[int, dict]:
 
 def test_envelopes_on_one_connection_run_together_and_each_gets_its_own_answer(cluster, zk):
     ctl = controller(cluster)
-    group = ctl.broker.group_commit
+    group = ctl.broker.parts.group_commit
     count = 40
     keys = [uuid.uuid4().hex for _ in range(count)]
 

@@ -49,7 +49,7 @@ def test_a_restart_from_the_snapshot_keeps_every_tokens_labels(zk_connect, tmp_p
 
         restarted = _started(config)
         try:
-            assert restarted.broker.token_sync.snapshot_result == "loaded"
+            assert restarted.broker.parts.token_sync.snapshot_result == "loaded"
             cache = _cache(restarted)
             assert cache == _zookeeper_tokens(zk_connect)
             assert all(cache[t["TokenId"]].labels == (("job", "etl-nightly"),

@@ -30,7 +30,7 @@ from tokensvc.authz.acl import (
     ResourcePattern,
     ResourceType,
 )
-from tokensvc.broker.channel import ChannelAuthError
+from tokensvc.broker.writes.channel import ChannelAuthError
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
 from tokensvc.protocol.api import ApiKey

@@ -24,7 +24,7 @@ from kafka import KafkaAdminClient
 from tests.support.client import WireClient
 from tests.support.inproc import InProcessBroker, bootstrap_user, broker_properties
 from tests.support.wait import retry as eventually
-from tokensvc.broker.channel import ChannelClosed
+from tokensvc.broker.writes.channel import ChannelClosed
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
 from tokensvc.kafka_python_token import token_login_config
@@ -155,13 +155,13 @@ def test_lifetime_is_capped_by_max_reauth_for_tokens_and_users(brokers):
 
 def test_request_after_the_lifetime_without_reauthentication_closes_the_connection(brokers):
     broker = brokers[1]
-    before = broker.broker.metrics.sessions_expired._value.get()
+    before = broker.broker.local.metrics.sessions_expired._value.get()
     with WireClient(broker.address(), "bob", "bob-secret") as bob:
         assert describe_cluster(bob)["ErrorCode"] == 0
         time.sleep(REAUTH_MS / 1000 + 0.2)
         with pytest.raises(ChannelClosed):
             describe_cluster(bob)
-    assert broker.broker.metrics.sessions_expired._value.get() == before + 1
+    assert broker.broker.local.metrics.sessions_expired._value.get() == before + 1
     audited(broker, type="session", action="expired", principal="User:bob")
 
 
@@ -188,7 +188,7 @@ def test_token_session_reauthenticates_with_its_token(brokers):
                                 base64.b64encode(created["Hmac"]).decode(), token=True)
         assert answer["ErrorCode"] == 0
         assert describe_cluster(session)["ErrorCode"] == 0
-        assert broker.broker.sessions.token_sessions(created["TokenId"]) == 1
+        assert broker.broker.parts.sessions.token_sessions(created["TokenId"]) == 1
     finally:
         session.close()
 
@@ -221,7 +221,7 @@ def test_reauthentication_with_another_mechanism_is_refused_and_closes(brokers):
 def test_kafka_python_reauthenticates_when_its_lifetime_ends(brokers):
     broker = brokers[1]
     created = create_token(broker)
-    reauths = broker.broker.metrics.reauthentications
+    reauths = broker.broker.local.metrics.reauthentications
 
     def count() -> float:
         return reauths.labels("SCRAM-SHA-512", "success")._value.get()

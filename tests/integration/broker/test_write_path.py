@@ -30,7 +30,7 @@ from tests.support.inproc import (
     running_brokers,
     zk_client,
 )
-from tokensvc.broker.channel import BrokerChannel
+from tokensvc.broker.writes.channel import BrokerChannel
 from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.protocol import RequestHeader, encode_request
@@ -217,7 +217,7 @@ def test_a_renew_and_an_expire_whose_commit_answer_was_lost_apply_once(cluster, 
                                 {"Renewers": [], "MaxLifetimeMs": -1})
         token_id = created["TokenId"]
         before = _token_changes(zk, token_id)
-        with LoseOneAnswer(ctl.broker.token_store, "commit_many") as lossy:
+        with LoseOneAnswer(ctl.broker.parts.token_store, "commit_many") as lossy:
             renewed = alice.request(ApiKey.RENEW_DELEGATION_TOKEN, 2,
                                     {"Hmac": created["Hmac"], "RenewPeriodMs": 7_200_000})
         assert renewed["ErrorCode"] == 0
@@ -230,14 +230,14 @@ def test_a_renew_and_an_expire_whose_commit_answer_was_lost_apply_once(cluster, 
             created["TokenId"]] == renewed["ExpiryTimestampMs"]
 
         before = _token_changes(zk, token_id)
-        with LoseOneAnswer(ctl.broker.token_store, "commit_many") as lossy:
+        with LoseOneAnswer(ctl.broker.parts.token_store, "commit_many") as lossy:
             expired = alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
                                     {"Hmac": created["Hmac"], "ExpiryTimePeriodMs": -1})
         assert expired["ErrorCode"] == 0  # not DELEGATION_TOKEN_NOT_FOUND
         assert lossy.calls == 1
         assert _token_changes(zk, token_id) == before + 1
         assert zk.exists(layout.token_path(created["TokenId"])) is None
-    assert ctl.broker.ledger.retried_unknown >= 2
+    assert ctl.broker.parts.ledger.retried_unknown >= 2
 
 
 def test_an_acl_write_and_a_credential_write_whose_commit_answer_was_lost_apply_once(cluster, zk):
@@ -247,7 +247,7 @@ def test_an_acl_write_and_a_credential_write_whose_commit_answer_was_lost_apply_
                 "Principal": "User:bob", "Host": "*", "Operation": 3, "PermissionType": 3}
     with WireClient(fwd.address(), "admin", "admin-secret") as admin:
         before = _changes(zk, "/kafka-acl-changes")
-        with LoseOneAnswer(ctl.broker.acl_store, "add") as lossy:
+        with LoseOneAnswer(ctl.broker.parts.acl_store, "add") as lossy:
             created = admin.request(ApiKey.CREATE_ACLS, 2, {"Creations": [creation]})
         assert [r["ErrorCode"] for r in created["Results"]] == [0]
         assert lossy.calls == 1
@@ -257,14 +257,14 @@ def test_an_acl_write_and_a_credential_write_whose_commit_answer_was_lost_apply_
         upsertion = {"Name": user, "Mechanism": ScramMechanism.SCRAM_SHA_256.wire_type,
                      "Iterations": 4096, "Salt": b"s" * 16, "SaltedPassword": b"p" * 32}
         before = _changes(zk, CHANGES_PATH)
-        with LoseOneAnswer(ctl.broker.credential_store, "alter_with_tokens") as lossy:
+        with LoseOneAnswer(ctl.broker.parts.credential_store, "alter_with_tokens") as lossy:
             altered = admin.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0,
                                     {"Deletions": [], "Upsertions": [upsertion]})
         assert altered["Results"] == [{"User": user, "ErrorCode": 0, "ErrorMessage": None}]
         assert lossy.calls == 1
         assert _changes(zk, CHANGES_PATH) == before + 1
         # Read-your-writes on the answering broker: its cache has the new user already.
-        assert fwd.broker.users.credentials(user)
+        assert fwd.broker.local.users.credentials(user)
 
 
 # --- Envelope only from brokers (#21) ----------------------------------------------------------

@@ -89,7 +89,7 @@ def _create_token(broker: InProcessBroker) -> dict:
 
 def _wait_known_everywhere(brokers: list[InProcessBroker], token_id: str) -> None:
     def known() -> None:
-        missing = [b.broker.broker_id for b in brokers if b.broker.cache.info(token_id) is None]
+        missing = [b.broker.broker_id for b in brokers if b.broker.local.cache.info(token_id) is None]
         assert not missing, f"brokers {missing} do not have token {token_id} yet"
 
     retry(known, BOUND_S, errors=(AssertionError,), interval=0.02)
@@ -376,7 +376,7 @@ def test_fresh_token_logs_in_everywhere_is_refused_management_and_closed_on_expi
         _eventually(token_logins_audited)
         # Clients keep the connections they need (librdkafka connects sparsely); each
         # earlier token's sessions are closed by now, so these are this token's.
-        live = [b for b in brokers if b.broker.sessions.token_sessions() >= 1]
+        live = [b for b in brokers if b.broker.parts.sessions.token_sessions() >= 1]
         assert live
 
         _expire_through(cluster["issuer"], token)

@@ -39,7 +39,7 @@ from kafka.errors import KafkaTimeoutError
 
 from tests.support.client import WireClient
 from tests.support.wait import raising, retry
-from tokensvc.broker.decoding import decode_client_request
+from tokensvc.broker.network.decoding import decode_client_request
 from tokensvc.cluster import LocalCluster
 from tokensvc.kafka_python_token import token_login_config
 from tokensvc.protocol.api import ApiKey

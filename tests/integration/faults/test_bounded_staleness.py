@@ -24,7 +24,7 @@ import pytest
 from tests.support.client import WireClient
 from tests.support.inproc import InProcessBroker, bootstrap_user, broker_properties
 from tests.support.wait import poll_until
-from tokensvc.broker.channel import ChannelAuthError
+from tokensvc.broker.writes.channel import ChannelAuthError
 from tokensvc.core.config import BrokerConfig
 from tokensvc.core.errors import Errors
 from tokensvc.protocol.api import ApiKey
@@ -97,7 +97,7 @@ def test_default_fails_closed_while_zookeeper_is_unreachable(
         assert _stale(audit) == []
 
         zookeeper_node.pause()
-        gate = broker.broker.freshness
+        gate = broker.broker.parts.freshness
         assert poll_until(lambda: _zookeeper_lost(broker) and not gate.fresh(), timeout=30)
 
         for name, secret, token in ((token_id, hmac, True), (*ADMIN, False)):
@@ -136,13 +136,13 @@ def test_minus_one_answers_from_the_cache_while_zookeeper_is_unreachable(
         session = WireClient(address, token_id, hmac, token=True, timeout=15.0)
         zookeeper_node.pause()
         assert poll_until(lambda: _zookeeper_lost(broker), timeout=30)
-        assert broker.broker.freshness.fresh()  # disabled: always answers from the cache
+        assert broker.broker.parts.freshness.fresh()  # disabled: always answers from the cache
         assert _login_error(address, token_id, hmac, token=True) is None
         assert _login_error(address, *ADMIN) is None
         assert session.request(ApiKey.DESCRIBE_ACLS, 3, ANY_ACL)["ErrorCode"] == 0
         session.close()
         assert _stale(audit) == []
-        assert broker.broker.freshness.rounds == 0
+        assert broker.broker.parts.freshness.rounds == 0
     finally:
         zookeeper_node.resume()
         broker.stop()

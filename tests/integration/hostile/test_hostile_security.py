@@ -195,7 +195,7 @@ def test_every_failed_login_is_delayed_answered_alike_and_audited_with_its_reaso
         names = {user: name for name, (user, _, _, _) in attempts.items()}
         for unknown in ("nobody", base64_name, "AAAAAAAAAAAAAAAAAAAAAA"):
             assert unknown not in last
-            names[name_fingerprint(broker.broker.audit_fingerprint_key, unknown)] = names.pop(unknown)
+            names[name_fingerprint(broker.broker.local.audit_fingerprint_key, unknown)] = names.pop(unknown)
         found = {names[user]: reason for user, reason in last.items() if user in names}
         assert set(found) == set(attempts)
         return found

@@ -129,7 +129,7 @@ def create_token(broker: InProcessBroker, user: str) -> dict:
 
 def wait_known_everywhere(brokers: list[InProcessBroker], token_id: str) -> None:
     def known() -> None:
-        assert all(b.broker.cache.info(token_id) is not None for b in brokers)
+        assert all(b.broker.local.cache.info(token_id) is not None for b in brokers)
 
     retry(known, BOUND_S, errors=(AssertionError,), interval=0.02)
 
@@ -301,7 +301,7 @@ def test_a_user_named_like_a_live_token_id_is_refused(cluster: dict, role: str) 
     # The name still logs in as the token (implicitly), not as a user.
     with token_session(cluster[role], token):
         pass
-    assert not cluster[role].broker.users.credentials(token["TokenId"])
+    assert not cluster[role].broker.local.users.credentials(token["TokenId"])
 
 
 # -- no secret in the audit log, even misplaced --------------------------------------------------
@@ -316,10 +316,10 @@ def test_a_password_typed_as_a_user_name_is_audited_only_as_a_fingerprint(cluste
             WireClient(broker.address(), misplaced, "whatever")
     with pytest.raises(ConnectionError):  # the same mistake in a token login
         WireClient(cluster["forwarder"].address(), misplaced, "whatever", token=True)
-    expected = name_fingerprint(cluster["controller"].broker.audit_fingerprint_key, misplaced)
+    expected = name_fingerprint(cluster["controller"].broker.local.audit_fingerprint_key, misplaced)
     assert expected.startswith(FINGERPRINT_PREFIX)
-    assert {b.broker.audit_fingerprint_key for b in cluster["brokers"]} == {
-        cluster["controller"].broker.audit_fingerprint_key}
+    assert {b.broker.local.audit_fingerprint_key for b in cluster["brokers"]} == {
+        cluster["controller"].broker.local.audit_fingerprint_key}
 
     def audited() -> list[dict]:
         failures = [e for e in audit_events(cluster["audit"])

@@ -38,7 +38,7 @@ from zk.credential_store import bootstrap_user
 
 MB = 1024 * 1024
 USER, PASSWORD = "no-acls", "no-acls-secret"
-RECEIVE_BUFFER = 4096  # tokensvc.broker.connection.RECEIVE_BUFFER_BYTES
+RECEIVE_BUFFER = 4096  # tokensvc.broker.network.receive.RECEIVE_BUFFER_BYTES
 
 
 def _up(tmp_path_factory: pytest.TempPathFactory, zookeeper, name: str,

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from tokensvc.broker.channel import BrokerChannel, ChannelClosed
+from tokensvc.broker.writes.channel import BrokerChannel, ChannelClosed
 from tokensvc.protocol import FrameDecoder, decode_request, encode_response, frame
 from tokensvc.protocol.api import ApiKey
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tokensvc.broker.context import RequestContext
-from tokensvc.broker.session import IllegalSaslState, Session, State
+from tokensvc.broker.sessions.session import IllegalSaslState, Route, Session, State
 from tokensvc.core.principal import KafkaPrincipal
+from tokensvc.protocol.api import ApiKey
 
 ALICE = KafkaPrincipal.user("alice")
 
@@ -43,6 +44,60 @@ def test_handshake_v0_switches_to_raw_sasl_tokens():
     s.on_sasl_continue()
     s.on_sasl_success(ALICE, "SCRAM-SHA-256", None, 0, 0)
     assert s.state is State.AUTHENTICATED and not s.raw_sasl
+
+
+def _never() -> int:
+    raise AssertionError("the clock was read where the lifetime does not matter")
+
+
+def test_each_state_routes_the_login_apis_and_refuses_the_rest():
+    s = sasl_session()
+    assert s.route(ApiKey.API_VERSIONS, _never) is Route.API_VERSIONS
+    assert s.route(ApiKey.SASL_HANDSHAKE, _never) is Route.HANDSHAKE
+    assert s.route(ApiKey.SASL_AUTHENTICATE, _never) is Route.REFUSE
+    assert s.route(ApiKey.CREATE_DELEGATION_TOKEN, _never) is Route.REFUSE
+    s.on_handshake(1)
+    assert s.route(ApiKey.API_VERSIONS, _never) is Route.API_VERSIONS
+    assert s.route(ApiKey.SASL_AUTHENTICATE, _never) is Route.AUTHENTICATE
+    assert s.route(ApiKey.SASL_HANDSHAKE, _never) is Route.REFUSE
+    assert s.route(ApiKey.METADATA, _never) is Route.REFUSE
+    s.on_sasl_success(ALICE, "SCRAM-SHA-256", None, 0, 0)
+    now = lambda: 0  # no lifetime (expires_at_ms 0)
+    assert s.route(ApiKey.METADATA, now) is Route.REQUEST
+    assert s.route(ApiKey.ENVELOPE, now) is Route.REQUEST
+    assert s.route(ApiKey.SASL_AUTHENTICATE, now) is Route.AUTHENTICATE
+    assert s.route(ApiKey.SASL_HANDSHAKE, _never) is Route.HANDSHAKE
+    s.on_handshake(1)
+    assert s.route(ApiKey.SASL_AUTHENTICATE, _never) is Route.AUTHENTICATE
+    assert s.route(ApiKey.API_VERSIONS, _never) is Route.REFUSE
+    assert s.route(ApiKey.METADATA, _never) is Route.REFUSE
+    s.close()
+    assert s.route(ApiKey.API_VERSIONS, _never) is Route.REFUSE
+
+
+def test_raw_sasl_frames_are_not_requests():
+    s = sasl_session()
+    s.on_handshake(0)
+    assert s.raw_sasl
+    for api in ApiKey:
+        assert s.route(api, _never) is Route.REFUSE
+
+
+def test_after_its_lifetime_a_session_may_only_begin_a_reauthentication():
+    s = sasl_session()
+    s.on_handshake(1)
+    s.on_sasl_success(ALICE, "SCRAM-SHA-256", None, 5_000, 0)
+    assert s.route(ApiKey.METADATA, lambda: 5_000) is Route.EXPIRED
+    assert s.route(ApiKey.API_VERSIONS, lambda: 5_000) is Route.EXPIRED
+    assert s.route(ApiKey.SASL_AUTHENTICATE, lambda: 5_000) is Route.EXPIRED
+    assert s.route(ApiKey.SASL_HANDSHAKE, _never) is Route.HANDSHAKE
+    assert s.route(ApiKey.METADATA, lambda: 4_999) is Route.REQUEST
+
+
+def test_plaintext_is_authenticated_from_the_start():
+    s = Session.for_listener("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 5000)
+    assert s.route(ApiKey.CREATE_DELEGATION_TOKEN, lambda: 0) is Route.REQUEST
+    assert not s.raw_sasl
 
 
 def test_authenticate_before_handshake_is_illegal_and_closes():

@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from tokensvc.broker.clockskew import CLOCK_SKEW, SKEW_LOG_PREFIX, ClockGate, ClockSkewed
+from tokensvc.broker.gates.clockskew import CLOCK_SKEW, SKEW_LOG_PREFIX, ClockGate, ClockSkewed
 from tokensvc.core.clock import CorrectedClock
 from tokensvc.core.clocksync import ClockOffset, ClockState, ClusterTimeEstimator, TimeSample
 from tokensvc.core.errors import Errors

@@ -7,9 +7,10 @@ import random
 
 import pytest
 
-from tokensvc.broker.connection import ReceiveBuffer, RequestMemoryPool
 from tokensvc.broker.handlers.cluster import api_versions_body
-from tokensvc.broker.precomputed import HANDSHAKE_ERRORS, PrecomputedResponses
+from tokensvc.broker.network.memory import RequestMemoryPool
+from tokensvc.broker.network.precomputed import HANDSHAKE_ERRORS, PrecomputedResponses
+from tokensvc.broker.network.receive import ReceiveBuffer
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import SUPPORTED, FrameTooLargeError, RequestHeader, encode_response, frame
 from tokensvc.protocol.api import ApiKey

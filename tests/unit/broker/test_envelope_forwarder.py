@@ -12,8 +12,8 @@ from tokensvc.broker.context import (
     RequestContext,
     committed_token_fields,
 )
-from tokensvc.broker.forwarding import EnvelopeForwarder
 from tokensvc.broker.handlers.tokens import RENEW_DELEGATION_TOKEN
+from tokensvc.broker.writes.forwarding import EnvelopeForwarder
 from tokensvc.core.clock import FakeClock
 from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal

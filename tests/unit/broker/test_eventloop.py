@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tokensvc.broker import eventloop
+from tokensvc.broker.loop import eventloop
 
 
 def test_run_hands_the_gil_over_faster_while_the_broker_runs_and_restores_it():

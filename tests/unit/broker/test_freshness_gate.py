@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from tokensvc.broker.freshness import STALE_VIEW, FreshnessGate, StaleView
+from tokensvc.broker.gates.freshness import STALE_VIEW, FreshnessGate, StaleView
 from tokensvc.core.errors import Errors
 
 

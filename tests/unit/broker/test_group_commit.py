@@ -16,8 +16,9 @@ from types import SimpleNamespace
 import pytest
 
 from tokensvc.broker.context import RequestContext, WriteTicket
-from tokensvc.broker.groupcommit import GroupCommit, Pending, take_batch
-from tokensvc.broker.services import AlreadyApplied, OutcomeUnknown, TokenService, WritePath
+from tokensvc.broker.services import TokenService
+from tokensvc.broker.writes.groupcommit import GroupCommit, Pending, take_batch
+from tokensvc.broker.writes.path import AlreadyApplied, OutcomeUnknown, WritePath
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client import generate_latest
 
-from tokensvc.broker.loopwatch import STALL_BUCKETS, StallHistogram, StallMeter
+from tokensvc.broker.loop.loopwatch import STALL_BUCKETS, StallHistogram, StallMeter
 from tokensvc.broker.metrics import BrokerMetrics
 from tokensvc.core.clock import FakeClock
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokensvc.broker.session import Session, State, session_deadline
-from tokensvc.broker.sessions import REASON_EXPIRED, REASON_REMOVED, SessionRegistry
+from tokensvc.broker.sessions.registry import REASON_EXPIRED, REASON_REMOVED, SessionRegistry
+from tokensvc.broker.sessions.session import Session, State, session_deadline
 from tokensvc.core.clock import FakeClock
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 from tokensvc.broker.context import RequestContext, WriteTicket
 from tokensvc.broker.handlers.base import ApiHandler, replay_recorded
-from tokensvc.broker.ledger import WriteLedger
-from tokensvc.broker.services import WritePath
+from tokensvc.broker.writes.ledger import WriteLedger
+from tokensvc.broker.writes.path import WritePath
 from tokensvc.core.clock import FakeClock
 from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal
@@ -124,7 +124,7 @@ class Harness:
             unknown=(Unavailable,),
             exists=Exists,
         )
-        services = SimpleNamespace(
+        self.services = SimpleNamespace(
             audit=SimpleNamespace(required=False, refusal=lambda: None, emit=lambda kind, **f: self.audit.append({"type": kind, **f})),
         )
 
@@ -146,7 +146,7 @@ class Harness:
             self.clock.advance(int(seconds * 1000))
 
         self.ledger = WriteLedger(
-            services, {ApiKey.RENEW_DELEGATION_TOKEN: handler}, self.writes,
+            {ApiKey.RENEW_DELEGATION_TOKEN: handler}, self.writes,
             lambda key: self.store.records.get(key), lambda key: True,
             request_timeout_ms=timeout_ms,
             monotonic=lambda: self.clock.now_ms() / 1000.0,
@@ -155,7 +155,7 @@ class Harness:
         )
 
     def apply(self, ctx: RequestContext, expiry: int) -> dict:
-        encoded, _error = asyncio.run(self.ledger.apply(ctx, {"expiry": expiry}))
+        encoded, _error = asyncio.run(self.ledger.apply(self.services, ctx, {"expiry": expiry}))
         return decode_response(ApiKey.RENEW_DELEGATION_TOKEN, 2, encoded)[1]
 
 
@@ -217,7 +217,7 @@ def test_a_write_waits_for_this_brokers_cache_before_answering():
     h.followers.auto = False
 
     async def run() -> tuple[bool, dict]:
-        task = asyncio.ensure_future(h.ledger.apply(_ctx("k1"), {"expiry": 500}))
+        task = asyncio.ensure_future(h.ledger.apply(h.services, _ctx("k1"), {"expiry": 500}))
         await asyncio.sleep(0)
         await asyncio.sleep(0.01)
         done_before = task.done()
@@ -236,7 +236,7 @@ def test_a_refused_write_is_answered_at_once_and_nothing_is_written():
     # The controller's clock is not trusted (issue #36): the broker's refusal is the answer.
     refused = {"ErrorCode": int(Errors.REQUEST_TIMED_OUT), "ExpiryTimestampMs": -1,
                "ThrottleTimeMs": 0}
-    h = Harness(refuse=lambda ctx, handler, body: refused)
+    h = Harness(refuse=lambda services, ctx, handler, body: refused)
     answer = h.apply(_ctx("k1"), 500)
     assert answer["ErrorCode"] == int(Errors.REQUEST_TIMED_OUT)
     assert (h.store.applied, h.handled, h.store.records) == (0, 0, {})

@@ -9,23 +9,24 @@ from __future__ import annotations
 
 from tokensvc.broker.handlers import acls, cluster, envelope, sasl, scram_users, tokens
 from tokensvc.broker.handlers.base import ApiHandler, simple_error
+from tokensvc.protocol.api import ApiKey
 
 HANDLERS: dict[int, ApiHandler] = {
-    3: cluster.METADATA,
-    17: sasl.SASL_HANDSHAKE,
-    18: cluster.API_VERSIONS,
-    29: acls.DESCRIBE_ACLS,
-    30: acls.CREATE_ACLS,
-    31: acls.DELETE_ACLS,
-    36: sasl.SASL_AUTHENTICATE,
-    38: tokens.CREATE_DELEGATION_TOKEN,
-    39: tokens.RENEW_DELEGATION_TOKEN,
-    40: tokens.EXPIRE_DELEGATION_TOKEN,
-    41: tokens.DESCRIBE_DELEGATION_TOKEN,
-    50: scram_users.DESCRIBE_USER_SCRAM_CREDENTIALS,
-    51: scram_users.ALTER_USER_SCRAM_CREDENTIALS,
-    58: envelope.ENVELOPE,
-    60: cluster.DESCRIBE_CLUSTER,
+    ApiKey.METADATA: cluster.METADATA,
+    ApiKey.SASL_HANDSHAKE: sasl.SASL_HANDSHAKE,
+    ApiKey.API_VERSIONS: cluster.API_VERSIONS,
+    ApiKey.DESCRIBE_ACLS: acls.DESCRIBE_ACLS,
+    ApiKey.CREATE_ACLS: acls.CREATE_ACLS,
+    ApiKey.DELETE_ACLS: acls.DELETE_ACLS,
+    ApiKey.SASL_AUTHENTICATE: sasl.SASL_AUTHENTICATE,
+    ApiKey.CREATE_DELEGATION_TOKEN: tokens.CREATE_DELEGATION_TOKEN,
+    ApiKey.RENEW_DELEGATION_TOKEN: tokens.RENEW_DELEGATION_TOKEN,
+    ApiKey.EXPIRE_DELEGATION_TOKEN: tokens.EXPIRE_DELEGATION_TOKEN,
+    ApiKey.DESCRIBE_DELEGATION_TOKEN: tokens.DESCRIBE_DELEGATION_TOKEN,
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_users.DESCRIBE_USER_SCRAM_CREDENTIALS,
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: scram_users.ALTER_USER_SCRAM_CREDENTIALS,
+    ApiKey.ENVELOPE: envelope.ENVELOPE,
+    ApiKey.DESCRIBE_CLUSTER: cluster.DESCRIBE_CLUSTER,
 }
 
 __all__ = ["HANDLERS", "ApiHandler", "simple_error"]

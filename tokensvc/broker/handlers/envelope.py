@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING
 
 from tokensvc.authz.acl import AclOperation, ResourceType
 from tokensvc.broker.context import RequestContext, WriteTicket, committed_token_fields
-from tokensvc.broker.decoding import decode_client_request
 from tokensvc.broker.handlers.base import ApiHandler
-from tokensvc.broker.offloop import LARGE_ITEMS
+from tokensvc.broker.loop.offloop import LARGE_ITEMS
+from tokensvc.broker.network.decoding import decode_client_request
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.protocol import ProtocolError
 from tokensvc.protocol.principal_serde import deserialize_principal
@@ -144,7 +144,7 @@ async def handle_envelope(services: Services, ctx: RequestContext, body: dict) -
         forwarded=True,
         write=ticket,
     )
-    response, error = await ledger.apply(inner, inner_body)
+    response, error = await ledger.apply(services, inner, inner_body)
     if error == Errors.NOT_CONTROLLER:
         return _error(ctx.api_version, Errors.NOT_CONTROLLER)
     committed = inner.write.committed if inner.write is not None else []
@@ -154,7 +154,7 @@ async def handle_envelope(services: Services, ctx: RequestContext, body: dict) -
         return [committed_token_fields(t) for t in tokens]
 
     # A revocation's ten thousand states: built in a thread (the response is then
-    # encoded in one too, tokensvc.broker.offloop).
+    # encoded in one too, tokensvc.broker.loop.offloop).
     return {
         "ResponseData": response,
         "ErrorCode": 0,

@@ -27,11 +27,11 @@ host and ``sasl.scram.accept.repeated.client.nonce``.
 
 PBKDF2 never runs on the event loop: the SCRAM server defers its derivations (a
 token's first on this broker, and the equal-cost one a failed exchange spends) and
-the handler runs them in the broker's :class:`~tokensvc.broker.derivations.DerivationPool`
+the handler runs them in the broker's :class:`~tokensvc.broker.sessions.derivations.DerivationPool`
 before client-final and before answering a failure.
 
 Bounded staleness (issue #20): before every SCRAM step the handler asks the
-broker's :class:`~tokensvc.broker.freshness.FreshnessGate` whether its view of
+broker's :class:`~tokensvc.broker.gates.freshness.FreshnessGate` whether its view of
 ZooKeeper is fresh (one clock read). When it is not, the step waits until the
 view is confirmed current, up to ``request.timeout.ms``; past that the login is
 answered REQUEST_TIMED_OUT (retriable; on a raw SASL connection, closed),
@@ -41,7 +41,7 @@ client-first, a token's again at client-final.
 
 Clock skew (issue #36): a token login that has proved its HMAC is refused while the
 broker's clock is not trusted (beyond ``max.clock.skew.ms``, or not yet measured:
-:class:`~tokensvc.broker.clockskew.ClockGate`) -- answered REQUEST_TIMED_OUT (retriable),
+:class:`~tokensvc.broker.gates.clockskew.ClockGate`) -- answered REQUEST_TIMED_OUT (retriable),
 audited as a failed authentication with reason ``clock_skew``, and the connection ends.
 The check comes after the proof so that it tells nothing to whoever does not hold the
 token; user logins do not depend on the clock and are not refused.
@@ -62,10 +62,10 @@ from typing import TYPE_CHECKING
 
 from tokensvc.audit.events import name_fingerprint
 from tokensvc.audit.writer import AuditUnavailable
-from tokensvc.broker.clockskew import ClockSkewed
-from tokensvc.broker.freshness import StaleView
+from tokensvc.broker.gates.clockskew import ClockSkewed
+from tokensvc.broker.gates.freshness import StaleView
 from tokensvc.broker.handlers.base import ApiHandler
-from tokensvc.broker.session import IllegalSaslState
+from tokensvc.broker.sessions.session import IllegalSaslState
 from tokensvc.core.errors import Errors
 from tokensvc.scram.formatter import ScramMechanism
 from tokensvc.scram.messages import ClientFirstMessage, FailureReason
@@ -74,7 +74,7 @@ from tokensvc.scram.server import ScramAuthenticationError, ScramServer
 if TYPE_CHECKING:
     from tokensvc.broker.context import RequestContext
     from tokensvc.broker.services import Services
-    from tokensvc.broker.session import Session
+    from tokensvc.broker.sessions.session import Session
 
 
 log = logging.getLogger("tokensvc.broker.sasl")

@@ -4,7 +4,7 @@ Owns one rule: a Kafka message with a long array (a revocation's ten thousand
 revoked tokens, an EnvelopeResponse carrying their committed states) is encoded or
 decoded in a worker thread, not on the event loop. The codec is Python: in a thread
 it gives the GIL back every switch interval (0.5 ms in a broker,
-:mod:`tokensvc.broker.eventloop`), so logins keep being answered; on the loop, the
+:mod:`tokensvc.broker.loop.eventloop`), so logins keep being answered; on the loop, the
 same work held it for hundreds of milliseconds in one piece (B13,
 docs/performance.md). Small messages, nearly all of them, stay on the loop: a thread
 hop costs more than they do.

@@ -6,7 +6,8 @@ AlterUserScramCredentials, forwarded or direct. Every such request carries a
 tagged field, the same on every forwarding attempt; a fresh one for a direct request)
 and whether this is the key's first attempt.
 
-``apply(ctx, body)``:
+``apply(services, ctx, body)`` (``services``: what the handlers it runs get, as a handler
+is given them):
 
 1. Attempts with one key run one at a time (a per-key lock).
 2. Unless this is the key's first attempt, the key's record is looked up in ZooKeeper;
@@ -14,16 +15,16 @@ and whether this is the key's first attempt.
    without running the handler again -- audited as a replay (``forward`` event, api
    ``<Name>.replay``), never as a failed write.
 3. Otherwise the handler runs; its write commits the change and the record in one
-   transaction (:class:`tokensvc.broker.services.WritePath`).
-4. :class:`~tokensvc.broker.services.AlreadyApplied` (the key got recorded meanwhile)
-   goes to step 2. :class:`~tokensvc.broker.services.OutcomeUnknown` (ZooKeeper failed
+   transaction (:class:`tokensvc.broker.writes.path.WritePath`).
+4. :class:`~tokensvc.broker.writes.path.AlreadyApplied` (the key got recorded meanwhile)
+   goes to step 2. :class:`~tokensvc.broker.writes.path.OutcomeUnknown` (ZooKeeper failed
    during the commit, e.g. ConnectionLoss, or the cache lagged) waits with a backoff
    (50 ms doubling to 1 s) and goes to step 2, until ``request.timeout.ms``: then the
    answer is REQUEST_TIMED_OUT (retriable) -- also when one attempt or one look-up hangs
    in ZooKeeper past that time. The record decides, so a write whose
    outcome was unknown is never applied twice.
 
-A write may be refused before any of this by the ``refuse`` function the broker hands
+A write may be refused before any of this by the ``refuse`` function the assembly hands
 in (a token write while this controller's clock is not trusted: issue #36); its answer is
 then the refusal, and nothing is looked up or written.
 
@@ -45,15 +46,16 @@ from typing import TYPE_CHECKING, Any
 
 from tokensvc.audit.writer import AuditUnavailable
 from tokensvc.broker.context import WriteTicket
-from tokensvc.broker.offloop import encode_response_async
-from tokensvc.broker.services import AlreadyApplied, OutcomeUnknown
+from tokensvc.broker.loop.offloop import encode_response_async
+from tokensvc.broker.writes.path import AlreadyApplied, OutcomeUnknown
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.protocol import encode_response
 
 if TYPE_CHECKING:
     from tokensvc.broker.context import RequestContext
     from tokensvc.broker.handlers.base import ApiHandler
-    from tokensvc.broker.services import Services, WritePath
+    from tokensvc.broker.services import Services
+    from tokensvc.broker.writes.path import WritePath
 
 log = logging.getLogger("tokensvc.broker.ledger")
 
@@ -72,7 +74,6 @@ class WriteLedger:
 
     def __init__(
         self,
-        services: Services,
         handlers: Mapping[int, ApiHandler],
         writes: WritePath,
         read_record: Callable[[str], Any],
@@ -81,9 +82,8 @@ class WriteLedger:
         request_timeout_ms: int,
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Any] = asyncio.sleep,
-        refuse: Callable[[RequestContext, ApiHandler, dict], dict | None] | None = None,
+        refuse: Callable[[Services, RequestContext, ApiHandler, dict], dict | None] | None = None,
     ) -> None:
-        self._services = services
         self._handlers = handlers
         self._writes = writes
         self._read_record = read_record
@@ -100,23 +100,24 @@ class WriteLedger:
         handler = self._handlers.get(api_key)
         return bool(handler and handler.write)
 
-    async def apply(self, ctx: RequestContext, body: dict) -> tuple[bytes, int]:
+    async def apply(self, services: Services, ctx: RequestContext,
+                    body: dict) -> tuple[bytes, int]:
         """Apply one write exactly once; returns the encoded response and its error.
 
         With ``audit.required`` the write is refused (REQUEST_TIMED_OUT, nothing applied)
         while the audit log cannot be written, and answered only once its events are
         written and fsynced (:meth:`tokensvc.audit.writer.AuditLog.durable`)."""
         handler = self._handlers[ctx.api_key]
-        refused = self._refuse(ctx, handler, body) if self._refuse is not None else None
+        refused = self._refuse(services, ctx, handler, body) if self._refuse is not None else None
         if refused is not None:
             return _answer(ctx, refused)
-        audit = self._services.audit
+        audit = services.audit
         if not audit.required:
-            return await self._apply_once(ctx, handler, body)
+            return await self._apply_once(services, ctx, handler, body)
         refused = audit.refusal()
         if refused is not None:
             return _answer(ctx, handler.error_for(ctx.api_version, refused.error, body))
-        answer = await self._apply_once(ctx, handler, body)
+        answer = await self._apply_once(services, ctx, handler, body)
         try:
             await audit.durable(self._timeout_s)
         except AuditUnavailable as exc:
@@ -126,7 +127,7 @@ class WriteLedger:
         return answer
 
     async def _apply_once(
-        self, ctx: RequestContext, handler: ApiHandler, body: dict
+        self, services: Services, ctx: RequestContext, handler: ApiHandler, body: dict
     ) -> tuple[bytes, int]:
         if ctx.write is None:
             ctx.write = WriteTicket(new_request_key())
@@ -135,7 +136,7 @@ class WriteLedger:
         self._inflight[key] = (lock, users + 1)
         try:
             async with lock:
-                return await self._apply_locked(ctx, handler, body)
+                return await self._apply_locked(services, ctx, handler, body)
         finally:
             lock, users = self._inflight[key]
             if users == 1:
@@ -144,7 +145,7 @@ class WriteLedger:
                 self._inflight[key] = (lock, users - 1)
 
     async def _apply_locked(
-        self, ctx: RequestContext, handler: ApiHandler, body: dict
+        self, services: Services, ctx: RequestContext, handler: ApiHandler, body: dict
     ) -> tuple[bytes, int]:
         ticket = ctx.write
         assert ticket is not None
@@ -160,8 +161,9 @@ class WriteLedger:
                     if look_up:
                         record = await asyncio.to_thread(self._read_record, ticket.key)
                         if record is not None:
-                            return await self._replay(ctx, handler, record, deadline, body)
-                    response = await handler.handle(self._services, ctx, body)
+                            return await self._replay(services, ctx, handler, record, deadline,
+                                                      body)
+                    response = await handler.handle(services, ctx, body)
             except TimeoutError:
                 log.warning("%s: no outcome by the request timeout", handler.name)
                 return _answer(ctx, handler.error_for(ctx.api_version, Errors.REQUEST_TIMED_OUT,
@@ -194,13 +196,13 @@ class WriteLedger:
                     int(response.get("ErrorCode", 0) or 0))
 
     async def _replay(
-        self, ctx: RequestContext, handler: ApiHandler, record: Any, deadline: float,
+        self, services: Services, ctx: RequestContext, handler: ApiHandler, record: Any, deadline: float,
         body: dict,
     ) -> tuple[bytes, int]:
         if int(record.api) != ctx.api_key or handler.replay is None:
             log.warning("request key of %s reused for another API", handler.name)
             return _answer(ctx, handler.error_for(ctx.api_version, Errors.INVALID_REQUEST, body))
-        response = await handler.replay(self._services, ctx, record.outcome)
+        response = await handler.replay(services, ctx, record.outcome)
         versions = await self._writes.latest()
         assert ctx.write is not None
         ctx.write.committed.extend(versions)
@@ -209,7 +211,7 @@ class WriteLedger:
         error = int(response.get("ErrorCode", 0) or 0)
         log.info("%s retried by %s: answered with the first outcome", handler.name,
                  ctx.principal.without_token_flag())
-        self._services.audit.emit(
+        services.audit.emit(
             "forward",
             api=f"{handler.name}.replay",
             client_id=ctx.client_id,

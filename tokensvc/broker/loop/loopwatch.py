@@ -14,7 +14,7 @@ Owns two measurements, taken by one sampling thread (:class:`LoopWatch`) every
 * **GIL hold** -- the thread sleeps until ``due`` with the GIL released; the time past
   ``due`` at which it runs again is how long it waited for the GIL (and, on a starved
   machine, for a CPU). CPython hands the GIL to a waiting thread after the switch
-  interval (0.5 ms in a broker, :mod:`tokensvc.broker.eventloop`) unless its holder is
+  interval (0.5 ms in a broker, :mod:`tokensvc.broker.loop.eventloop`) unless its holder is
   in one C call that never checks (a ``json.loads``, ``bytes.join``, ``sorted`` or
   ``zlib`` of something big): a wait much longer than the interval is one such
   stretch, by the loop or by a worker thread (the token sync, the notification

@@ -1,9 +1,12 @@
 """One client connection on asyncio's Protocol API: framing, order, memory and time limits.
 
-Owns, per connection: the receive buffer frames are parsed from, the order
-in which requests are answered, the back-pressure that bounds what it holds,
-its idle and stalled-frame timeouts, and how it ends. Broker-wide it owns the
-:class:`RequestMemoryPool` (``queued.max.request.bytes``).
+Owns, per connection: the order in which requests are answered, the
+back-pressure that bounds what it holds, its idle and stalled-frame timeouts, and
+how it ends. It reads into its
+:class:`~tokensvc.broker.network.receive.ReceiveBuffer` and takes memory for large
+frames from the broker's
+:class:`~tokensvc.broker.network.memory.RequestMemoryPool`
+(``queued.max.request.bytes``).
 
 - **Framing.** The socket reads straight into a fixed 4 KB buffer per
   connection (``BufferedProtocol``: no bytes object per read) and a frame's
@@ -25,10 +28,13 @@ its idle and stalled-frame timeouts, and how it ends. Broker-wide it owns the
 - **Output.** The transport's write buffer is bounded
   (``OUTPUT_HIGH_WATER``); above it the connection stops decoding requests
   and reading until the client has read its responses.
-- **Login path.** ApiVersions and SaslHandshake are answered from
-  :class:`~tokensvc.broker.precomputed.PrecomputedResponses`; SaslAuthenticate
-  and raw SASL frames run ``dispatch`` on the spot, without a task: a task is
-  made only if that coroutine has to wait (the failed-login delay). Other APIs
+- **Routing.** Every decoded request goes where its session's table says
+  (:meth:`~tokensvc.broker.sessions.session.Session.route`): refused or expired
+  (the connection closes), ApiVersions and SaslHandshake answered from
+  :class:`~tokensvc.broker.network.precomputed.PrecomputedResponses`,
+  SaslAuthenticate (and raw SASL frames, when the session says frames are raw) run
+  on the spot, without a task: a task is made only if that coroutine has to wait
+  (the failed-login delay; :mod:`tokensvc.broker.network.trampoline`). Other APIs
   run as one task each. No lock anywhere.
 - **Time.** One timer per connection, re-armed lazily: a connection is
   closed when idle for ``connections.max.idle.ms``, or when a frame begun
@@ -37,8 +43,8 @@ its idle and stalled-frame timeouts, and how it ends. Broker-wide it owns the
   memory is neither; one whose client does not read its responses counts
   as idle from its last read or write.
 
-Must not: decide anything about Kafka requests beyond which API may be sent
-in which session state (``Session``) and KIP-368's expiry; crash the broker
+Must not: decide anything about Kafka requests -- which API may be sent in
+which session state, and KIP-368's expiry, are the session's answer; crash the broker
 or stall other connections on client input (every error closes only its
 connection); hold a frame's bytes after its request is decoded, except the
 copy ``RequestContext.payload`` keeps for the APIs that may be forwarded.
@@ -49,206 +55,40 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from tokensvc.broker.clockskew import ClockSkewed
 from tokensvc.broker.context import RequestContext
-from tokensvc.broker.decoding import decode_client_request
-from tokensvc.broker.precomputed import PrecomputedResponses
-from tokensvc.broker.session import IllegalSaslState, Session, State
+from tokensvc.broker.gates.clockskew import ClockSkewed
+from tokensvc.broker.network.decoding import decode_client_request
+from tokensvc.broker.network.memory import RequestMemoryPool
+from tokensvc.broker.network.precomputed import PrecomputedResponses
+from tokensvc.broker.network.receive import RECEIVE_BUFFER_BYTES, ReceiveBuffer
+from tokensvc.broker.network.tls import cert_principal
+from tokensvc.broker.network.trampoline import continue_in_task
+from tokensvc.broker.sessions.session import IllegalSaslState, Route, Session, State
 from tokensvc.core.config import BrokerConfig, Listener
 from tokensvc.core.errors import Errors, KafkaError
-from tokensvc.core.principal import ANONYMOUS, KafkaPrincipal
+from tokensvc.core.principal import ANONYMOUS
 from tokensvc.protocol import FrameTooLargeError, UnsupportedVersionError
 from tokensvc.protocol.api import ApiKey
-from tokensvc.protocol.primitives import INT16, INT32
+from tokensvc.protocol.primitives import INT32
 from tokensvc.scram.server import ScramAuthenticationError
 
 log = logging.getLogger("tokensvc.broker.server")
 
-RECEIVE_BUFFER_BYTES = 4096
 OUTPUT_HIGH_WATER = 256 * 1024
 OUTPUT_LOW_WATER = 64 * 1024
 CLOSE_FLUSH_S = 1.0
 CLOSE_LINGER_S = 0.5
-SIZE_PREFIX = 4
 # EnvelopeRequests one inter-broker connection may have in flight (see "Order").
 ENVELOPES_IN_FLIGHT = 64
 
 Dispatch = Callable[[RequestContext, dict], Coroutine[Any, Any, tuple[bytes | list[bytes], int]]]
 RawSasl = Callable[[Session, bytes], Awaitable[bytes]]
 Handshake = Callable[[Session, str, int], Errors]
-
-
-# -- pure parts: the receive buffer and the memory pool ---------------------------------------
-
-
-class ReceiveBuffer:
-    """Frames of one connection, parsed in place from a reused buffer (sans-IO).
-
-    The socket writes into :meth:`writable`; :meth:`received` records how much
-    it wrote; :meth:`next_frame` returns each complete frame's payload as a
-    ``memoryview`` of the buffer, valid until the next call. A size prefix that
-    is negative or above ``max_size`` raises ``FrameTooLargeError`` as soon as
-    its four bytes are in. The buffer has ``base`` bytes; :meth:`grow` gives
-    it room for a larger frame and :meth:`shrink` returns to ``base`` when
-    what is left fits again.
-    """
-
-    def __init__(self, base: int = RECEIVE_BUFFER_BYTES, max_size: int = 2**31 - 1) -> None:
-        self._base = bytearray(base)
-        self._buf = self._base
-        self._view = memoryview(self._buf)
-        self._start = 0
-        self._end = 0
-        self._size: int | None = None
-        self.max_size = max_size
-
-    @property
-    def base(self) -> int:
-        return len(self._base)
-
-    @property
-    def capacity(self) -> int:
-        return len(self._buf)
-
-    @property
-    def buffered(self) -> int:
-        """Bytes received and not yet returned as a frame."""
-        return self._end - self._start
-
-    @property
-    def free(self) -> int:
-        return len(self._buf) - self._end
-
-    def writable(self) -> memoryview:
-        return self._view[self._end:]
-
-    @property
-    def empty_at_base(self) -> bool:
-        """Nothing buffered, in the base buffer: nothing to move, grow or shrink."""
-        return self._end == 0 and self._buf is self._base
-
-    def received(self, nbytes: int) -> None:
-        self._end += nbytes
-
-    def discard(self) -> None:
-        """Drop everything buffered (the connection is closing)."""
-        self._start = self._end = 0
-        self._size = None
-
-    def next_size(self) -> int | None:
-        """The size of the next frame once its prefix is in (checked against ``max_size``)."""
-        if self._size is None and self._end - self._start >= SIZE_PREFIX:
-            size = INT32.unpack_from(self._buf, self._start)[0]
-            if size < 0 or size > self.max_size:
-                raise FrameTooLargeError(size, self.max_size)
-            self._size = size
-        return self._size
-
-    def next_frame(self) -> memoryview | None:
-        """The next complete frame's payload, or None until more bytes arrive."""
-        size = self.next_size()
-        if size is None or self._end - self._start - SIZE_PREFIX < size:
-            return None
-        begin = self._start + SIZE_PREFIX
-        self._start = begin + size
-        self._size = None
-        if self._start == self._end:
-            self._start = self._end = 0
-        return self._view[begin:begin + size]
-
-    def next_api_key(self) -> int | None:
-        """The API key of the next frame once it is complete, without taking it."""
-        size = self.next_size()
-        if size is None or size < INT16.size or self._end - self._start - SIZE_PREFIX < size:
-            return None
-        return INT16.unpack_from(self._buf, self._start + SIZE_PREFIX)[0]
-
-    def room_needed(self) -> int:
-        """Capacity the next frame needs to be held whole (4 while its size is unknown)."""
-        size = self.next_size()
-        return SIZE_PREFIX + (size or 0)
-
-    def make_room(self) -> None:
-        """Move the unparsed bytes to the front when the next frame would not fit after them."""
-        if self._start and self._start + self.room_needed() > len(self._buf):
-            n = self._end - self._start
-            # bytes(): the two ranges may overlap.
-            self._buf[:n] = bytes(self._view[self._start:self._end])
-            self._start, self._end = 0, n
-
-    def grow(self, capacity: int) -> None:
-        """Hold ``capacity`` bytes (a frame larger than the buffer is coming)."""
-        n = self._end - self._start
-        buf = bytearray(capacity)
-        buf[:n] = self._view[self._start:self._end]
-        self._buf, self._view = buf, memoryview(buf)
-        self._start, self._end = 0, n
-
-    def shrink(self) -> bool:
-        """Return to the base buffer if what is buffered and the next frame fit in it."""
-        if self._buf is self._base:
-            return False
-        n = self._end - self._start
-        if n > len(self._base) or self.room_needed() > len(self._base):
-            return False
-        self._base[:n] = self._view[self._start:self._end]
-        self._buf, self._view = self._base, memoryview(self._base)
-        self._start, self._end = 0, n
-        return True
-
-
-class RequestMemoryPool:
-    """The broker-wide budget for request bytes held beyond the connections' own buffers.
-
-    ``queued.max.request.bytes`` (``capacity``; -1 = no cap). A connection
-    that cannot reserve what its next frame needs registers a callback with
-    :meth:`wait` and is not read; :meth:`release` calls the waiters in arrival
-    order while they obtain their memory (each callback reserves and returns
-    True, or returns False to stay first in line).
-    """
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.used = 0
-        self._waiters: deque[Callable[[], bool]] = deque()
-
-    @property
-    def waiting(self) -> int:
-        return len(self._waiters)
-
-    def try_reserve(self, nbytes: int) -> bool:
-        """Reserve ``nbytes`` unless that passes the cap or someone is already waiting."""
-        if self._waiters:
-            return False
-        return self.reserve_for_waiter(nbytes)
-
-    def reserve_for_waiter(self, nbytes: int) -> bool:
-        """``try_reserve`` for the waiter at the head of the line."""
-        if self.capacity >= 0 and self.used + nbytes > self.capacity:
-            return False
-        self.used += nbytes
-        return True
-
-    def release(self, nbytes: int) -> None:
-        self.used -= nbytes
-        while self._waiters:
-            if not self._waiters[0]():
-                break
-            self._waiters.popleft()
-
-    def wait(self, callback: Callable[[], bool]) -> None:
-        self._waiters.append(callback)
-
-    def cancel(self, callback: Callable[[], bool]) -> None:
-        try:
-            self._waiters.remove(callback)
-        except ValueError:
-            pass
 
 
 # -- the shared services a connection uses ----------------------------------------------------
@@ -271,35 +111,6 @@ class ServerServices:
     pool: RequestMemoryPool
     per_ip: Counter[str]
     live: set[Connection]
-
-
-class _Reyield:
-    """Hands a future a coroutine yielded on to the task now running that coroutine."""
-
-    __slots__ = ("future",)
-
-    def __init__(self, future: Any) -> None:
-        self.future = future
-
-    def __await__(self):
-        return (yield self.future)
-
-
-async def _continue(coro: Coroutine[Any, Any, Any], waiting: Any) -> Any:
-    """Run the rest of ``coro``, which was started outside a task and yielded ``waiting``."""
-    while True:
-        try:
-            await _Reyield(waiting)
-        except BaseException as exc:  # noqa: BLE001 - cancellation is passed on to coro
-            try:
-                waiting = coro.throw(exc)
-            except StopIteration as done:
-                return done.value
-        else:
-            try:
-                waiting = coro.send(None)
-            except StopIteration as done:
-                return done.value
 
 
 # -- the protocol -----------------------------------------------------------------------------
@@ -376,7 +187,7 @@ class Connection(asyncio.BufferedProtocol):
         listener = self._listener
         self.session = Session.for_listener(
             listener.name, listener.security_protocol, self.host, self.port,
-            ssl_principal=_cert_principal(ssl_object),
+            ssl_principal=cert_principal(ssl_object),
         )
         svc.sessions.attach(self)
         self._last_activity = self._loop.time()
@@ -528,11 +339,9 @@ class Connection(asyncio.BufferedProtocol):
                 return
             raise
         api = header.api_key
-        if (
-            session.state is State.AUTHENTICATED
-            and api != ApiKey.SASL_HANDSHAKE
-            and session.expired(svc.clock.now_ms())
-        ):
+        # The session's table decides what may be sent now and where it goes.
+        route = session.route(api, svc.clock.now_ms)
+        if route is Route.EXPIRED:
             log.info("closing %s: session lifetime over without re-authentication",
                      session.client_host)
             svc.metrics.sessions_expired.inc()
@@ -540,23 +349,24 @@ class Connection(asyncio.BufferedProtocol):
             session.close()
             self._close("session expired")
             return
-        if not session.allowed(api):
+        if route is Route.REFUSE:
             log.info("closing %s:%d: api %d not allowed in state %s",
                      session.client_host, session.client_port, api, session.state.name)
             session.close()
             self._close("api not allowed")
             return
         started = time.perf_counter()
-        if api == ApiKey.API_VERSIONS:
+        if route is Route.API_VERSIONS:
             self._write(svc.precomputed.api_versions(header.api_version, header.correlation_id))
             svc.metrics.request("ApiVersions", 0, time.perf_counter() - started)
             return
-        if api == ApiKey.SASL_HANDSHAKE:
+        if route is Route.HANDSHAKE:
             error = svc.handshake(session, body.get("Mechanism") or "", header.api_version)
             self._write(svc.precomputed.handshake(header.api_version, error, header.correlation_id))
             svc.metrics.request("SaslHandshake", int(error), time.perf_counter() - started)
             self._after_response(True)
             return
+        login = route is Route.AUTHENTICATE
         ctx = RequestContext(
             header=header,
             principal=session.principal or ANONYMOUS,
@@ -565,7 +375,7 @@ class Connection(asyncio.BufferedProtocol):
             client_host=session.client_host,
             client_port=session.client_port,
             # Only APIs that may be forwarded keep their bytes; the login path copies nothing.
-            payload=b"" if api == ApiKey.SASL_AUTHENTICATE else bytes(payload),
+            payload=b"" if login else bytes(payload),
             session=session,
         )
         if api == ApiKey.ENVELOPE and self._overlap_envelopes:
@@ -574,8 +384,7 @@ class Connection(asyncio.BufferedProtocol):
             self._envelopes.add(task)
             task.add_done_callback(lambda t: self._finished(t, name, started, False))
             return
-        self._run(svc.dispatch(ctx, body), svc.api_name(api), started,
-                  inline=api == ApiKey.SASL_AUTHENTICATE)
+        self._run(svc.dispatch(ctx, body), svc.api_name(api), started, inline=login)
 
     async def _raw_sasl(self, payload: bytes) -> bytes | None:
         """One raw SASL token after SaslHandshake v0: the challenge, or None to close."""
@@ -595,7 +404,7 @@ class Connection(asyncio.BufferedProtocol):
             except StopIteration as done:
                 self._done(done.value, api, started, raw)
                 return
-            task = self._loop.create_task(_continue(coro, waiting))
+            task = self._loop.create_task(continue_in_task(coro, waiting))
         else:
             task = self._loop.create_task(coro)
         self._in_flight = task
@@ -807,19 +616,3 @@ class Connection(asyncio.BufferedProtocol):
             self._reading = True
             self._transport.resume_reading()
         self._loop.call_later(CLOSE_LINGER_S, self._close, "session closed")
-
-
-def _cert_principal(ssl_object: Any) -> KafkaPrincipal | None:
-    """The client certificate's subject as Kafka's default principal (two-way TLS)."""
-    if ssl_object is None:
-        return None
-    cert = ssl_object.getpeercert()
-    if not cert:
-        return None
-    rdns = []
-    for rdn in reversed(cert.get("subject", ())):
-        for key, value in rdn:
-            short = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU",
-                     "countryName": "C", "localityName": "L", "stateOrProvinceName": "ST"}.get(key, key)
-            rdns.append(f"{short}={value}")
-    return KafkaPrincipal("User", ",".join(rdns)) if rdns else None

@@ -17,7 +17,7 @@ import contextlib
 import itertools
 import ssl
 
-from tokensvc.broker.offloop import decode_response_async
+from tokensvc.broker.loop.offloop import decode_response_async
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import FrameDecoder, RequestHeader, encode_request, frame
 from tokensvc.protocol.api import ApiKey
@@ -25,7 +25,7 @@ from tokensvc.scram.client import ScramClient
 from tokensvc.scram.formatter import ScramMechanism
 
 # Requests one channel keeps in flight (the controller reads up to 64 envelopes of one
-# connection at once: tokensvc.broker.connection.ENVELOPES_IN_FLIGHT).
+# connection at once: tokensvc.broker.network.connection.ENVELOPES_IN_FLIGHT).
 MAX_IN_FLIGHT = 32
 
 

@@ -1,30 +1,37 @@
 """A connection's authentication state, without I/O (h11 style).
 
-Owns: which requests a connection may send in each state, the transitions
-between states, and the session's identity (principal, mechanism, token) and
-lifetime. Every transition lives in ``_TRANSITIONS``; the server asks
-``allowed(api_key)`` before dispatching and calls the ``on_*`` methods after.
+Owns: which requests a connection may send in each state and how each is routed, the
+transitions between states, and the session's identity (principal, mechanism, token)
+and lifetime. Both tables live here: ``_RULES`` (state -> what may be sent and where it
+goes) and ``_TRANSITIONS`` (state, event -> next state). The connection asks
+:meth:`Session.route` for every request it decoded (and :attr:`Session.raw_sasl`
+before decoding a frame at all) and does what the answer says; the SASL handler calls
+the ``on_*`` methods after each step.
 
 States:
     EXPECT_HANDSHAKE     new SASL connection: ApiVersions, SaslHandshake
     EXPECT_AUTHENTICATE  after SaslHandshake v1: SaslAuthenticate (ApiVersions too)
     EXPECT_RAW_SASL      after SaslHandshake v0: the next frames are raw SASL tokens
-    AUTHENTICATED        every API; SaslHandshake starts a re-authentication (KIP-368)
+    AUTHENTICATED        every API; SaslHandshake starts a re-authentication (KIP-368);
+                         once the session's lifetime is over, any other request ends it
     REAUTHENTICATING     re-authentication in progress: SaslAuthenticate only
     CLOSED               nothing more is read
-It must not touch sockets, clocks or ZooKeeper: time comes in as arguments.
+It must not touch sockets, clocks or ZooKeeper: time comes in as an argument (a
+function the session calls only when its lifetime decides the answer).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum, auto
 
 from tokensvc.core.principal import ANONYMOUS, KafkaPrincipal
+from tokensvc.protocol.api import ApiKey
 
-API_VERSIONS = 18
-SASL_HANDSHAKE = 17
-SASL_AUTHENTICATE = 36
+_API_VERSIONS = int(ApiKey.API_VERSIONS)
+_SASL_HANDSHAKE = int(ApiKey.SASL_HANDSHAKE)
+_SASL_AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
 
 
 class State(Enum):
@@ -40,13 +47,46 @@ class State(Enum):
     __hash__ = object.__hash__
 
 
-_ALLOWED: dict[State, frozenset[int] | None] = {
-    State.EXPECT_HANDSHAKE: frozenset({API_VERSIONS, SASL_HANDSHAKE}),
-    State.EXPECT_AUTHENTICATE: frozenset({API_VERSIONS, SASL_AUTHENTICATE}),
-    State.EXPECT_RAW_SASL: frozenset(),
-    State.AUTHENTICATED: None,  # everything
-    State.REAUTHENTICATING: frozenset({SASL_AUTHENTICATE}),
-    State.CLOSED: frozenset(),
+class Route(Enum):
+    """What the connection does with one request, as the session's state decides."""
+
+    REFUSE = auto()  # not allowed in this state: the session ends, the connection closes
+    EXPIRED = auto()  # the session's lifetime is over (KIP-368): it ends, audited
+    API_VERSIONS = auto()  # answered from the precomputed responses
+    HANDSHAKE = auto()  # SaslHandshake: the mechanism step, answered from the precomputed
+    AUTHENTICATE = auto()  # SaslAuthenticate: dispatched on the spot; its bytes not kept
+    REQUEST = auto()  # any other API: dispatched; its bytes kept (it may be forwarded)
+
+    __hash__ = object.__hash__
+
+
+@dataclass(frozen=True)
+class _Rules:
+    """One state's row: the route of each API key (``otherwise`` for the rest), the
+    routes refused once the session's lifetime is over, and whether frames are raw SASL
+    tokens (not Kafka requests: nothing is decoded)."""
+
+    routes: Mapping[int, Route]
+    otherwise: Route = Route.REFUSE
+    expiring: frozenset[Route] = frozenset()
+    raw_frames: bool = False
+
+
+_RULES: dict[State, _Rules] = {
+    State.EXPECT_HANDSHAKE: _Rules({_API_VERSIONS: Route.API_VERSIONS,
+                                    _SASL_HANDSHAKE: Route.HANDSHAKE}),
+    State.EXPECT_AUTHENTICATE: _Rules({_API_VERSIONS: Route.API_VERSIONS,
+                                       _SASL_AUTHENTICATE: Route.AUTHENTICATE}),
+    State.EXPECT_RAW_SASL: _Rules({}, raw_frames=True),
+    State.AUTHENTICATED: _Rules(
+        {_API_VERSIONS: Route.API_VERSIONS, _SASL_HANDSHAKE: Route.HANDSHAKE,
+         _SASL_AUTHENTICATE: Route.AUTHENTICATE},
+        otherwise=Route.REQUEST,
+        # A re-authentication may begin after the lifetime; nothing else may.
+        expiring=frozenset({Route.API_VERSIONS, Route.AUTHENTICATE, Route.REQUEST}),
+    ),
+    State.REAUTHENTICATING: _Rules({_SASL_AUTHENTICATE: Route.AUTHENTICATE}),
+    State.CLOSED: _Rules({}),
 }
 
 # (state, event) -> next state
@@ -124,11 +164,23 @@ class Session:
 
     @property
     def raw_sasl(self) -> bool:
-        return self.state is State.EXPECT_RAW_SASL
+        """The next frames are raw SASL tokens (after SaslHandshake v0), not requests."""
+        return _RULES[self.state].raw_frames
+
+    def route(self, api_key: int, now_ms: Callable[[], int]) -> Route:
+        """How a request for ``api_key`` is handled now: its route in this state, or
+        EXPIRED when the session's lifetime is over and the route needs a live session
+        (``now_ms`` is called only then)."""
+        rules = _RULES[self.state]
+        route = rules.routes.get(api_key, rules.otherwise)
+        if route in rules.expiring and self.expired(now_ms()):
+            return Route.EXPIRED
+        return route
 
     def allowed(self, api_key: int) -> bool:
-        allowed = _ALLOWED[self.state]
-        return allowed is None or api_key in allowed
+        """Whether ``api_key`` may be sent in this state (the lifetime aside)."""
+        rules = _RULES[self.state]
+        return rules.routes.get(api_key, rules.otherwise) is not Route.REFUSE
 
     def expired(self, now_ms: int) -> bool:
         return self.expires_at_ms > 0 and now_ms >= self.expires_at_ms

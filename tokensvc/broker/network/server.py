@@ -1,8 +1,9 @@
 """Listeners and TLS for a broker: the only room of the broker that opens sockets.
 
 Owns one asyncio server per listener (on the Protocol API: each accepted
-connection is a :class:`~tokensvc.broker.connection.Connection`), TLS
-contexts from PEM files, ``max.connections.per.ip`` bookkeeping, the
+connection is a :class:`~tokensvc.broker.network.connection.Connection`; the TLS
+context of SSL listeners from :mod:`tokensvc.broker.network.tls`),
+``max.connections.per.ip`` bookkeeping, the
 broker-wide request memory pool (``queued.max.request.bytes``) and the
 precomputed ApiVersions and SaslHandshake responses its connections share.
 
@@ -17,38 +18,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from tokensvc.broker.connection import (
+from tokensvc.broker.network.connection import (
     Connection,
     Dispatch,
     Handshake,
     RawSasl,
-    RequestMemoryPool,
     ServerServices,
 )
-from tokensvc.broker.precomputed import PrecomputedResponses
-from tokensvc.broker.session import Session
+from tokensvc.broker.network.memory import RequestMemoryPool
+from tokensvc.broker.network.precomputed import PrecomputedResponses
+from tokensvc.broker.network.tls import server_ssl_context
+from tokensvc.broker.sessions.session import Session
 from tokensvc.core.config import BrokerConfig, Listener
 
 log = logging.getLogger("tokensvc.broker.server")
 
 LISTEN_BACKLOG = 1024
-
-
-def server_ssl_context(config: BrokerConfig) -> ssl.SSLContext:
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(config.ssl_keystore_location, password=config.ssl_key_password or None)
-    mode = config.ssl_client_auth
-    if mode in ("required", "requested"):
-        if config.ssl_truststore_location:
-            ctx.load_verify_locations(config.ssl_truststore_location)
-        ctx.verify_mode = ssl.CERT_REQUIRED if mode == "required" else ssl.CERT_OPTIONAL
-    return ctx
 
 
 class BrokerServer:
@@ -66,6 +55,7 @@ class BrokerServer:
         clock: Any,
         on_session_expired: Callable[[Session], None],
         api_name: Callable[[int], str],
+        addresses: dict[str, tuple[str, int]] | None = None,
     ) -> None:
         self.config = config
         self.pool = RequestMemoryPool(config.queued_max_request_bytes)
@@ -94,7 +84,9 @@ class BrokerServer:
         metrics.gauge("tokensvc_request_memory_waiting",
                       "Connections not read until request memory is freed", lambda: pool.waiting)
         self._servers: dict[str, asyncio.AbstractServer] = {}
-        self.addresses: dict[str, tuple[str, int]] = {}
+        # Each open listener's bound address; ``addresses``: a dict to fill (the cluster
+        # view handlers get reads the broker's own endpoints from it).
+        self.addresses: dict[str, tuple[str, int]] = {} if addresses is None else addresses
 
     @property
     def connections(self) -> int:

@@ -5,7 +5,7 @@ handler's ``precheck``), the original request (header and body bytes) goes to th
 controller in an ``EnvelopeRequest`` v0 with the serialized principal, the client address
 and two tagged fields: ``RequestKey`` (one per client request, the same on every attempt)
 and ``FirstAttempt``. The controller applies it exactly once (its
-:class:`~tokensvc.broker.ledger.WriteLedger`) and answers with the inner response and
+:class:`~tokensvc.broker.writes.ledger.WriteLedger`) and answers with the inner response and
 the ``CommittedVersions`` of the change notifications it committed.
 
 Read-your-writes: before answering the client, the forwarder puts the token states the
@@ -41,13 +41,14 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from tokensvc.broker.channel import BrokerChannel
 from tokensvc.broker.context import WriteTicket, client_request_key, committed_token_of
-from tokensvc.broker.decoding import decode_client_request
-from tokensvc.broker.offloop import LARGE_ITEMS
-from tokensvc.broker.services import TOKENS_ROOT
+from tokensvc.broker.loop.offloop import LARGE_ITEMS
+from tokensvc.broker.network.decoding import decode_client_request
+from tokensvc.broker.writes.channel import BrokerChannel
+from tokensvc.broker.writes.path import TOKENS_ROOT
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import decode_response, encode_response, response_error_code
+from tokensvc.protocol.api import ApiKey
 from tokensvc.protocol.principal_serde import serialize_principal
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tokensvc.broker.forwarding")
 
-ENVELOPE = 58
+ENVELOPE = int(ApiKey.ENVELOPE)
 _BACKOFF_START_S = 0.05
 _BACKOFF_MAX_S = 1.0
 _CONNECT_TIMEOUT_S = 5.0

@@ -20,9 +20,10 @@ from collections.abc import Iterable
 from tokensvc.broker.handlers.cluster import api_versions_body
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import SUPPORTED, RequestHeader, encode_response
+from tokensvc.protocol.api import ApiKey
 
-API_VERSIONS = 18
-SASL_HANDSHAKE = 17
+API_VERSIONS = int(ApiKey.API_VERSIONS)
+SASL_HANDSHAKE = int(ApiKey.SASL_HANDSHAKE)
 
 _PREFIX = struct.Struct(">ii")  # frame size, correlation id
 

@@ -36,7 +36,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from tokensvc.broker.session import Session, State
+from tokensvc.broker.sessions.session import Session, State
 from tokensvc.core.clock import Clock, SystemClock
 from tokensvc.core.token import TokenInformation
 
