@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.delegation_token import delegation_token
+from tests.support.wait import poll_until
 from tokensvc.admin import AdminClient, token_logs_in, token_refused
 from tokensvc.client_config import load_client_config
 from tokensvc.cluster import LocalCluster
@@ -44,8 +45,20 @@ def _cli(cluster: LocalCluster, bootstrap: str, *args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
+def _metadata_lists_every_broker(cluster: LocalCluster, bootstrap: str) -> bool:
+    config = load_client_config(_admin_properties(cluster))
+    with AdminClient(bootstrap, config, timeout_s=30) as admin:
+        listed = sorted(b.broker_id for b in admin.describe_cluster().brokers)
+    return listed == cluster.broker_ids()
+
+
 def test_create_renew_expire_wait_until_every_broker_serves_the_change(cluster):
     bootstrap = _address(cluster, cluster.broker_ids()[0])
+    # "Every live broker" is every broker of the cluster metadata. A broker answers before
+    # it registers (its listeners open first), so a cluster just started may not list all
+    # three yet: wait until it does, as the command would then wait for all three.
+    assert poll_until(lambda: _metadata_lists_every_broker(cluster, bootstrap), timeout=60,
+                      interval=0.2)
     code, out = _cli(cluster, bootstrap, "--create", "--wait-all-brokers", "--output", "json")
     assert code == 0, out
     created = json.loads(out)
