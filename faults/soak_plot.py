@@ -31,9 +31,13 @@ def draw(rows: list[Row], out: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(PANELS), 1, figsize=(10, 15), sharex=True)
+    # A panel only for the measures the CSV has (an older soak's has no allocated bytes).
+    panels = [p for p in PANELS if any(getattr(r, p[0]) is not None for r in rows)]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 2.6 * len(panels) + 2), sharex=True,
+                             squeeze=False)
+    axes = axes[:, 0]
     series_names = sorted({r.series for r in rows})
-    for ax, (measure, label, scale, processes) in zip(axes, PANELS):
+    for ax, (measure, label, scale, processes) in zip(axes, panels):
         for series in series_names:
             points = [r for r in rows if r.series == series and getattr(r, measure) is not None
                       and (r.pid is not None) == processes]
@@ -51,8 +55,7 @@ def draw(rows: list[Row], out: Path, title: str) -> None:
                     [y if y is not None else float("nan") for y in ys], label=series, linewidth=1)
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:  # a panel a CSV has no values for stays bare
-            ax.legend(fontsize=7, loc="upper left", ncol=3)
+        ax.legend(fontsize=7, loc="upper left", ncol=3)
     axes[-1].set_xlabel("minute of the soak")
     fig.suptitle(title)
     fig.tight_layout()
