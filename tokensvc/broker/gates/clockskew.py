@@ -39,6 +39,7 @@ import math
 import threading
 from collections.abc import Callable
 
+from tokensvc.broker.loop.tasks import cancel_and_wait
 from tokensvc.core.clock import CorrectedClock
 from tokensvc.core.clocksync import ClockOffset, ClockState, TimeSample, skew_state
 from tokensvc.core.errors import Errors, KafkaError
@@ -200,12 +201,7 @@ class ClockGate:
 
     async def close(self) -> None:
         task, self._background = self._background, None
-        if task is not None and not task.done():
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(task)
 
     # -- gauges -------------------------------------------------------------------------
 

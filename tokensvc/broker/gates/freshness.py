@@ -37,6 +37,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from tokensvc.broker.loop.tasks import cancel_and_wait
 from tokensvc.core.errors import Errors, KafkaError
 
 log = logging.getLogger("tokensvc.broker.freshness")
@@ -179,10 +180,5 @@ class FreshnessGate:
 
     async def close(self) -> None:
         for task in (self._background, self._round):
-            if task is not None and not task.done():
-                task.cancel()
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
+            await cancel_and_wait(task)
         self._background = self._round = None
