@@ -83,7 +83,7 @@ from faults.cluster import (
     error_name,
     token_password,
 )
-from faults.netns import NetError, NetPlan, Network
+from faults.netns import DEFAULT_PREFIX, NetError, NetPlan, Network, free_subnet, routes
 from tokensvc.admin.client import AdminClient
 from tokensvc.client_config import load_client_config
 from tokensvc.cluster import Placement
@@ -632,10 +632,13 @@ def _runs(values) -> str:
 
 def run(faults: list[str], *, hold_s: float = 20.0, flap_s: float = 60.0, clients: int = 4,
         seed: int = 1, session_timeout_ms: int = 6000, subnet: str | None = None,
-        directory: Path | None = None) -> list[FaultResult]:
+        directory: Path | None = None, prefix: str = DEFAULT_PREFIX) -> list[FaultResult]:
     """Build the network, start the cluster on it, run every fault, print the table;
-    remove everything it made on the way out."""
-    plan = NetPlan(ZK_HOSTS + BROKER_HOSTS, **({"subnet": subnet} if subnet else {}))
+    remove everything it made on the way out. Without ``subnet``, the first free /24 from
+    10.213.7.0/24 up (a network left by a killed run keeps its own)."""
+    Network.require_root()
+    plan = NetPlan(ZK_HOSTS + BROKER_HOSTS, subnet=subnet or free_subnet(routes()),
+                   prefix=prefix)
     network = Network(plan)
     scratch = directory or Path(tempfile.mkdtemp(prefix="tokensvc-chaos-net-"))
     results: list[FaultResult] = []
@@ -680,8 +683,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=4, help="writer threads (default 4)")
     parser.add_argument("--session-timeout-ms", type=int, default=6000,
                         help="brokers' zookeeper.session.timeout.ms (default 6000)")
-    parser.add_argument("--subnet", default=None, help="the /24 for the hosts "
-                        "(default 10.213.7.0/24; refused if the machine routes it)")
+    parser.add_argument("--subnet", default=None, help="the /24 for the hosts (default: "
+                        "the first of 10.213.7.0/24, 10.213.8.0/24, ... the machine does "
+                        "not route; one given here is refused if the machine routes it)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--dir", type=Path, default=None,
                         help="keep the cluster's files and logs here")

@@ -157,6 +157,25 @@ def overlaps(subnet: str, routes: Iterable[str]) -> list[str]:
     return found
 
 
+def free_subnet(routes: Iterable[str], first: str = DEFAULT_SUBNET, tries: int = 64) -> str:
+    """The first /24 from ``first`` upwards (10.213.7.0/24, 10.213.8.0/24, ...) that no
+    route of ``routes`` overlaps: a bridge left by a killed run on the same kernel, or
+    another run beside this one, keeps its subnet and this run takes the next (pure)."""
+    lines = list(routes)
+    base = ipaddress.ip_network(first)
+    for step in range(tries):
+        candidate = ipaddress.ip_network((int(base.network_address) + step * base.num_addresses,
+                                          base.prefixlen))
+        if not overlaps(str(candidate), lines):
+            return str(candidate)
+    raise NetError(f"no free subnet among {tries} from {first}: pass one with --subnet")
+
+
+def routes() -> list[str]:
+    """This machine's ``ip -4 route`` lines."""
+    return _run(["ip", "-4", "route"]).splitlines()
+
+
 @dataclass
 class Network:
     """The harness's namespaces and links; remove everything with :meth:`close`."""
@@ -177,7 +196,7 @@ class Network:
     def up(self) -> Network:
         """Build the bridge and every host; on any failure remove what was built."""
         self.require_root()
-        clash = overlaps(self.plan.subnet, _run(["ip", "-4", "route"]).splitlines())
+        clash = overlaps(self.plan.subnet, routes())
         if clash:
             raise NetError(f"{self.plan.subnet} overlaps routes on this machine "
                            f"({', '.join(clash)}): pick another subnet")

@@ -339,16 +339,19 @@ class Agent:
         self._write_sinks(token, deadline_ms)
         now = self.now_ms()
         old = self.state.current
+        retired = None
         if old is not None:
             retired = schedule.retire(old.held, now, self.state.period_ms or 0, self.policy)
             self.state.retiring.append(HeldToken(retired, old.hmac))
             self.metrics.replacements.inc()
+        self.state.current, self.state.unpublished = token, None
+        self._save()
+        # Logged once the state file names the token: a reader that sees the line finds it.
+        if old is not None and retired is not None:
             log.info("published token %s; token %s retires at %s", token.token_id,
                      old.token_id, _iso(retired.retire_at_ms or now))
         else:
             log.info("published token %s", token.token_id)
-        self.state.current, self.state.unpublished = token, None
-        self._save()
 
     def _wait_all_brokers(self, token: HeldToken, deadline_ms: int) -> None:
         desc = TokenDescription(token.token_id, token.hmac, self.owner, self.me, (),

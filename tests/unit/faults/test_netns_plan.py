@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from faults.netns import NetError, NetPlan, overlaps
+from faults.netns import NetError, NetPlan, free_subnet, overlaps
 
 PLAN = NetPlan(("zk1", "b1"), subnet="10.9.8.0/24", prefix="ts")
 
@@ -68,3 +68,16 @@ def test_routes_overlapping_the_range_are_found() -> None:
               "192.0.2.0/24 dev eth0", ""]
     assert overlaps("10.9.8.0/24", routes) == ["10.9.0.0/16"]
     assert overlaps("10.10.0.0/24", routes) == []
+
+
+def test_a_free_subnet_skips_every_routed_one() -> None:
+    routes = ["default via 192.0.2.1 dev eth0",
+              "10.213.7.0/24 dev ts-br proto kernel scope link src 10.213.7.1",
+              "10.213.8.128/25 dev other proto kernel scope link"]
+    assert free_subnet(routes) == "10.213.9.0/24"
+    assert free_subnet(["default via 192.0.2.1 dev eth0"]) == "10.213.7.0/24"
+
+
+def test_no_free_subnet_is_a_one_line_error() -> None:
+    with pytest.raises(NetError, match="no free subnet"):
+        free_subnet(["10.0.0.0/8 dev big"], first="10.213.7.0/24", tries=3)
