@@ -38,6 +38,10 @@ REQUEST_TIMEOUT_S = 40.0
 MECHANISM = ScramMechanism.SCRAM_SHA_256
 
 
+# The errors a broker refuses a login with when it cannot decide now (retriable).
+RETRIABLE_REFUSALS = frozenset({Errors.REQUEST_TIMED_OUT.name})
+
+
 class ClientError(Exception):
     """A connection or login failed (the message names the class, never a secret)."""
 
@@ -159,10 +163,17 @@ class FaultCluster:
 
     def token_login(self, broker: int, token_id: str, hmac: bytes, cache: dict | None) -> str:
         """One token login on a fresh connection to ``broker``: "ok", "refused" (the
-        broker said no) or "connection" (it could not be asked)."""
+        broker said no: the credential is not valid), "refused: <ERROR>" (the broker
+        could not decide now and said so with a retriable error: a view of ZooKeeper it
+        could not confirm current, a clock it does not trust, an audit it cannot write)
+        or "connection" (it could not be asked)."""
         try:
             Connection(self.address(broker), token_id, token_password(hmac), token=True,
                        cache=cache).close()
         except ClientError as exc:
-            return "refused" if "login refused" in str(exc) else "connection"
+            text = str(exc)
+            if "login refused" not in text:
+                return "connection"
+            error = text.rsplit(": ", 1)[-1]
+            return f"refused: {error}" if error in RETRIABLE_REFUSALS else "refused"
         return "ok"

@@ -52,6 +52,7 @@ from typing import Any
 
 from faults.cluster import (
     REQUEST_TIMEOUT_S,
+    RETRIABLE_REFUSALS,
     ClientError,
     Connection,
     FaultCluster,
@@ -74,9 +75,12 @@ TOKEN_LIFETIME_S = 600.0
 RETRIABLE = {Errors.REQUEST_TIMED_OUT.name, Errors.NOT_CONTROLLER.name,
              Errors.COORDINATOR_LOAD_IN_PROGRESS.name, "connection"}
 # Refused token logins that are not errors of the service: the token was removed, or had
-# not yet reached that broker (it did a second later), or ZooKeeper could not say which.
+# not yet reached that broker (it did a second later), or ZooKeeper could not say which,
+# or the broker could not decide then and said so with a retriable error (a view of
+# ZooKeeper it could not confirm current after a fault, a clock it did not trust).
 REFUSED_OK = {"refused", "refused (propagation lag)", "refused (unverified)",
-              "refused (at its max lifetime)"}
+              "refused (at its max lifetime)"} | {
+                  f"refused: {name}" for name in RETRIABLE_REFUSALS}
 # Answers the load expects in normal operation (a renew or expire racing with an
 # expire-now or the sweep finds no token).
 EXPECTED = {"NONE", Errors.DELEGATION_TOKEN_NOT_FOUND.name, Errors.DELEGATION_TOKEN_EXPIRED.name}
@@ -221,11 +225,16 @@ class Soak(FaultCluster):
                     again = self._token_login(broker, token, cache)
                     if again == "NONE":
                         outcome = "refused (propagation lag)"
+                    elif again.startswith("refused: "):
+                        outcome = again  # the broker now says it cannot decide: retriable
                     elif time.time() * 1000 >= token.max_ms - 1_000:
                         # It reached its max lifetime meanwhile (a slow login under load).
                         outcome = "refused (at its max lifetime)"
                     else:
                         outcome = "refused (token live)"
+                        log.warning("token %s refused twice by broker %d with %.1f s to its "
+                                    "max lifetime, still in ZooKeeper", token.token_id, broker,
+                                    token.max_ms / 1000 - time.time())
             self.ledger.record(api, outcome)
             return
         else:
