@@ -23,21 +23,18 @@ from zk.server import ManagedZooKeeper
 
 _chroots = itertools.count(1)
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Put every test in the xdist_group of its module, so a module's tests (and its
-    module-scoped cluster or Spark session) stay on one worker, and hand the modules out
-    longest first (setup.cfg keeps this order for xdist): modules marked
-    ``heavy(minutes=M)`` by decreasing M, then the other Spark modules, then the rest.
-    A worker that started a long module last would end the run last."""
+    """Hand the modules out longest first: modules marked ``heavy(minutes=M)`` by
+    decreasing M, then the other Spark modules, then the rest. xdist (setup.cfg:
+    ``--dist loadscope --no-loadscope-reorder``) sends each module to one worker whole,
+    in this order, so a module's tests share its module-scoped cluster or Spark set-up,
+    and a worker that started a long module last does not end the run last."""
     def cost(item: pytest.Item) -> tuple[int, float]:
         heavy = item.get_closest_marker("heavy")
         if heavy is not None:
             return 0, -float(heavy.kwargs.get("minutes", 1))
         return (1, 0.0) if item.get_closest_marker("spark") is not None else (2, 0.0)
 
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     items.sort(key=cost)
 
 
