@@ -71,6 +71,10 @@ SESSION_TIMEOUT_MS = 6000
 ZK_PAUSE_S = 10.0
 RESYNC_LIMIT_S = 120.0
 SHORT_LIFETIME_MS = 20_000
+# The brokers' zookeeper.max.staleness.ms (the default): how long after a create another
+# broker may still not serve the token; and the margin a login takes on a loaded machine.
+STALENESS_MS = 3_000
+PROPAGATION_MARGIN_S = 1.0
 TOKEN_LIFETIME_S = 600.0
 RETRIABLE = {Errors.REQUEST_TIMED_OUT.name, Errors.NOT_CONTROLLER.name,
              Errors.COORDINATOR_LOAD_IN_PROGRESS.name, "connection"}
@@ -92,6 +96,7 @@ class Token:
     hmac: bytes = field(repr=False)
     max_ms: int
     expired_by_load: bool = False
+    acked_at: float = field(default_factory=time.monotonic)  # when its create was answered
 
 
 @dataclass
@@ -153,6 +158,7 @@ class Soak(FaultCluster):
         self.start_cluster("soak", {
             "zookeeper.session.timeout.ms": str(SESSION_TIMEOUT_MS),
             "delegation.token.expiry.check.interval.ms": "2000",
+            "zookeeper.max.staleness.ms": str(STALENESS_MS),
         })
 
     # -- load ---------------------------------------------------------------------------
@@ -220,9 +226,7 @@ class Soak(FaultCluster):
                 if gone is None:
                     outcome = "refused (unverified)"
                 elif not gone:
-                    # A token created a moment ago may not have reached that broker yet.
-                    time.sleep(1.0)
-                    again = self._token_login(broker, token, cache)
+                    again = self._until_propagated(broker, token, cache)
                     if again == "NONE":
                         outcome = "refused (propagation lag)"
                     elif again.startswith("refused: "):
@@ -232,8 +236,10 @@ class Soak(FaultCluster):
                         outcome = "refused (at its max lifetime)"
                     else:
                         outcome = "refused (token live)"
-                        log.warning("token %s refused twice by broker %d with %.1f s to its "
-                                    "max lifetime, still in ZooKeeper", token.token_id, broker,
+                        log.warning("token %s refused by broker %d %.1f s after its create "
+                                    "was answered, %.1f s before its max lifetime, still in "
+                                    "ZooKeeper", token.token_id, broker,
+                                    time.monotonic() - token.acked_at,
                                     token.max_ms / 1000 - time.time())
             self.ledger.record(api, outcome)
             return
@@ -248,6 +254,22 @@ class Soak(FaultCluster):
         except ClientError:
             self.ledger.record(api, "connection")
             raise
+
+    def _until_propagated(self, broker: int, token: Token, cache: dict) -> str:
+        """Try a refused token's login again on ``broker`` until it succeeds or the
+        consistency contract's bound has passed: a broker other than the one that
+        answered the create serves it once its view is confirmed current after the
+        create, at most ``zookeeper.max.staleness.ms`` later (a broker that cannot
+        confirm its view refuses with a retriable error instead). A second at least, as
+        a margin for the login itself on a loaded machine."""
+        deadline = token.acked_at + STALENESS_MS / 1000 + PROPAGATION_MARGIN_S
+        pause = 1.0
+        while True:
+            time.sleep(pause)
+            again = self._token_login(broker, token, cache)
+            if again != "refused" or time.monotonic() >= deadline:
+                return again
+            pause = 0.5
 
     def _token_login(self, broker: int, token: Token, cache: dict) -> str:
         outcome = self.token_login(broker, token.token_id, token.hmac, cache)
