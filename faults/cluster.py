@@ -42,6 +42,16 @@ MECHANISM = ScramMechanism.SCRAM_SHA_256
 RETRIABLE_REFUSALS = frozenset({Errors.REQUEST_TIMED_OUT.name})
 
 
+def refusal_outcome(message: str) -> str:
+    """The outcome of a token login that raised :class:`ClientError` with ``message``:
+    "refused" (the broker said no to the credential), "refused: <ERROR>" (it refused
+    with a retriable error: it could not decide then) or "connection" (pure)."""
+    if not message.startswith("login refused: "):
+        return "connection"
+    error = message.removeprefix("login refused: ")
+    return f"refused: {error}" if error in RETRIABLE_REFUSALS else "refused"
+
+
 class ClientError(Exception):
     """A connection or login failed (the message names the class, never a secret)."""
 
@@ -171,9 +181,5 @@ class FaultCluster:
             Connection(self.address(broker), token_id, token_password(hmac), token=True,
                        cache=cache).close()
         except ClientError as exc:
-            text = str(exc)
-            if "login refused" not in text:
-                return "connection"
-            error = text.rsplit(": ", 1)[-1]
-            return f"refused: {error}" if error in RETRIABLE_REFUSALS else "refused"
+            return refusal_outcome(str(exc))
         return "ok"

@@ -109,6 +109,14 @@ class Ledger:
     tokens: dict[str, Token] = field(default_factory=dict)
 
     acknowledged: int = 0
+    # The longest a token took, from its create's answer, to log in on a broker that had
+    # refused it at first (bounded by zookeeper.max.staleness.ms, plus a login's time).
+    longest_propagation_s: float = 0.0
+
+    def propagated(self, token: Token) -> None:
+        with self.lock:
+            self.longest_propagation_s = max(self.longest_propagation_s,
+                                             time.monotonic() - token.acked_at)
 
     def record(self, api: str, outcome: str) -> None:
         with self.lock:
@@ -229,6 +237,7 @@ class Soak(FaultCluster):
                     again = self._until_propagated(broker, token, cache)
                     if again == "NONE":
                         outcome = "refused (propagation lag)"
+                        self.ledger.propagated(token)
                     elif again.startswith("refused: "):
                         outcome = again  # the broker now says it cannot decide: retriable
                     elif time.time() * 1000 >= token.max_ms - 1_000:
@@ -512,6 +521,9 @@ def report(soak: Soak, result: dict[str, Any], elapsed_s: float) -> int:
     print(f"tokens lost: {len(result['lost'])}")
     print(f"caches diverged from ZooKeeper: {result['diverged'] or 'none'}")
     print(f"max resync time: {max(resyncs, default=0.0):.2f}s")
+    print(f"longest propagation of a token refused at first: "
+          f"{ledger.longest_propagation_s:.2f}s (bound {STALENESS_MS / 1000:g}s + "
+          f"{PROPAGATION_MARGIN_S:g}s)")
     if soak.sampler is not None and soak.sampler.path.exists():
         print(f"\nresources (samples in {soak.sampler.path}); slope per hour over each "
               f"series' longest life:")
