@@ -231,7 +231,13 @@ def test_rolling_restart_under_client_load(cluster: LocalCluster, tmp_path: Path
         # With retries off a login aimed at the broker being restarted fails: at most the
         # attempts that fell in the roll, and the client is served again after it.
         assert any(ok for t, ok in c.outcomes if t > ended), (c.name, c.errors[-3:])
-        assert report[c.name]["failed"] < report[c.name]["attempts"], (c.name, report[c.name])
+        # A slow client (kafka-python takes seconds per start on a loaded machine) may
+        # have had no attempt begin and end inside the roll; when it had some, not all
+        # of them failed.
+        window = report[c.name]
+        assert window["failed"] <= window["attempts"], (c.name, window)
+        if window["attempts"]:
+            assert window["failed"] < window["attempts"], (c.name, window)
     for c in clients:
         if c in no_retries:
             continue
