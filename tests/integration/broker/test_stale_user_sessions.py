@@ -17,6 +17,7 @@ import time
 
 import pytest
 
+from tests.support.wait import retry
 from tokensvc.admin import AdminClient, AdminError
 from tokensvc.admin.connection import BrokerConnection, ConnectionLost
 from tokensvc.client_config import client_config_from_properties, load_client_config
@@ -44,17 +45,16 @@ def test_a_deleted_users_session_on_a_frozen_broker_is_refused_after_the_bound(
                             'username="kim" password="kim-pw";'})
     # kim was created through the bootstrap broker: the one to be frozen serves the
     # credential once the change reaches it (read-your-writes holds where it was answered).
-    deadline = time.monotonic() + 20
-    while True:
+    def logged_in() -> BrokerConnection:
         session = BrokerConnection(frozen["listeners"]["SASL_PLAINTEXT"], kim, client_id="kim")
         try:
             session.open(time.monotonic() + 10)
-            break
         except AdminError:
             session.close()
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.1)
+            raise
+        return session
+
+    session = retry(logged_in, timeout=20, errors=(AdminError,), interval=0.1)
     pid = cluster.broker_pid(frozen["id"])
     os.kill(pid, signal.SIGSTOP)
     try:

@@ -48,8 +48,9 @@ def test_each_module_runs_whole_on_one_worker_with_its_fixture_built_once(
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "18 passed" in done.stdout, done.stdout[-2000:]
     lines = [line.split() for line in log.read_text().splitlines()]
-    workers = {line[1]: {pid for kind, module, pid in lines if module == line[1]}
-               for line in lines}
+    workers: dict[str, set[str]] = {}
+    for _, module, pid in lines:
+        workers.setdefault(module, set()).add(pid)
     setups = [module for kind, module, _ in lines if kind == "setup"]
     assert sorted(setups) == ["test_left", "test_right", "test_third"], lines
     assert all(len(pids) == 1 for pids in workers.values()), workers
