@@ -431,7 +431,7 @@ class ZooKeeperNode:
                 else self.security.client_port_config(self.host, self.client_port)
             ),
             "admin.enableServer=false",
-            "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons",
+            "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons,conf",
             "maxClientCnxns=0",
             # Sessions may be as short as 2 ticks; tests expire sessions quickly.
             f"minSessionTimeout={2 * self.tick_ms}",
@@ -528,6 +528,19 @@ class ZooKeeperNode:
             return False
         return "Mode:" in reply
 
+    def is_ours(self) -> bool:
+        """Whether the server answering on this node's port is this node: its ``conf``
+        names this node's data directory. Another ZooKeeper that took the port between
+        the check and the bind answers ``srvr`` before this one has even started (seen
+        once in a parallel test run); it must not pass for this node."""
+        try:
+            reply = self.four_letter_word("conf", timeout=self.probe_timeout)
+        except OSError:
+            return False
+        ours = str(self.data_dir / "data")
+        return any(line.startswith("dataDir=") and line.split("=", 1)[1].startswith(ours)
+                   for line in reply.splitlines())
+
     def mode(self) -> str | None:
         try:
             reply = self.four_letter_word("srvr", timeout=self.probe_timeout)
@@ -546,7 +559,8 @@ class ZooKeeperNode:
                     f"ZooKeeper on port {self.client_port} exited with status "
                     f"{self.process.returncode}; see {self.data_dir / 'zookeeper.out'}"
                 )
-            if self.serving(min(self.probe_timeout, max(0.1, deadline - time.monotonic()))):
+            if (self.serving(min(self.probe_timeout, max(0.1, deadline - time.monotonic())))
+                    and self.is_ours()):
                 return
             time.sleep(0.1)
         raise ZooKeeperStartError(
@@ -618,6 +632,24 @@ class ManagedZooKeeper(ZooKeeperNode):
             audit=audit,
             security=security,
         )
+        self._port_chosen = port is None
+        self._started = False
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Start and wait until it serves. On its first start, a free port that another
+        process took before the server bound it is replaced by another free port (twice
+        at most); later starts keep the port its clients know."""
+        for attempt in range(3):
+            try:
+                super().start(timeout)
+            except ZooKeeperStartError:
+                if (self._started or not self._port_chosen or attempt == 2
+                        or not port_in_use(self.client_port, self.host)):
+                    raise
+                self.client_port = free_port()
+                continue
+            self._started = True
+            return
 
     def __enter__(self) -> Self:
         self.start()

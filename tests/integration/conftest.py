@@ -11,7 +11,7 @@ Three ways in, by how long the cluster lives:
 * ``cluster`` -- one cluster for a whole module, described by the module's marker
   ``pytestmark = pytest.mark.cluster(brokers=3, overrides={...}, tls=False, users=[...])``
   (``users``: ``(name, mechanism, password)`` credentials the admin creates once it is
-  up). For modules whose tests do not stop brokers or change what the others rely on;
+  up, and every broker serves before the tests run). For modules whose tests do not stop brokers or change what the others rely on;
 * ``module_cluster_factory`` -- the same lifetime, for a module-scoped fixture that must
   do more than the marker says (write credentials straight to ZooKeeper, ...);
 * ``cluster_factory`` -- a cluster per test, for tests that break it (stop or freeze
@@ -28,7 +28,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.local_cluster import ClusterFactory, admin_client
+from tests.support.local_cluster import (
+    ClusterFactory,
+    admin_client,
+    user_config,
+    wait_served_everywhere,
+)
 from tokensvc.cluster import LocalCluster
 
 
@@ -54,6 +59,8 @@ def _factory(stack: ExitStack, directory: Callable[[], Path],
             with admin_client(cluster, timeout_s=20) as admin:
                 for name, mechanism, password in users:
                     admin.upsert_user_scram_credential(name, mechanism, password)
+            for name, mechanism, password in users:
+                wait_served_everywhere(cluster, user_config(name, password, mechanism))
         return cluster
 
     return up

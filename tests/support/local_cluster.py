@@ -8,12 +8,15 @@ change the cluster: the fixtures of tests/integration/conftest.py do.
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from collections.abc import Callable
 
-from tokensvc.admin import AdminClient
-from tokensvc.client_config import ClientConfig, load_client_config
+from tokensvc.admin import AdminClient, AdminError
+from tokensvc.admin.connection import BrokerConnection
+from tokensvc.client_config import ClientConfig, client_config_from_properties, load_client_config
 from tokensvc.cluster import LocalCluster
+from tokensvc.core.errors import Errors
 
 #: What ``cluster_factory`` and ``module_cluster_factory`` (tests/integration/conftest.py)
 #: hand a test: start a cluster (brokers, overrides, tls, zookeeper, users), get it running.
@@ -27,6 +30,42 @@ def admin_client(cluster: LocalCluster, *, address: str | None = None,
     return AdminClient(address or cluster.info["bootstrap_servers"],
                        config or load_client_config(cluster.info["admin"]["properties"]),
                        timeout_s=timeout_s)
+
+
+def user_config(user: str, password: str, mechanism: str = "SCRAM-SHA-512") -> ClientConfig:
+    """The client settings of ``user`` logging in with her password."""
+    return client_config_from_properties({
+        "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism,
+        "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                            f'username="{user}" password="{password}";'})
+
+
+def addresses(cluster: LocalCluster) -> list[str]:
+    """Every broker's SASL_PLAINTEXT listener ("host:port")."""
+    return [b["listeners"]["SASL_PLAINTEXT"] for b in cluster.info["brokers"]]
+
+
+def wait_served_everywhere(cluster: LocalCluster, config: ClientConfig,
+                           timeout_s: float = 20.0) -> None:
+    """Wait, bounded, until every broker lets ``config`` log in.
+
+    A credential or token written through one broker is read-your-writes there only; the
+    others serve it once their view has it (the consistency contract: within
+    zookeeper.max.staleness.ms). A test that goes on to another broker waits here first.
+    """
+    deadline = time.monotonic() + timeout_s
+    for address in addresses(cluster):
+        while True:
+            conn = BrokerConnection(address, config, client_id="served-everywhere")
+            try:
+                conn.open(min(deadline, time.monotonic() + 10))
+                break
+            except AdminError as exc:
+                if exc.error != Errors.SASL_AUTHENTICATION_FAILED or time.monotonic() > deadline:
+                    raise
+            finally:
+                conn.close()
+            time.sleep(0.05)
 
 
 def broker_address(cluster: LocalCluster, broker_id: int) -> tuple[str, int]:

@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from click.testing import CliRunner
 
 from cli.delegation_token import delegation_token
-from tests.support.local_cluster import admin_client
+from tests.support.local_cluster import ClusterFactory, admin_client, wait_served_everywhere
 from tests.support.tokens import token_client_config, token_logs_in
 from tests.support.wait import poll_until
 from tokensvc.admin import AdminClient, AdminError, TokenDescription
@@ -185,12 +184,10 @@ def test_a_principal_without_the_permission_is_refused_and_nothing_changes(
 
 
 @pytest.fixture(scope="module")
-def limited(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster.up(tmp_path_factory.mktemp("owner-limit"), brokers=3,
-                         overrides={"delegation.token.max.per.owner": "100",
-                                    "delegation.token.expire.with.owner": "false"},
-                         die_with_parent=True) as c:
-        yield c
+def limited(module_cluster_factory: ClusterFactory) -> LocalCluster:
+    return module_cluster_factory(brokers=3,
+                                  overrides={"delegation.token.max.per.owner": "100",
+                                             "delegation.token.expire.with.owner": "false"})
 
 
 def test_the_101st_token_of_an_owner_is_policy_violation_and_nothing_is_written(
@@ -239,13 +236,16 @@ def _delete_with_confluent(address: str, cluster: LocalCluster, user: str) -> No
 def test_deleting_a_user_revokes_her_tokens_and_closes_her_sessions_everywhere(
     cluster: LocalCluster,
 ) -> None:
-    with _admin(cluster) as admin:
+    answering = _non_controller(cluster)
+    with _admin(cluster, answering) as admin:
         admin.upsert_user_scram_credential("ivy", "SCRAM-SHA-512", "ivy-pw")
     ivy = _user_config("ivy", "ivy-pw")
-    answering = _non_controller(cluster)
-    # Her tokens (created by her, so they are hers), and password sessions on every broker.
+    # Her tokens (created by her, so they are hers), and password sessions on every broker
+    # (each broker once it serves her and her first token: the writes went to one broker).
     with _admin(cluster, answering, ivy) as as_ivy:
         tokens = [as_ivy.create_token() for _ in range(5)]
+    wait_served_everywhere(cluster, ivy)
+    wait_served_everywhere(cluster, token_client_config(tokens[0]))
     sessions = {}
     for address in _addresses(cluster):
         conn = BrokerConnection(address, ivy, client_id="ivy-session")
@@ -312,10 +312,12 @@ def _audited_revocations(cluster: LocalCluster, reason: str) -> set[str]:
 def test_with_expire_with_owner_false_the_tokens_of_a_deleted_user_keep_working(
     limited: LocalCluster,
 ) -> None:
-    with _admin(limited) as admin:
+    first = _addresses(limited)[0]
+    with _admin(limited, first) as admin:
         admin.upsert_user_scram_credential("jill", "SCRAM-SHA-512", "jill-pw")
-    with _admin(limited, config=_user_config("jill", "jill-pw")) as as_jill:
+    with _admin(limited, first, _user_config("jill", "jill-pw")) as as_jill:
         token = as_jill.create_token()
+    wait_served_everywhere(limited, token_client_config(token))
     session = BrokerConnection(_addresses(limited)[0], _user_config("jill", "jill-pw"),
                                client_id="jill-session")
     session.open(time.monotonic() + 10)

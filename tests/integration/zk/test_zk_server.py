@@ -59,7 +59,7 @@ def test_a_node_without_security_keeps_its_open_plain_configuration(tmp_path):
         f"clientPort={port}",
         "clientPortAddress=127.0.0.1",
         "admin.enableServer=false",
-        "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons",
+        "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons,conf",
         "maxClientCnxns=0",
         "minSessionTimeout=1000",
         "maxSessionTimeout=60000",
@@ -77,6 +77,30 @@ def test_a_port_in_use_is_a_clear_error(tmp_path):
         port = taken.getsockname()[1]
         with pytest.raises(ZooKeeperStartError, match=f"port 127.0.0.1:{port} is already in use"):
             ManagedZooKeeper(tmp_path / "zk", port=port).start()
+
+
+def test_a_server_on_the_port_that_is_not_ours_does_not_pass_for_it(tmp_path):
+    # Another ZooKeeper takes the port a node had chosen before the node binds it: the
+    # other one answers srvr at once, but it is not the node. A node whose port was chosen
+    # for it moves to another free port; one given a port is a clear error.
+    other = ManagedZooKeeper(tmp_path / "other")
+    other.start()
+    try:
+        assert other.is_ours()
+        mine = ManagedZooKeeper(tmp_path / "mine")
+        mine.client_port = other.client_port  # taken between the choice and the bind
+        assert mine.serving() and not mine.is_ours()
+        mine.start()
+        try:
+            assert mine.client_port != other.client_port
+            assert mine.is_ours() and mine.mode() == "standalone"
+        finally:
+            mine.stop()
+        fixed = ManagedZooKeeper(tmp_path / "fixed", port=other.client_port)
+        with pytest.raises(ZooKeeperStartError, match="already in use"):
+            fixed.start()
+    finally:
+        other.stop()
 
 
 def test_missing_java_is_a_clear_error(monkeypatch):
