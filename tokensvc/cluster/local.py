@@ -114,6 +114,7 @@ class LocalCluster:
         insecure_zookeeper: bool = False,
         zookeeper_nodes: int = 1,
         broker_env: Mapping[int, Mapping[str, str]] | None = None,
+        one_by_one: bool = False,
     ) -> LocalCluster:
         """Start ZooKeeper (unless ``zookeeper`` is a connect string) and ``brokers`` brokers
         in ``directory``; return once all answer. ``die_with_parent`` ties every process to
@@ -123,7 +124,10 @@ class LocalCluster:
         (``zookeeper_nodes`` nodes: 1, or an ensemble of 3 or more) is secure unless
         ``insecure_zookeeper``: TLS only, client certificates, SASL enforced, ACLs.
         ``broker_env`` adds variables to the environment of some brokers' processes (by
-        broker id)."""
+        broker id). ``one_by_one`` starts each broker once the one before it answers
+        (each loads its cache alone: at a million tokens, three first listings at once
+        can outlast ZooKeeper's request cap on a small host); ``timeout`` is then per
+        broker."""
         if brokers < 1:
             raise ClusterError("a cluster needs at least one broker")
         overrides = dict(overrides or {})
@@ -165,10 +169,16 @@ class LocalCluster:
             cluster = cls(directory, info, zookeeper=zk_server, die_with_parent=die_with_parent)
             for broker_id, env in (broker_env or {}).items():
                 cluster._brokers[broker_id].env = dict(env)
-            for broker_id in cluster._brokers:
-                cluster._spawn(broker_id)
-            cluster._save()
-            cluster._wait_ready(list(cluster._brokers), timeout)
+            if one_by_one:
+                for broker_id in cluster._brokers:
+                    cluster._spawn(broker_id)
+                    cluster._save()
+                    cluster._wait_ready([broker_id], timeout)
+            else:
+                for broker_id in cluster._brokers:
+                    cluster._spawn(broker_id)
+                cluster._save()
+                cluster._wait_ready(list(cluster._brokers), timeout)
         except BaseException:
             if cluster is not None:
                 cluster.down()

@@ -162,6 +162,31 @@ def test_down_leaves_no_process_and_is_idempotent(tmp_path: Path, zk_connect: st
     assert LocalCluster.open(tmp_path).running_pids() == []
 
 
+def test_one_by_one_starts_each_broker_once_the_one_before_answers(
+    tmp_path: Path, zk_connect: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    steps: list[tuple[str, object]] = []
+    spawn, wait_ready = LocalCluster._spawn, LocalCluster._wait_ready
+
+    def spawned(self: LocalCluster, broker_id: int) -> None:
+        steps.append(("spawn", broker_id))
+        spawn(self, broker_id)
+
+    def waited(self: LocalCluster, broker_ids: list[int], timeout: float) -> None:
+        wait_ready(self, broker_ids, timeout)
+        steps.append(("ready", sorted(broker_ids)))
+        assert all(answers_api_versions(self.broker_info(b)["listeners"]["SASL_PLAINTEXT"])
+                   for b in broker_ids)
+
+    monkeypatch.setattr(LocalCluster, "_spawn", spawned)
+    monkeypatch.setattr(LocalCluster, "_wait_ready", waited)
+    with LocalCluster.up(tmp_path, brokers=2, zookeeper=zk_connect, die_with_parent=True,
+                         one_by_one=True) as cluster:
+        assert steps == [("spawn", 1), ("ready", [1]), ("spawn", 2), ("ready", [2])]
+        assert all(answers_api_versions(b["listeners"]["SASL_PLAINTEXT"])
+                   for b in cluster.info["brokers"])
+
+
 def test_cli_up_in_background_then_down_stops_everything(tmp_path: Path) -> None:
     runner = CliRunner()
     result = runner.invoke(
