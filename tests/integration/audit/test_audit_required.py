@@ -28,7 +28,12 @@ from typing import Self
 import pytest
 from kafka import KafkaAdminClient
 
-from tests.support.local_cluster import admin_client, broker_metric
+from tests.support.local_cluster import (
+    admin_client,
+    broker_metric,
+    user_config,
+    wait_served_everywhere,
+)
 from tests.support.wait import poll_until
 from tokensvc.admin import AdminClient, AdminError
 from tokensvc.admin.connection import BrokerConnection, ConnectionLost
@@ -76,6 +81,11 @@ def _cluster(tmp_path: Path, audit_dir: Path, **settings: str) -> LocalCluster:
     with _admin(cluster) as admin:
         admin.upsert_user_scram_credential(LOADER, "SCRAM-SHA-512", LOADER_PW)
         admin.upsert_user_scram_credential(KP_LOADER, "SCRAM-SHA-512", KP_LOADER_PW)
+    # The load logs in on every broker at once, and counts each refused login: it starts
+    # only once every broker serves the users (written through one broker, the other
+    # follows within zookeeper.max.staleness.ms).
+    wait_served_everywhere(cluster, user_config(LOADER, LOADER_PW))
+    wait_served_everywhere(cluster, user_config(KP_LOADER, KP_LOADER_PW))
     return cluster
 
 
@@ -259,8 +269,14 @@ def test_required_audit_refuses_while_the_disk_is_full_and_resumes_by_itself(
         assert set(load.login_errors) <= {"REQUEST_TIMED_OUT"}, load.login_errors
         assert set(load.create_errors) <= {"REQUEST_TIMED_OUT"}, load.create_errors
         assert min(_all_metric(cluster, "tokensvc_audit_refused")) > 0
+        # The tokens that exist, as every broker describes them: the load created through
+        # both brokers, and each create is read-your-writes only on the broker that
+        # answered it (the other may not have followed the last ones yet).
+        existing: set[str] = set()
+        for address in _addresses(cluster):
+            with _admin(cluster, address) as admin:
+                existing |= {t.token_id for t in admin.describe_tokens()}
         with _admin(cluster) as admin:
-            existing = {t.token_id for t in admin.describe_tokens()}
             assert REFUSED_USER not in admin.describe_user_scram_credentials()
             assert admin.describe_acls(AclBindingFilter(ResourcePatternFilter(
                 ResourceType.TOPIC, REFUSED_ACL.pattern.name))) == []

@@ -36,7 +36,7 @@ from kafka.admin import ResourceType as KpType
 from kafka.errors import ClusterAuthorizationFailedError, NoError
 
 from cli.acls_cmd import acls
-from tests.support.local_cluster import ClusterFactory
+from tests.support.local_cluster import ClusterFactory, user_config, wait_served_everywhere
 from tokensvc.cluster import LocalCluster
 from zk.credential_store import bootstrap_user
 
@@ -47,6 +47,9 @@ SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 def cluster(module_cluster_factory: ClusterFactory) -> LocalCluster:
     running = module_cluster_factory(brokers=2)
     bootstrap_user(running.zk_settings(), "alice", "alice-secret", iterations=4096)
+    # Written straight to ZooKeeper: each broker serves alice once it has followed the
+    # change, and her clients may log in on either.
+    wait_served_everywhere(running, user_config("alice", "alice-secret"))
     return running
 
 

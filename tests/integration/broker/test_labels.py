@@ -27,8 +27,8 @@ import pytest
 from click.testing import CliRunner
 
 from cli.delegation_token import delegation_token
-from tests.support.local_cluster import ClusterFactory, admin_client
-from tests.support.tokens import token_logs_in
+from tests.support.local_cluster import ClusterFactory, admin_client, wait_served_everywhere
+from tests.support.tokens import token_client_config, token_logs_in
 from tests.support.wait import poll_until
 from tokensvc.admin import AdminClient, AdminError, TokenDescription
 from tokensvc.admin.connection import BrokerConnection
@@ -123,6 +123,12 @@ def _create_labelled(cluster: LocalCluster, count: int) -> dict[str, TokenDescri
     return {t.token_id: t for t in tokens}
 
 
+def _described_ids(cluster: LocalCluster, address: str, owner: str) -> set[str]:
+    """The ids of ``owner``'s tokens as the broker at ``address`` describes them."""
+    with _admin(cluster, address) as admin:
+        return {t.token_id for t in admin.describe_tokens(owners=[owner])}
+
+
 def _audit_events(cluster: LocalCluster) -> list[dict]:
     events = []
     for path in Path(cluster.info["audit_dir"]).rglob("*.jsonl"):
@@ -146,6 +152,12 @@ def test_describe_and_revoke_by_label_over_200_tokens_on_every_broker(
     assert len(tokens) == 200
     assert all(dict(t.labels)["job"] in JOBS for t in tokens.values())
     properties = cluster.info["admin"]["properties"]
+    # Created through whichever broker each client reached: every broker describes all
+    # 200 once it has followed the creates (read-your-writes holds only on the broker
+    # that answered), and the revocation below selects from its own broker's cache.
+    for address in _addresses(cluster):
+        assert poll_until(lambda a=address: _described_ids(cluster, a, "User:svc-etl")
+                          >= set(tokens), timeout=20, interval=0.2), address
 
     def matching(**selector: str) -> set[str]:
         return {t.token_id for t in tokens.values() if selector.items() <= dict(t.labels).items()}
@@ -215,14 +227,19 @@ def test_describe_and_revoke_by_label_over_200_tokens_on_every_broker(
 def test_a_principal_who_may_not_revoke_a_selected_token_is_refused_and_nothing_changes(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
-    with _admin(cluster) as admin:
+    other = _controller_and_other(cluster)[1]
+    # Created through the broker mallory asks (its revocation selects from that broker's
+    # cache, read-your-writes), and served by every broker before she asks: her refusal is
+    # then what keeps it logging in everywhere.
+    with _admin(cluster, other) as admin:
         victim = admin.create_token(owner="User:frank", labels={"job": "payroll"})
+    wait_served_everywhere(cluster, token_client_config(victim))
     mallory = tmp_path / "mallory.properties"
     mallory.write_text(
         "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
         "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
         'username="mallory" password="mallory-pw";\n')
-    code, output = _cli("--bootstrap-server", _controller_and_other(cluster)[1],
+    code, output = _cli("--bootstrap-server", other,
                         "--command-config", str(mallory), "--expire", "--label", "job=payroll")
     assert code == 1 and "DELEGATION_TOKEN_AUTHORIZATION_FAILED" in output, output
     assert all(_logs_in(a, victim) for a in _addresses(cluster))
@@ -344,10 +361,11 @@ def test_kafka_python_and_aiokafka_parse_every_labelled_token_of_a_describe(
         import kafka.protocol.old.types as kafka_python_types
 
     widest = {f"key{i:02d}": chr(0x4E00 + i) * 255 for i in range(16)}
-    with _admin(cluster) as admin:
+    address = _addresses(cluster)[0]
+    # Created through the broker described below: read-your-writes.
+    with _admin(cluster, address) as admin:
         made = {admin.create_token(owner="User:wide", labels=widest).token_id for _ in range(3)}
         made.add(admin.create_token(owner="User:wide").token_id)
-    address = _addresses(cluster)[0]
     conn = BrokerConnection(address, load_client_config(cluster.info["admin"]["properties"]),
                             client_id="labels-parse-test")
     conn.open(time.monotonic() + 10)

@@ -30,6 +30,7 @@ from tests.support.inproc import (
     running_brokers,
     zk_client,
 )
+from tests.support.wait import retry
 from tokensvc.broker.writes.channel import BrokerChannel
 from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal
@@ -286,6 +287,15 @@ def test_a_token_session_cannot_mint_tokens_through_an_envelope_on_any_broker(cl
         stolen = admin.request(ApiKey.CREATE_DELEGATION_TOKEN, 3,
                                {"Renewers": [], "MaxLifetimeMs": -1})
     password = base64.b64encode(stolen["Hmac"]).decode()
+
+    def known_everywhere() -> None:
+        missing = [b.broker.broker_id for b in cluster
+                   if b.broker.local.cache.info(stolen["TokenId"]) is None]
+        assert not missing, f"brokers {missing} do not have the token yet"
+
+    # Created through one broker: the others let it log in once they have followed the
+    # create (read-your-writes holds only on the broker that answered).
+    retry(known_everywhere, 10, errors=(AssertionError,), interval=0.02)
     tokens_before = set(zk.get_children(layout.TOKENS))
     answers = []
     for b in cluster:

@@ -8,12 +8,15 @@ owner (all cluster operations for the super user ``admin``, none for ``alice``).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.errors import KafkaTimeoutError
 from kafka.net.sasl import get_sasl_mechanism
 
+from tests.support.local_cluster import wait_served_everywhere
+from tests.support.tokens import token_client_config
 from tokensvc.admin import AdminClient, TokenDescription
 from tokensvc.client_config import load_client_config
 from tokensvc.cluster import LocalCluster
@@ -36,6 +39,15 @@ def admin(cluster: LocalCluster) -> Iterator[AdminClient]:
     config = load_client_config(cluster.info["admin"]["properties"])
     with AdminClient(cluster.info["bootstrap_servers"], config, timeout_s=15) as client:
         yield client
+
+
+def served_token(cluster: LocalCluster, admin: AdminClient, **create: Any) -> TokenDescription:
+    """A new token, once every broker serves it: it was created through the broker the
+    admin client reached, and kafka-python logs in on whichever broker it picks (the
+    others serve the token only once they have followed the create)."""
+    token = admin.create_token(**create)
+    wait_served_everywhere(cluster, token_client_config(token))
+    return token
 
 
 def kafka_python_admin(cluster: LocalCluster, **login: object) -> KafkaAdminClient:
@@ -62,19 +74,19 @@ def cluster_operations(cluster: LocalCluster, token: TokenDescription, mechanism
 def test_token_session_acts_as_the_super_user_owner(
     cluster: LocalCluster, admin: AdminClient, mechanism: str
 ) -> None:
-    token = admin.create_token()
+    token = served_token(cluster, admin)
     assert cluster_operations(cluster, token, mechanism) == ALL_CLUSTER_OPERATIONS
 
 
 def test_token_session_of_another_owner_has_only_that_owners_rights(
     cluster: LocalCluster, admin: AdminClient
 ) -> None:
-    token = admin.create_token(owner="User:alice")
+    token = served_token(cluster, admin, owner="User:alice")
     assert cluster_operations(cluster, token, "SCRAM-SHA-512") == set()
 
 
 def test_raw_hmac_bytes_are_accepted_too(cluster: LocalCluster, admin: AdminClient) -> None:
-    token = admin.create_token()
+    token = served_token(cluster, admin)
     client = kafka_python_admin(cluster, **token_login_config(token.token_id, token.hmac))
     try:
         assert client.describe_cluster()["cluster_id"]
@@ -83,7 +95,7 @@ def test_raw_hmac_bytes_are_accepted_too(cluster: LocalCluster, admin: AdminClie
 
 
 def test_consumer_logs_in_with_a_token(cluster: LocalCluster, admin: AdminClient) -> None:
-    token = admin.create_token()
+    token = served_token(cluster, admin)
     consumer = KafkaConsumer(
         bootstrap_servers=cluster.info["bootstrap_servers"].split(","),
         security_protocol="SASL_PLAINTEXT",

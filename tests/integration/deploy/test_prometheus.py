@@ -29,6 +29,7 @@ import pytest
 import yaml
 from confluent_kafka.admin import AdminClient as ConfluentAdmin
 
+from tests.support.local_cluster import user_config, wait_served_everywhere
 from tests.support.wait import wait_for
 from tokensvc.admin import AdminClient, AdminError
 from tokensvc.admin.connection import BrokerConnection
@@ -153,6 +154,9 @@ def _traffic(cluster: LocalCluster, workdir: Path) -> set[str]:
     with AdminClient(cluster.info["bootstrap_servers"], config, timeout_s=15) as admin:
         admin.upsert_user_scram_credential("carol", "SCRAM-SHA-512", "carol-secret-pw")
         secrets.add("carol-secret-pw")
+    # librdkafka logs carol in on whichever brokers it picks: wait until every broker
+    # serves her (written through one broker, the others follow).
+    wait_served_everywhere(cluster, user_config("carol", "carol-secret-pw"))
     for broker in cluster.info["brokers"]:
         address = broker["listeners"]["SASL_PLAINTEXT"]
         with AdminClient(address, config, timeout_s=15) as admin:

@@ -226,6 +226,9 @@ def test_after_a_full_run_no_log_audit_file_or_znode_holds_a_secret(
         assert mallory.request(ApiKey.RENEW_DELEGATION_TOKEN, 2,
                                {"Hmac": renewable["Hmac"], "RenewPeriodMs": 1}
                                )["ErrorCode"] == Errors.DELEGATION_TOKEN_OWNER_MISMATCH
+    # expire_now was created through broker 1; broker 2 finds it by its HMAC in its own
+    # cache, so first wait until broker 2 serves it.
+    _login(cluster, 2, expire_now["TokenId"], _token_password(expire_now), token=True).close()
     with _login(cluster, 2, "alice", passwords["alice"]) as alice:
         assert alice.request(ApiKey.EXPIRE_DELEGATION_TOKEN, 2,
                              {"Hmac": expire_now["Hmac"], "ExpiryTimePeriodMs": -1}

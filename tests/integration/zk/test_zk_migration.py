@@ -29,7 +29,14 @@ from confluent_kafka.admin import AdminClient as ConfluentAdmin
 from kazoo.client import KazooClient
 
 from tests.support.intruder import attempts_that_succeeded
-from tests.support.local_cluster import admin_client, broker_metric
+from tests.support.local_cluster import (
+    addresses,
+    admin_client,
+    broker_metric,
+    user_config,
+    wait_served_everywhere,
+)
+from tests.support.tokens import token_client_config
 from tests.support.wait import poll_until
 from tokensvc.authz.acl import (
     AccessControlEntry,
@@ -115,11 +122,16 @@ def populated(zookeeper, tmp_path_factory) -> Iterator[tuple[LocalCluster, str, 
     directory = tmp_path_factory.mktemp("migration")
     with LocalCluster.up(directory, brokers=3, zookeeper=connect,
                          die_with_parent=True) as cluster:
-        with admin_client(cluster, timeout_s=60) as admin:
+        # Written through the broker counts() reads (read-your-writes); the load logs in
+        # with user-7 and the first token on any broker, so it waits until every broker
+        # serves them.
+        with admin_client(cluster, address=addresses(cluster)[0], timeout_s=60) as admin:
             tokens = [admin.create_token() for _ in range(TOKENS)]
             for i in range(USERS):
                 admin.upsert_user_scram_credential(f"user-{i}", "SCRAM-SHA-256", f"pw-{i}")
             admin.create_acls([acl(i) for i in range(ACLS)])
+        wait_served_everywhere(cluster, user_config("user-7", "pw-7", "SCRAM-SHA-256"))
+        wait_served_everywhere(cluster, token_client_config(tokens[0]))
         yield cluster, connect, {"token": tokens[0]}
 
 
@@ -189,7 +201,8 @@ def intruder_reads_and_writes(connect: str) -> list[str]:
 
 
 def counts(cluster: LocalCluster) -> tuple[int, int, int]:
-    with admin_client(cluster, timeout_s=60) as admin:
+    """Tokens, users and ACLs as the broker the fixture wrote through describes them."""
+    with admin_client(cluster, address=addresses(cluster)[0], timeout_s=60) as admin:
         tokens = len(admin.describe_tokens())
         users = len([u for u in admin.describe_user_scram_credentials() if u.startswith("user-")])
         acls = len(admin.describe_acls(AclBindingFilter.of()))
