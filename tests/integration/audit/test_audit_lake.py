@@ -123,6 +123,30 @@ def test_malformed_lines_are_quarantined_with_their_reason(spark: SparkSession,
         both["json_summary"]["malformed_by_reason"]
 
 
+def test_invalid_lines_in_several_chunks_of_a_batch_are_each_quarantined_once(
+        tmp_path: Path, spark: SparkSession) -> None:
+    # Lines that parse but are invalid, in the first and the last of three files of one
+    # batch, and a file of good lines between them (re-read with them, nothing of it
+    # quarantined) and after them.
+    data, lake = tmp_path / "audit", tmp_path / "lake"
+    data.mkdir()
+    invalid = BAD_LINES[1:]  # parse as JSON, fail the checks
+    for broker, bad in ((4, invalid[:2]), (5, []), (6, invalid[2:]), (7, [])):
+        good = [login_line(T0 + broker * 100 + n, broker * 100 + n, broker=broker)
+                for n in range(10)]
+        (data / f"audit-{broker}-20240101T000000-0.jsonl").write_text(
+            "".join(f"{x}\n" for x in good[:5] + bad + good[5:]))
+    totals = run_ingest(spark, IngestOptions(str(data), str(lake), once=True), echo=print)
+    assert (totals.batches, totals.events, totals.quarantined) == (1, 40, 4)
+    rows = spark.read.parquet(str(lake_layout(lake).quarantine)).collect()
+    assert sorted(r["line"] for r in rows) == sorted(invalid)
+    assert {r["line"]: r["source"].split(".")[0] for r in rows} == {
+        **dict.fromkeys(invalid[:2], "audit-4-20240101T000000-0"),
+        **dict.fromkeys(invalid[2:], "audit-6-20240101T000000-0")}
+    ids = [r["event_id"] for r in lake_rows(spark, lake)]
+    assert len(ids) == len(set(ids)) == 40
+
+
 def test_lake_is_partitioned_by_event_date(both: dict) -> None:
     dates = sorted(p.name for p in lake_layout(both["lake"]).events.iterdir())
     assert dates == ["date=2024-01-01", "date=2024-01-02"]
