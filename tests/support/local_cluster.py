@@ -68,6 +68,28 @@ def wait_served_everywhere(cluster: LocalCluster, config: ClientConfig,
             time.sleep(0.05)
 
 
+def wait_refused_everywhere(cluster: LocalCluster, config: ClientConfig,
+                            timeout_s: float = 20.0) -> None:
+    """Wait, bounded, until every broker refuses ``config``'s login
+    (SASL_AUTHENTICATION_FAILED): a deleted credential or an ended token has reached
+    every broker's view. AssertionError naming the broker after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    for address in addresses(cluster):
+        while True:
+            conn = BrokerConnection(address, config, client_id="refused-everywhere")
+            try:
+                conn.open(min(deadline, time.monotonic() + 10))
+            except AdminError as exc:
+                if exc.error == Errors.SASL_AUTHENTICATION_FAILED:
+                    break
+                raise
+            finally:
+                conn.close()
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{address} still lets the login in after {timeout_s}s")
+            time.sleep(0.05)
+
+
 def broker_address(cluster: LocalCluster, broker_id: int) -> tuple[str, int]:
     """``broker_id``'s SASL_PLAINTEXT listener as (host, port)."""
     host, _, port = cluster.broker_info(broker_id)["listeners"]["SASL_PLAINTEXT"].rpartition(":")

@@ -38,6 +38,7 @@ from kafka.admin import UserScramCredentialUpsertion as KpUpsertion
 from kafka.errors import KafkaTimeoutError
 
 from tests.support.client import WireClient
+from tests.support.local_cluster import user_config, wait_refused_everywhere
 from tests.support.wait import raising, retry
 from tokensvc.broker.network.decoding import decode_client_request
 from tokensvc.cluster import LocalCluster
@@ -267,7 +268,9 @@ def test_user_created_by_confluent_kafka_logs_in_with_kafka_python_until_deleted
     assert "RESOURCE_NOT_FOUND" in str(gone.value) or "does not exist" in str(gone.value)
 
     caplog.set_level(logging.ERROR, logger="kafka")
-    time.sleep(PROPAGATION_S)  # the deletion reaches every broker's cache
+    # The deletion reaches every broker's cache (bounded), then kafka-python is refused.
+    wait_refused_everywhere(cluster, user_config("carol", "carol-secret", "SCRAM-SHA-256"),
+                            timeout_s=PROPAGATION_S)
     with pytest.raises(KafkaTimeoutError):
         kafka_python_admin(
             cluster, "SASL_PLAINTEXT", "SCRAM-SHA-256", "carol", "carol-secret",

@@ -2,7 +2,7 @@
 
 A real 3-node ZooKeeper ensemble and 3 broker processes under the soak's mixed load
 (creates, renewals, expiries, token logins, describes) for a minute and a half, with a
-fault every 20 s in the soak's rotation (kill -9 of the controller, a paused ZooKeeper
+fault every 15 s in the soak's rotation (kill -9 of the controller, a paused ZooKeeper
 node, kill -9 of a broker, ...), broker 3 spared so one series spans the run. At the
 end the soak checks from outside: no acknowledged token lost, every broker's cache equal
 to ZooKeeper, no answer the load does not expect (a token login refused while its token
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[3]
 @pytest.mark.timeout(600)
 def test_a_short_soak_with_faults_loses_nothing_and_prints_its_slopes(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "faults.soak", "--minutes", "1.5", "--fault-every", "20",
+        [sys.executable, "-m", "faults.soak", "--minutes", "1.5", "--fault-every", "15",
          "--clients", "2", "--spare-broker", "3", "--sample-every", "5",
          "--dir", str(tmp_path / "soak")],
         cwd=ROOT, capture_output=True, text=True, timeout=540, check=False)
