@@ -13,13 +13,17 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 FILE_MODE = 0o600
 
 
-def write_atomic(path: str | os.PathLike[str], data: bytes, mode: int = FILE_MODE) -> None:
+def write_atomic(path: str | os.PathLike[str], data: bytes | Sequence[bytes],
+                 mode: int = FILE_MODE) -> None:
     """Replace ``path``'s content with ``data`` atomically (see the module docstring).
+    ``data`` may be a sequence of parts, written one after the other (the file is their
+    concatenation): a large file is then never copied into one buffer.
 
     Raises OSError (the directory does not exist or is not writable, the disk is full);
     the target is then unchanged and no temporary file is left behind.
@@ -30,7 +34,8 @@ def write_atomic(path: str | os.PathLike[str], data: bytes, mode: int = FILE_MOD
     try:
         with os.fdopen(fd, "wb") as handle:
             os.fchmod(handle.fileno(), mode)
-            handle.write(data)
+            for part in (data,) if isinstance(data, bytes) else data:
+                handle.write(part)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)

@@ -184,7 +184,7 @@ class Broker:
         if self._executor is not None:
             self._executor.shutdown(wait=False)
 
-    def _take_snapshot(self, written: object) -> tuple[object, bytes] | None:
+    def _take_snapshot(self, written: object) -> tuple[object, list[bytes]] | None:
         """The snapshot file's bytes, unless the cache followed no change since the one
         written last (``written``: its sequence and identity). The writer's thread."""
         assert self.parts is not None
@@ -195,8 +195,8 @@ class Broker:
         key = _snapshot_key(sequence, identity)
         if key == written:
             return None
-        return key, snapshot_format.encode(sequence, identity, tokens,
-                                           self.local.clock.now_ms())
+        return key, snapshot_format.encode_parts(sequence, identity, tokens,
+                                                 self.local.clock.now_ms())
 
     def _close_zk(self) -> None:
         self._zk.stop()

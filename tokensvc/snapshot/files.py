@@ -25,7 +25,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 
 from tokensvc.atomicfile import write_atomic
@@ -96,8 +96,9 @@ class SnapshotFile:
 
     # -- writing ------------------------------------------------------------------------
 
-    def save(self, data: bytes) -> bool:
-        """Write ``data`` atomically; False (logged, counted) when that fails."""
+    def save(self, data: bytes | Sequence[bytes]) -> bool:
+        """Write ``data`` (the file's bytes, or its parts in order) atomically; False
+        (logged, counted) when that fails."""
         try:
             self.path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
             write_atomic(self.path, data, FILE_MODE)
@@ -109,8 +110,8 @@ class SnapshotFile:
         return True
 
 
-# take(last key written) -> None (nothing new) or (key, the file's bytes).
-Take = Callable[[Hashable], "tuple[Hashable, bytes] | None"]
+# take(last key written) -> None (nothing new) or (key, the file's bytes or its parts).
+Take = Callable[[Hashable], "tuple[Hashable, bytes | Sequence[bytes]] | None"]
 
 
 class SnapshotWriter:
@@ -160,8 +161,9 @@ class SnapshotWriter:
             self._written = key
             self.writes += 1
             self.last_write_s = time.monotonic() - started
+            size = len(data) if isinstance(data, bytes) else sum(len(part) for part in data)
             log.info("token cache snapshot written to %s: %d bytes in %.2fs", self._file.path,
-                     len(data), self.last_write_s)
+                     size, self.last_write_s)
             return True
 
     def close(self, *, final: bool = True) -> None:

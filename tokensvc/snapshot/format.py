@@ -91,16 +91,48 @@ class Snapshot:
     written_ms: int
 
 
-def _column(code: str, values: Sequence[int] | array) -> bytes:
-    col = array(code, values)
-    if not _LITTLE:
-        col.byteswap()
-    return col.tobytes()
+# Column values converted per this many: each conversion and copy is one C call.
+_VALUES_PER_PART = 65536
+
+
+def _column(code: str, values: Sequence[int]) -> list[bytes]:
+    """A column's bytes (little-endian), as parts of at most ``_VALUES_PER_PART`` values."""
+    parts = []
+    for lo in range(0, len(values), _VALUES_PER_PART):
+        col = array(code, values[lo : lo + _VALUES_PER_PART])
+        if not _LITTLE:
+            col.byteswap()
+        parts.append(col.tobytes())
+    return parts
+
+
+# Token ids joined per this many: one C call each, short enough that a writer thread
+# gives the GIL back between them (the join of a million ids at once held it 67 ms).
+_IDS_PER_PART = 8192
 
 
 def encode(sequence: int, identity: Identity, tokens: Sequence[TokenInformation],
            written_ms: int) -> bytes:
     """The snapshot file's bytes for ``tokens`` at ``sequence``."""
+    return b"".join(encode_parts(sequence, identity, tokens, written_ms))
+
+
+def _id_parts(tokens: Sequence[TokenInformation]) -> list[bytes]:
+    """The ids joined by NUL, as parts whose concatenation is that one string."""
+    parts = []
+    for lo in range(0, len(tokens), _IDS_PER_PART):
+        joined = "\x00".join(info.token_id for info in tokens[lo : lo + _IDS_PER_PART])
+        parts.append(("\x00" + joined if lo else joined).encode("utf-8", "surrogatepass"))
+    return parts
+
+
+def encode_parts(sequence: int, identity: Identity, tokens: Sequence[TokenInformation],
+                 written_ms: int) -> list[bytes]:
+    """The snapshot file's bytes for ``tokens`` at ``sequence``, as parts to write one
+    after the other (their concatenation is :func:`encode`'s bytes). No step copies the
+    whole file or joins all the ids in one C call: a broker builds it on a thread of its
+    own, and each such call would hold the GIL, and so its event loop, for tens of
+    milliseconds at a million tokens (docs/performance.md, B13)."""
     principals: dict[KafkaPrincipal, int] = {}
     renewer_sets: dict[tuple[KafkaPrincipal, ...], int] = {}
     key_ids: dict[str, int] = {}
@@ -133,7 +165,7 @@ def encode(sequence: int, identity: Identity, tokens: Sequence[TokenInformation]
             found = label_sets[info.labels] = len(label_sets)
         labels.append(found)
     sets = [[principal(p) for p in members] for members in renewer_sets]
-    ids = "\x00".join(info.token_id for info in tokens).encode("utf-8", "surrogatepass")
+    ids = _id_parts(tokens)
     header = json.dumps({
         "sequence": int(sequence),
         "identity": dict(identity),
@@ -143,23 +175,26 @@ def encode(sequence: int, identity: Identity, tokens: Sequence[TokenInformation]
         "renewer_sets": sets,
         "key_ids": list(key_ids),
         "label_sets": [[list(pair) for pair in labelled] for labelled in label_sets],
-        "ids_bytes": len(ids),
+        "ids_bytes": sum(len(part) for part in ids),
     }, separators=(",", ":")).encode("ascii")
     parts = [
         _PREFIX.pack(MAGIC, VERSION, len(header)),
         header,
-        ids,
-        _column("I", owners),
-        _column("I", requesters),
-        _column("I", renewers),
-        _column("I", keys),
-        _column("I", labels),
-        _column("q", (info.issue_timestamp for info in tokens)),
-        _column("q", (info.expiry_timestamp for info in tokens)),
-        _column("q", (info.max_timestamp for info in tokens)),
+        *ids,
+        *_column("I", owners),
+        *_column("I", requesters),
+        *_column("I", renewers),
+        *_column("I", keys),
+        *_column("I", labels),
+        *_column("q", [info.issue_timestamp for info in tokens]),
+        *_column("q", [info.expiry_timestamp for info in tokens]),
+        *_column("q", [info.max_timestamp for info in tokens]),
     ]
-    body = b"".join(parts)
-    return body + hashlib.sha256(body).digest()
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part)  # (releases the GIL for large parts)
+    parts.append(digest.digest())
+    return parts
 
 
 def _read_column(code: str, data: memoryview, start: int, count: int) -> array:

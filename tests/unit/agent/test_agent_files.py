@@ -86,6 +86,14 @@ def test_write_atomic_replaces_with_mode_0600_and_leaves_no_temporary(tmp_path) 
     assert os.listdir(tmp_path) == ["creds.properties"]
 
 
+def test_write_atomic_of_parts_writes_their_concatenation(tmp_path) -> None:
+    target = tmp_path / "snapshot"
+    target.write_bytes(b"old")
+    write_atomic(target, [b"head", b"", b"-middle-", b"tail"])
+    assert target.read_bytes() == b"head-middle-tail"
+    assert os.listdir(tmp_path) == ["snapshot"]
+
+
 def test_a_reader_never_sees_a_partial_or_empty_file(tmp_path) -> None:
     target = tmp_path / "creds.json"
     write_atomic(target, render(CREDS, "json", 0))

@@ -20,6 +20,7 @@ from tokensvc.snapshot.format import (
     count_refusal,
     decode,
     encode,
+    encode_parts,
     identity_refusal,
 )
 
@@ -55,6 +56,22 @@ def test_round_trip_keeps_every_field():
     assert snapshot.sequence == 41
     assert snapshot.identity == IDENTITY
     assert snapshot.written_ms == 123
+
+
+def test_the_parts_are_the_file_in_pieces_none_of_them_large():
+    # More ids than one part joins and more values than one column part holds: the
+    # boundaries must not add or lose a separator or a value.
+    base = _tokens()
+    tokens = [TokenInformation(f"{t.token_id}-{i}", t.owner, t.token_requester, t.renewers,
+                               t.issue_timestamp + i, t.expiry_timestamp, t.max_timestamp,
+                               t.key_id)
+              for i, t in ((i, base[i % len(base)]) for i in range(70_000))]
+    parts = encode_parts(9, IDENTITY, tokens, 5)
+    assert b"".join(parts) == encode(9, IDENTITY, tokens, 5)
+    assert decode(b"".join(parts)).tokens == tokens
+    assert len(parts) > 20
+    # The largest part is one column part (65,536 timestamps of 8 bytes), not the file.
+    assert max(len(p) for p in parts) <= 65_536 * 8 < len(b"".join(parts)) // 4
 
 
 def test_round_trip_of_lone_surrogates_in_names_and_ids():
