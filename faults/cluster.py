@@ -171,6 +171,18 @@ class FaultCluster:
             conn.close()
         return {t["TokenId"] for t in answer["Tokens"]}
 
+    def described_token_ends(self, broker: int) -> dict[str, int]:
+        """Each token ``broker`` describes to the admin, with the moment it ends (the
+        earlier of its expiry and its max lifetime; raises ClientError if it cannot be
+        asked)."""
+        conn = Connection(self.address(broker), *self.admin)
+        try:
+            answer = conn.call(ApiKey.DESCRIBE_DELEGATION_TOKEN, 3, {"Owners": None})
+        finally:
+            conn.close()
+        return {t["TokenId"]: min(t["ExpiryTimestamp"], t["MaxTimestamp"])
+                for t in answer["Tokens"]}
+
     def token_login(self, broker: int, token_id: str, hmac: bytes, cache: dict | None) -> str:
         """One token login on a fresh connection to ``broker``: "ok", "refused" (the
         broker said no: the credential is not valid), "refused: <ERROR>" (the broker
