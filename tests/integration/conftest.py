@@ -34,7 +34,7 @@ from tests.support.local_cluster import (
     user_config,
     wait_served_everywhere,
 )
-from tokensvc.cluster import LocalCluster
+from tokensvc.cluster import ClusterError, LocalCluster
 
 
 def _factory(stack: ExitStack, directory: Callable[[], Path],
@@ -50,11 +50,20 @@ def _factory(stack: ExitStack, directory: Callable[[], Path],
         created through the admin client before it is handed out."""
         if own_zookeeper and zookeeper is not None:
             raise ValueError("own_zookeeper and zookeeper exclude each other")
-        connect = None if own_zookeeper else zookeeper or chroot()
-        cluster = stack.enter_context(LocalCluster.up(
-            directory(), brokers=brokers, zookeeper=connect,
-            overrides=dict(overrides or {}), tls=tls, die_with_parent=True,
-            broker_env=broker_env))
+        for attempt in range(2):
+            connect = None if own_zookeeper else zookeeper or chroot()
+            try:
+                cluster = stack.enter_context(LocalCluster.up(
+                    directory(), brokers=brokers, zookeeper=connect,
+                    overrides=dict(overrides or {}), tls=tls, die_with_parent=True,
+                    broker_env=broker_env))
+                break
+            except ClusterError as exc:
+                # A free port chosen for a broker can be taken by another process of a
+                # parallel run before the broker binds it (seen once in a full run):
+                # start once more, in a new directory with new ports.
+                if attempt or "Address already in use" not in str(exc):
+                    raise
         if users:
             with admin_client(cluster, timeout_s=20) as admin:
                 for name, mechanism, password in users:
