@@ -45,6 +45,32 @@ def addresses(cluster: LocalCluster) -> list[str]:
     return [b["listeners"]["SASL_PLAINTEXT"] for b in cluster.info["brokers"]]
 
 
+def _logs_in(address: str, config: ClientConfig, deadline: float) -> bool:
+    """One login on a fresh connection: True when let in, False when refused with
+    SASL_AUTHENTICATION_FAILED; any other failure is raised."""
+    conn = BrokerConnection(address, config, client_id="served-everywhere")
+    try:
+        conn.open(min(deadline, time.monotonic() + 10))
+        return True
+    except AdminError as exc:
+        if exc.error != Errors.SASL_AUTHENTICATION_FAILED:
+            raise
+        return False
+    finally:
+        conn.close()
+
+
+def _wait_everywhere(cluster: LocalCluster, config: ClientConfig, served: bool,
+                     timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    for address in addresses(cluster):
+        while _logs_in(address, config, deadline) != served:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{address} {'still refuses' if served else 'still lets in'}"
+                                     f" the login after {timeout_s}s")
+            time.sleep(0.05)
+
+
 def wait_served_everywhere(cluster: LocalCluster, config: ClientConfig,
                            timeout_s: float = 20.0) -> None:
     """Wait, bounded, until every broker lets ``config`` log in.
@@ -53,19 +79,7 @@ def wait_served_everywhere(cluster: LocalCluster, config: ClientConfig,
     others serve it once their view has it (the consistency contract: within
     zookeeper.max.staleness.ms). A test that goes on to another broker waits here first.
     """
-    deadline = time.monotonic() + timeout_s
-    for address in addresses(cluster):
-        while True:
-            conn = BrokerConnection(address, config, client_id="served-everywhere")
-            try:
-                conn.open(min(deadline, time.monotonic() + 10))
-                break
-            except AdminError as exc:
-                if exc.error != Errors.SASL_AUTHENTICATION_FAILED or time.monotonic() > deadline:
-                    raise
-            finally:
-                conn.close()
-            time.sleep(0.05)
+    _wait_everywhere(cluster, config, True, timeout_s)
 
 
 def wait_refused_everywhere(cluster: LocalCluster, config: ClientConfig,
@@ -73,21 +87,7 @@ def wait_refused_everywhere(cluster: LocalCluster, config: ClientConfig,
     """Wait, bounded, until every broker refuses ``config``'s login
     (SASL_AUTHENTICATION_FAILED): a deleted credential or an ended token has reached
     every broker's view. AssertionError naming the broker after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    for address in addresses(cluster):
-        while True:
-            conn = BrokerConnection(address, config, client_id="refused-everywhere")
-            try:
-                conn.open(min(deadline, time.monotonic() + 10))
-            except AdminError as exc:
-                if exc.error == Errors.SASL_AUTHENTICATION_FAILED:
-                    break
-                raise
-            finally:
-                conn.close()
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{address} still lets the login in after {timeout_s}s")
-            time.sleep(0.05)
+    _wait_everywhere(cluster, config, False, timeout_s)
 
 
 def broker_address(cluster: LocalCluster, broker_id: int) -> tuple[str, int]:
