@@ -7,6 +7,11 @@ by pid as well), its own temporary directories and its own Spark session (one pe
 worker that runs Spark tests, ``tests/spark_support.py``). A module's tests run on one
 worker (its module-scoped cluster starts once); the longest modules are handed out
 first.
+
+Before any worker starts, the run builds (once per Java and ZooKeeper) a class-data
+archive for the ZooKeeper servers it will start, and hands every process the flags that
+use it (``tests/support/jvm_start.py``): each start costs half the CPU. Spark drivers
+get the client compiler only (:func:`pytest_configure`).
 """
 
 from __future__ import annotations
@@ -19,9 +24,29 @@ from pathlib import Path
 
 import pytest
 
-from zk.server import ManagedZooKeeper
+from tests.support.jvm_start import FAST_COMPILE, zookeeper_flags
+from zk.server import JVMFLAGS_ENV, ManagedZooKeeper
 
 _chroots = itertools.count(1)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the run's first process (the xdist controller, or the only one), before any
+    worker is spawned: the JVM flags every process inherits. A run whose environment
+    already names flags keeps them.
+
+    * ZooKeeper: a class-data archive and the client compiler (``jvm_start``).
+    * Spark drivers (``spark-submit`` reads ``SPARK_SUBMIT_OPTS``; pyspark starts its
+      JVM through it, as do the audit jobs the tests run as processes): the client
+      compiler only. Measured on one ingest and three reports of 2,500 events: the
+      driver JVM's CPU 160 -> 88 s, the wall time 91 -> 82 s (C2 compiles Spark's
+      planner for runs that never pay it back on test-sized data).
+    """
+    if hasattr(config, "workerinput"):
+        return
+    if JVMFLAGS_ENV not in os.environ:
+        os.environ[JVMFLAGS_ENV] = zookeeper_flags()
+    os.environ.setdefault("SPARK_SUBMIT_OPTS", FAST_COMPILE)
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Hand the modules out longest first: modules marked ``heavy(minutes=M)`` by

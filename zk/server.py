@@ -29,6 +29,12 @@ bounded (ZooKeeper's autopurge keeps the newest :data:`SNAP_RETAIN_COUNT`
 snapshots and their logs, hourly), and the session limits grant any session
 timeout up to ``max_session_timeout_ms`` (ZooKeeper's own default caps sessions
 at 20 ticks, 10 s with our 500 ms tick, below the brokers' 18 s).
+
+JVM flags: every node this module starts also gets the flags of the environment variable
+:data:`JVMFLAGS_ENV` (split as a shell would), after its own, as ZooKeeper's
+``zkServer.sh`` takes ``JVMFLAGS``. The test suite uses it to start its hundreds of
+short-lived servers with a class-data archive and the client compiler only
+(tests/support/jvm_start.py), which halves each start's CPU.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import importlib.util
 import os
 import re
 import shutil
+import shlex
 import signal
 import socket
 import ssl
@@ -52,6 +59,15 @@ from types import MappingProxyType
 from typing import Self
 
 from cryptography import x509
+
+# Extra JVM flags for every node started here (see the module's doc).
+JVMFLAGS_ENV = "TOKENSVC_ZOOKEEPER_JVMFLAGS"
+
+
+def extra_jvm_flags(environ: Mapping[str, str] = os.environ) -> list[str]:
+    """The flags of :data:`JVMFLAGS_ENV`, split as a shell would; none when unset."""
+    return shlex.split(environ.get(JVMFLAGS_ENV, ""))
+
 
 # Jars of pyspark/jars/ that QuorumPeerMain needs (prefixes of file names).
 _JAR_PREFIXES = (
@@ -502,6 +518,7 @@ class ZooKeeperNode:
             "-Dzookeeper.admin.enableServer=false",
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
             *jaas,
+            *extra_jvm_flags(),
             "-cp",
             zookeeper_classpath(),
             "org.apache.zookeeper.server.quorum.QuorumPeerMain",

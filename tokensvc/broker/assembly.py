@@ -160,7 +160,7 @@ def build_local(config: BrokerConfig, clock: Clock | None = None) -> LocalParts:
     clock = clock or CorrectedClock(ClusterTimeEstimator())
     metrics = BrokerMetrics()
     # The stall meter (event-loop lag, GIL hold): its thread starts with the loop.
-    stall_meter = StallMeter()
+    stall_meter = StallMeter(config.metrics_stall_sample_interval_ms / 1000.0)
     metrics.stalls(stall_meter)
     cache = TokenCache(config.master_keys)
     users = UserCredentialCache()

@@ -32,6 +32,7 @@ from tokensvc.core.configdef import (
     PathKind,
     Type,
     at_least,
+    between,
 )
 from tokensvc.core.kafka_keys import KAFKA_BROKER_KEYS, KAFKA_BROKER_PREFIXES
 from tokensvc.core.keys import MasterKeys
@@ -267,6 +268,12 @@ _KEYS = [
               "How long a forwarded request (and a stalled read) may take."),
     ConfigKey("metrics.listener", Type.STRING, None, Matches(_HOST_PORT, "host:port"), L,
               "Prometheus `/metrics` endpoint, e.g. `127.0.0.1:0`; unset = no metrics."),
+    ConfigKey("metrics.stall.sample.interval.ms", Type.INT, 5, between(1, 1000), L,
+              "How often the stall meter samples the event loop's lag and the GIL's hold "
+              "(`tokensvc_event_loop_lag_seconds`, `tokensvc_gil_hold_seconds`). A stall "
+              "shows at most one interval shorter than it was. Each sample wakes a thread "
+              "and the loop: at 5 ms an idle broker spends about 4% of a core on it, at "
+              "50 ms about 0.4%."),
     ConfigKey("cluster.id", Type.STRING, None, None, L,
               "Cluster id reported in Metadata and DescribeCluster."),
     ConfigKey("log.format", Type.STRING, "text", OneOf(("text", "json")), L,
@@ -357,6 +364,7 @@ class BrokerConfig:
     max_connections_per_ip: int
     request_timeout_ms: int
     metrics_listener: tuple[str, int] | None
+    metrics_stall_sample_interval_ms: int
     cluster_id: str | None
     log_format: str
 

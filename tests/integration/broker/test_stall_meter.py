@@ -28,7 +28,9 @@ REST_S = 3.0
 
 @pytest.fixture
 def cluster(cluster_factory: ClusterFactory) -> LocalCluster:
-    return cluster_factory(brokers=1)
+    # The broker's default interval (the suite's clusters sample less often).
+    return cluster_factory(brokers=1, overrides={
+        "metrics.stall.sample.interval.ms": str(round(SAMPLE_INTERVAL_S * 1000))})
 
 
 def _histograms(address: str) -> tuple[dict[str, dict[str, object]], float]:
