@@ -38,7 +38,7 @@ from tokensvc.cluster import ClusterError, LocalCluster
 
 
 # Every cluster a test starts through the factory, unless its overrides say otherwise: the
-# stall meter samples every 50 ms, not 5 (an idle broker's CPU 4% -> 0.4% of a core; a
+# stall meter samples every 50 ms, not 5 (an idle broker's CPU 4% -> 0.5% of a core; a
 # run keeps several clusters up at a time on two cores). Its own tests set 5 ms.
 TEST_BROKER_DEFAULTS = {"metrics.stall.sample.interval.ms": "50"}
 

@@ -273,7 +273,7 @@ _KEYS = [
               "(`tokensvc_event_loop_lag_seconds`, `tokensvc_gil_hold_seconds`). A stall "
               "shows at most one interval shorter than it was. Each sample wakes a thread "
               "and the loop: at 5 ms an idle broker spends about 4% of a core on it, at "
-              "50 ms about 0.4%."),
+              "50 ms about 0.5%."),
     ConfigKey("cluster.id", Type.STRING, None, None, L,
               "Cluster id reported in Metadata and DescribeCluster."),
     ConfigKey("log.format", Type.STRING, "text", OneOf(("text", "json")), L,
