@@ -38,9 +38,10 @@ def pytest_configure(config: pytest.Config) -> None:
     * ZooKeeper: a class-data archive and the client compiler (``jvm_start``).
     * Spark drivers (``spark-submit`` reads ``SPARK_SUBMIT_OPTS``; pyspark starts its
       JVM through it, as do the audit jobs the tests run as processes) and a standalone
-      master and worker (``SPARK_DAEMON_JAVA_OPTS``): the client compiler only. Measured on one ingest and three reports of 2,500 events: the
-      driver JVM's CPU 160 -> 88 s, the wall time 91 -> 82 s (C2 compiles Spark's
-      planner for runs that never pay it back on test-sized data).
+      master and worker (``SPARK_DAEMON_JAVA_OPTS``): the client compiler only.
+      Measured on one ingest and three reports of 2,500 events: the driver JVM's CPU
+      160 -> 88 s, the wall time 91 -> 82 s (C2 compiles Spark's planner for runs that
+      never pay it back on test-sized data).
     """
     if hasattr(config, "workerinput"):
         return
@@ -48,6 +49,7 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[JVMFLAGS_ENV] = zookeeper_flags()
     os.environ.setdefault("SPARK_SUBMIT_OPTS", FAST_COMPILE)
     os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", FAST_COMPILE)  # standalone master, worker
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Hand the modules out longest first: modules marked ``heavy(minutes=M)`` by

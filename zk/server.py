@@ -45,8 +45,8 @@ import glob
 import importlib.util
 import os
 import re
-import shutil
 import shlex
+import shutil
 import signal
 import socket
 import ssl

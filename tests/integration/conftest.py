@@ -36,7 +36,6 @@ from tests.support.local_cluster import (
 )
 from tokensvc.cluster import ClusterError, LocalCluster
 
-
 # Every cluster a test starts through the factory, unless its overrides say otherwise: the
 # stall meter samples every 50 ms, not 5 (an idle broker's CPU 4% -> 0.5% of a core; a
 # run keeps several clusters up at a time on two cores). Its own tests set 5 ms.

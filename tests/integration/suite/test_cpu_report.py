@@ -29,10 +29,10 @@ def test_modules_are_summed_across_workers_most_cpu_first(tmp_path: Path) -> Non
 
 def test_a_childs_cpu_counts_while_it_runs_and_after_it_is_reaped() -> None:
     before = tree_cpu_s()
-    child = subprocess.Popen([sys.executable, "-c",
-                              "import time\nend = time.process_time() + 0.5\n"
-                              "while time.process_time() < end: pass\n"
-                              "time.sleep(30)"])
+    work = ("import time\nend = time.process_time() + 0.5\n"
+            "while time.process_time() < end: pass\n"
+            "time.sleep(30)")
+    child = subprocess.Popen([sys.executable, "-c", work])
     try:
         deadline = time.monotonic() + 30
         while tree_cpu_s() - before < 0.4 and time.monotonic() < deadline:
