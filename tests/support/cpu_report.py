@@ -38,9 +38,10 @@ def _report_dir(config: pytest.Config) -> Path:
     return Path(os.environ.get("TOKENSVC_CPU_REPORT_DIR", config.rootpath / ".cpu-report"))
 
 
-def tree_cpu_s(pid: int | None = None) -> float:
-    """CPU seconds of this process, its reaped children and its running children."""
-    pid = pid or os.getpid()
+def tree_cpu_s() -> float:
+    """CPU seconds of this process, its reaped children and its running children
+    (``getrusage`` answers for the calling process only, so no other pid is asked)."""
+    pid = os.getpid()
     total = 0.0
     for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
         usage = resource.getrusage(who)
