@@ -51,6 +51,21 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", FAST_COMPILE)  # standalone master, worker
 
 
+WORKERS_ENV = "TOKENSVC_TEST_WORKERS"
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (setup.cfg): one worker more than the machine has cores, or
+    ``TOKENSVC_TEST_WORKERS``. A third of the suite's time on two cores is spent waiting
+    (fault tests sleeping through partitions and pauses, the agent's three minutes,
+    clusters starting): with two workers the machine was 23.5% idle and the run took
+    26-27 min, with three 8.8% idle and 22 min 24 s (docs/performance.md)."""
+    wanted = os.environ.get(WORKERS_ENV)
+    if wanted:
+        return max(0, int(wanted))
+    return (os.cpu_count() or 1) + 1
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Hand the modules out longest first: modules marked ``heavy(minutes=M)`` by
     decreasing M, then the other Spark modules, then the rest. xdist (setup.cfg:
