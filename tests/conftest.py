@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.spark_support import SPARK_CONF_DIR_ENV, spark_conf_dir
 from tests.support.jvm_start import FAST_COMPILE, zookeeper_flags
 from zk.server import JVMFLAGS_ENV, ManagedZooKeeper
 
@@ -36,6 +37,8 @@ def pytest_configure(config: pytest.Config) -> None:
     already names flags keeps them.
 
     * ZooKeeper: a class-data archive and the client compiler (``jvm_start``).
+    * Spark jobs run as processes: settings for small inputs (``SPARK_CONF_DIR``,
+      ``tests/spark_support.py``).
     * Spark drivers (``spark-submit`` reads ``SPARK_SUBMIT_OPTS``; pyspark starts its
       JVM through it, as do the audit jobs the tests run as processes) and a standalone
       master and worker (``SPARK_DAEMON_JAVA_OPTS``): the client compiler only.
@@ -49,6 +52,8 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[JVMFLAGS_ENV] = zookeeper_flags()
     os.environ.setdefault("SPARK_SUBMIT_OPTS", FAST_COMPILE)
     os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", FAST_COMPILE)  # standalone master, worker
+    if SPARK_CONF_DIR_ENV not in os.environ:
+        os.environ[SPARK_CONF_DIR_ENV] = spark_conf_dir()
 
 
 WORKERS_ENV = "TOKENSVC_TEST_WORKERS"

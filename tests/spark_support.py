@@ -11,9 +11,12 @@ runs Spark's interpreted expressions, which give the same results). Compiling ea
 the report's plans with Janino cost more than running them: one ingest and four reports
 of 2,500 events took 102 CPU s with code generation per expression and 4 shuffle
 partitions, 55 CPU s with these settings. The product's sessions
-(:mod:`tokensvc.audit.session`) keep Spark's defaults, and the tests that run the CLI in
-a process of its own (the benchmark's B6, ``audit ingest`` killed mid-batch, the agent's
-Spark job) run with them.
+(:mod:`tokensvc.audit.session`) keep Spark's defaults. The Spark jobs the tests run as
+processes of their own (``audit ingest`` killed mid-batch, the agent's Spark job) get the
+same settings (but their master and partitions) from a ``spark-defaults.conf`` that
+:func:`spark_conf_dir` writes and ``tests/conftest.py`` names in ``SPARK_CONF_DIR``; the
+benchmark suite's quick run (``tests/integration/bench``) runs without it, so the
+report's code generation runs in the suite too.
 """
 
 from __future__ import annotations
@@ -22,10 +25,30 @@ import atexit
 import functools
 import os
 import sys
+import tempfile
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from tokensvc.audit.session import DRIVER_JAVA_OPTIONS
+
+# Spark SQL settings for test-sized inputs (see the module docstring).
+SMALL_INPUT_CONF = {
+    "spark.sql.adaptive.enabled": "false",
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+SPARK_CONF_DIR_ENV = "SPARK_CONF_DIR"
+
+
+def spark_conf_dir() -> str:
+    """A directory holding a ``spark-defaults.conf`` of :data:`SMALL_INPUT_CONF`, for
+    ``SPARK_CONF_DIR`` (spark-submit reads it; a job's own settings win over it)."""
+    directory = Path(tempfile.mkdtemp(prefix="tokensvc-spark-conf-"))
+    (directory / "spark-defaults.conf").write_text(
+        "".join(f"{key} {value}\n" for key, value in SMALL_INPUT_CONF.items()),
+        encoding="ascii")
+    return str(directory)
 
 
 @functools.cache
@@ -38,12 +61,10 @@ def shared_spark() -> SparkSession:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "1")
         .config("spark.default.parallelism", "1")
-        .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
         .config("spark.driver.memory", "1g")
         .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS)
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.codegen.wholeStage", "false")
+        .config(map=SMALL_INPUT_CONF)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
