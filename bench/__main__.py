@@ -108,9 +108,11 @@ def main(argv: list[str] | None = None) -> int:
                        label_tokens=args.label_tokens)
     outcomes: list[Outcome] = []
     try:
-        for bench_id, title, run in plan(only):
+        planned = plan(only)
+        for n, (bench_id, title, run) in enumerate(planned):
             print(f"[{bench_id}] {title} ...", file=sys.stderr, flush=True)
             outcome = timed(lambda run=run: run(ctx), bench_id, title)
+            ctx.finished(later for later, _, _ in planned[n + 1:])
             outcomes.append(outcome)
             status = outcome.error or ("met" if outcome.met else "missed" if outcome.met is False
                                        else "done")

@@ -78,7 +78,7 @@ def run(ctx: BenchContext) -> Outcome:
              "delegation.token.max.lifetime.ms": str(MAX_MS),
              "delegation.token.expiry.check.interval.ms": "1000"}
     handle = ctx.shared("cluster-b11", lambda stack: env.start_cluster(
-        ctx, stack, "cluster-b11", 3, extra=extra))
+        ctx, stack, "cluster-b11", 3, extra=extra), users=(ID,))
     cluster = handle.cluster
     workdir = ctx.directory("b11-agent")
     creds_path, state_path = workdir / "job.properties", workdir / "agent.state"

@@ -71,7 +71,8 @@ def _p99(samples: list[float]) -> float:
 def run(ctx: BenchContext) -> Outcome:
     count = 1_000 if ctx.quick else 10_000
     handle = ctx.shared("cluster-b12", lambda stack: env.start_cluster(
-        ctx, stack, "cluster-b12", 3, extra={"delegation.token.max.per.owner": "100000"}))
+        ctx, stack, "cluster-b12", 3, extra={"delegation.token.max.per.owner": "100000"}),
+        users=(ID,))
     cluster = handle.cluster
     config = load_client_config(cluster.info["admin"]["properties"])
     bootstrap = cluster.info["bootstrap_servers"]

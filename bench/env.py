@@ -4,8 +4,9 @@ Owns how the suite starts brokers (``tokensvc.cluster.LocalCluster``: one proces
 per broker, a managed ZooKeeper, the suite's master key, and the overrides every
 bench broker gets), how it makes token details in bulk, and the two shared
 set-ups of :class:`bench.suite.BenchContext`: ``cluster3`` (3 brokers, used by
-B1-B3) and ``preloaded`` (a ZooKeeper holding ``sizes.tokens`` tokens, used by
-B4 and B5). Everything started here is stopped when the suite closes.
+B1, B3 and B8) and ``preloaded`` (a ZooKeeper holding ``sizes.tokens`` tokens, used by
+B4 and B5). Each is stopped once the last benchmark of the run that uses it has
+finished (and anything else started here when the suite closes).
 
 It must not measure anything: benchmarks time their own work.
 """
@@ -103,8 +104,9 @@ def start_cluster(
 
 
 def cluster3(ctx: BenchContext) -> ClusterHandle:
-    """The shared 3-broker cluster (B1-B3)."""
-    return ctx.shared("cluster3", lambda stack: start_cluster(ctx, stack, "cluster3", 3))
+    """The shared 3-broker cluster (B1, B3, B8)."""
+    return ctx.shared("cluster3", lambda stack: start_cluster(ctx, stack, "cluster3", 3),
+                      users=("B1", "B3", "B8"))
 
 
 def new_token_id() -> str:
@@ -156,7 +158,7 @@ def preloaded(ctx: BenchContext) -> Preloaded:
         zkraw.write_tokens(f"{server.connect}/preloaded", tokens)
         return Preloaded(server, tokens, time.monotonic() - started)
 
-    return ctx.shared("preloaded", start)
+    return ctx.shared("preloaded", start, users=("B4", "B5"))
 
 
 @contextlib.contextmanager

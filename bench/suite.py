@@ -22,7 +22,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -145,18 +145,38 @@ class BenchContext:
         self.master_key = secrets.token_urlsafe(32)
         self._stack = contextlib.ExitStack()
         self._shared: dict[str, Any] = {}
+        # Set-ups that name their users: each on a stack of its own, undone by
+        # :meth:`finished` once no benchmark still to run uses it.
+        self._scoped: dict[str, tuple[frozenset[str], contextlib.ExitStack]] = {}
 
     def directory(self, name: str) -> Path:
         path = self.workdir / name
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def shared(self, name: str, start: Callable[[contextlib.ExitStack], Any]) -> Any:
+    def shared(self, name: str, start: Callable[[contextlib.ExitStack], Any],
+               users: Iterable[str] | None = None) -> Any:
         """The set-up called ``name``, started by ``start(stack)`` on first use; whatever
-        ``start`` registers on the stack is undone when the suite closes."""
+        ``start`` registers on the stack is undone when the suite closes, or, when
+        ``users`` names the benchmarks (ids) that use it, as soon as none of them is
+        left to run (:meth:`finished`): an idle cluster left up would take CPU from every
+        later benchmark (five idle brokers took a fifth of a core in a full run)."""
         if name not in self._shared:
-            self._shared[name] = start(self._stack)
+            stack = self._stack
+            if users is not None:
+                stack = contextlib.ExitStack()
+                self._scoped[name] = (frozenset(users), stack)
+            self._shared[name] = start(stack)
         return self._shared[name]
+
+    def finished(self, still_to_run: Iterable[str]) -> None:
+        """Undo the set-ups whose users are none of ``still_to_run`` (benchmark ids)."""
+        left = set(still_to_run)
+        for name, (users, stack) in list(self._scoped.items()):
+            if not users & left:
+                del self._scoped[name]
+                self._shared.pop(name, None)
+                stack.close()
 
     def release(self, name: str) -> None:
         """Forget a shared set-up (its clean-up still runs at close)."""
@@ -164,6 +184,7 @@ class BenchContext:
 
     def close(self) -> None:
         try:
+            self.finished(())
             self._stack.close()
         finally:
             if self._own_workdir:
