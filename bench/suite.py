@@ -178,10 +178,6 @@ class BenchContext:
                 self._shared.pop(name, None)
                 stack.close()
 
-    def release(self, name: str) -> None:
-        """Forget a shared set-up (its clean-up still runs at close)."""
-        self._shared.pop(name, None)
-
     def close(self) -> None:
         try:
             self.finished(())

@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -45,6 +46,8 @@ def spark_conf_dir() -> str:
     """A directory holding a ``spark-defaults.conf`` of :data:`SMALL_INPUT_CONF`, for
     ``SPARK_CONF_DIR`` (spark-submit reads it; a job's own settings win over it)."""
     directory = Path(tempfile.mkdtemp(prefix="tokensvc-spark-conf-"))
+    # Removed when the process that made it (the run's first) exits, after its workers.
+    atexit.register(shutil.rmtree, directory, True)
     (directory / "spark-defaults.conf").write_text(
         "".join(f"{key} {value}\n" for key, value in SMALL_INPUT_CONF.items()),
         encoding="ascii")
