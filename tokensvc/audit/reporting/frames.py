@@ -70,12 +70,23 @@ class Reports:
         if partials is None:
             partials = {name: build(events) for name, build in aggregates.PARTIALS.items()}
         self.partials = partials
+        # The successful creates and revocations of tokens: a few rows per token, read by
+        # token_origin, revocations and the labels (and the page), taken from the events
+        # in one scan instead of one each.
+        self.token_changes = events.filter(
+            (F.col("type") == "token") & F.col("action").isin("create", "revoke")
+            & (F.col("outcome") == "success") & F.col("token_id").isNotNull()
+        ).select("action", "token_id", "owner", "requester", "client_id", "reason", "labels",
+                 "ts").persist()
+        # One row per token, with its labels (null if none are known): small, read by most.
         tokens = partials[aggregates.TOKENS]
         self.tokens = aggregates.merge_tokens(tokens.unionByName(
-            aggregates.snapshot_tokens(snapshot, tokens))).persist()  # small, read by most
+            aggregates.snapshot_tokens(snapshot, tokens))).join(
+            self._token_labels(), "token_id", "left").persist()
 
-    def close(self) -> None:
-        self.tokens.unpersist()
+    def persisted(self) -> tuple[DataFrame, ...]:
+        """The DataFrames this object persisted (the job releases them)."""
+        return self.tokens, self.token_changes
 
     def token_usage(self) -> DataFrame:
         return self.tokens.select(*TOKEN_USAGE_COLUMNS)
@@ -91,9 +102,7 @@ class Reports:
     def token_origin(self) -> DataFrame:
         """Tokens created per owner, agent-made (client id ``tokensvc-agent...``: the token
         agent, docs/agent.md) or hand-made (any other client)."""
-        created = self.events.filter(
-            (F.col("type") == "token") & (F.col("action") == "create")
-            & (F.col("outcome") == "success") & F.col("token_id").isNotNull())
+        created = self.token_changes.filter(F.col("action") == "create")
         origin = F.when(F.coalesce(F.col("client_id"), F.lit("")).startswith(AGENT_CLIENT_ID),
                         F.lit("agent")).otherwise(F.lit("hand"))
         return created.groupBy(F.coalesce("owner", F.lit("(unknown)")).alias("owner"),
@@ -104,24 +113,21 @@ class Reports:
     def revocations(self) -> DataFrame:
         """Tokens revoked without their HMAC, by actor (the requester) and reason
         (``revoked_by_id``, ``revoked_by_owner``, ``owner_deleted``)."""
-        revoked = self.events.filter(
-            (F.col("type") == "token") & (F.col("action") == "revoke")
-            & (F.col("outcome") == "success") & F.col("token_id").isNotNull())
+        revoked = self.token_changes.filter(F.col("action") == "revoke")
         return revoked.groupBy(F.coalesce("requester", F.lit("(unknown)")).alias("actor"),
                                F.coalesce("reason", F.lit("(none)")).alias("reason")).agg(
             F.countDistinct("token_id").alias("tokens"),
             F.countDistinct("owner").alias("owners"),
             F.min("ts").alias("first_ts"), F.max("ts").alias("last_ts"))
 
-    def token_labels(self) -> DataFrame:
+    def _token_labels(self) -> DataFrame:
         """``token_id``, ``labels`` (a map) of every token whose labels are known: from its
         create or revocation event (the only events that carry them, docs/audit.md), else
-        from the token snapshot. Every other event about a token names it by id only."""
-        from_events = self.events.filter(
-            (F.col("type") == "token") & F.col("action").isin("create", "revoke")
-            & (F.col("outcome") == "success") & F.col("token_id").isNotNull()
-            & F.col("labels").isNotNull()
-        ).select("token_id", F.from_json("labels", _LABEL_MAP).alias("labels"))
+        from the token snapshot. Every other event about a token names it by id only.
+        Every such token has a row in the token table (its create or revocation event, or
+        its snapshot line, put it there), which carries these labels."""
+        from_events = self.token_changes.filter(F.col("labels").isNotNull()).select(
+            "token_id", F.from_json("labels", _LABEL_MAP).alias("labels"))
         from_snapshot = self.snapshot.filter(
             F.col("labels").isNotNull() & (F.size("labels") > 0)).select("token_id", "labels")
         return from_events.unionByName(from_snapshot).filter(F.col("labels").isNotNull()) \
@@ -131,7 +137,7 @@ class Reports:
         """Per value of each label key in ``group_by_labels``: the tokens carrying it, their
         owners, successful and failed logins, distinct hosts (and the first
         :data:`LABEL_HOSTS_SHOWN` of them), first and last use."""
-        labelled = self.tokens.join(self.token_labels(), "token_id", "inner")
+        labelled = self.tokens.filter(F.col("labels").isNotNull())
         per_key = None
         for key in self.group_by_labels:
             rows = labelled.select(
@@ -147,10 +153,14 @@ class Reports:
                 T.StructField("logins_ok", _L), T.StructField("logins_failed", _L),
                 T.StructField("distinct_hosts", _I), T.StructField("hosts", T.ArrayType(_S)),
                 T.StructField("first_use", _L), T.StructField("last_use", _L)]))
-        hosts = F.array_sort(F.array_distinct(F.flatten(F.collect_list("hosts"))))
+        # No distinct counts: Spark plans two or more of them by copying every row once per
+        # count and sorting the copies, which cost seconds here at 2M events (B6). The
+        # token table has one row per token, so a token is counted once per value; the
+        # owners are counted as a set.
+        hosts = F.sort_array(F.array_distinct(F.flatten(F.collect_list("hosts"))))
         return per_key.groupBy("label", "value").agg(
-            F.countDistinct("token_id").alias("tokens"),
-            F.countDistinct("owner").alias("owners"),
+            F.count(F.lit(1)).alias("tokens"),
+            F.size(F.collect_set("owner")).cast(_L).alias("owners"),
             F.sum("logins_ok").cast(_L).alias("logins_ok"),
             F.sum("logins_failed").cast(_L).alias("logins_failed"),
             hosts.alias("all_hosts"),

@@ -121,7 +121,8 @@ def _run(spark: SparkSession, options: ReportOptions, out: Path) -> dict[str, An
                               else empty_snapshot(spark))
         reports = Reports(events, snapshot, options.settings, as_of, partials,
                           options.group_by_labels)
-        cache.track(reports.tokens)
+        for df in reports.persisted():
+            cache.track(df)
         hourly = cache.keep(reports.hourly())
         frames, rows = _write_reports(report_frames(reports, hourly), out, cache)
         label_rows = [r.asDict() for r in frames["labels"].collect()]

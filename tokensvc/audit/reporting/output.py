@@ -80,8 +80,9 @@ def write_page(out: Path, summary: dict[str, Any], frames: dict[str, DataFrame],
         severity_rank(), F.col("count").desc(), "first_ts", F.coalesce("token_id", F.lit("")),
         F.coalesce("client_host", F.lit(""))).limit(HTML_FINDINGS).collect()]
     flagged = sorted({f["token_id"] for f in shown if f["token_id"]})
-    finding_labels = {r["token_id"]: dict(r["labels"]) for r in reports.token_labels().filter(
-        F.col("token_id").isin(flagged)).collect()} if flagged else {}
+    finding_labels = {r["token_id"]: dict(r["labels"]) for r in reports.tokens.filter(
+        F.col("token_id").isin(flagged) & F.col("labels").isNotNull()).select(
+        "token_id", "labels").collect()} if flagged else {}
     many_hosts = [f["token_id"] for f in shown if f["rule"] == "too_many_hosts"]
     hosts = {r["token_id"]: sorted(r["hosts"]) for r in reports.tokens.filter(
         F.col("token_id").isin(many_hosts)).select("token_id", "hosts").collect()
