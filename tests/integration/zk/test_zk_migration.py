@@ -54,6 +54,7 @@ from zk import znode_acls
 from zk.client import ZkSettings, open_client
 
 TOKENS, USERS, ACLS = 1_000, 100, 100
+PACE_S = 0.05  # between one identity's logins (LoginLoad)
 pytestmark = pytest.mark.heavy(minutes=4)  # 1,000 tokens, two rolling restarts
 IDENTITY = "tokensvc:migration-secret"
 ZK_KEYS = {"zookeeper.digest": IDENTITY, "zookeeper.set.acl": "true",
@@ -70,7 +71,10 @@ def acl(i: int) -> AclBinding:
 class LoginLoad:
     """confluent-kafka logging in again and again as one user and as one token, each
     login a new client; a login that fails once for a transport error and then works
-    was a reconnect, anything else a failure."""
+    was a reconnect, anything else a failure. Each identity starts a login at most every
+    :data:`PACE_S` after the last one ended, as the other fault tests' load loops do:
+    a few hundred logins through each restart and migration step, where the loop unpaced
+    spent most of a core on new clients without adding a check."""
 
     def __init__(self, bootstrap: str, logins: dict[str, tuple[str, str]]) -> None:
         self.bootstrap = bootstrap
@@ -104,6 +108,7 @@ class LoginLoad:
                 except KafkaException as second:
                     self.failures.append(f"{name}: {first}; then {second}")
             self.done[name] += 1
+            self._stop.wait(PACE_S)
 
     def __enter__(self) -> Self:
         for thread in self._threads:
