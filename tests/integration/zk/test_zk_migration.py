@@ -73,8 +73,8 @@ class LoginLoad:
     login a new client; a login that fails once for a transport error and then works
     was a reconnect, anything else a failure. Each identity starts a login at most every
     :data:`PACE_S` after the last one ended, as the other fault tests' load loops do:
-    a few hundred logins through each restart and migration step, where the loop unpaced
-    spent most of a core on new clients without adding a check."""
+    logins keep running through every restart and migration step, without the loop
+    spending a core on new clients as fast as they go."""
 
     def __init__(self, bootstrap: str, logins: dict[str, tuple[str, str]]) -> None:
         self.bootstrap = bootstrap

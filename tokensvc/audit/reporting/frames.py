@@ -54,7 +54,9 @@ class Reports:
     The counts, sums and sets come from partial tables (:mod:`tokensvc.audit.aggregates`):
     ``partials`` (the lake's per-batch tables) when given, else built from ``events``;
     either way one merge per table. The failed-login bursts and the findings per
-    event read ``events`` (only the failed logins and the token creates).
+    event read ``events`` (only the failed logins and the token creates); the token
+    origins, revocations and labels read the successful creates and revocations, taken
+    from ``events`` once and kept (:meth:`persisted` names what the job releases).
     """
 
     def __init__(self, events: DataFrame, snapshot: DataFrame, settings: RuleSettings,
@@ -156,7 +158,8 @@ class Reports:
         # No distinct counts: Spark plans two or more of them by copying every row once per
         # count and sorting the copies, which cost seconds here at 2M events (B6). The
         # token table has one row per token, so a token is counted once per value; the
-        # owners are counted as a set.
+        # owners are counted as a set. (sort_array: the strings' own order, without the
+        # comparator function array_sort calls per comparison.)
         hosts = F.sort_array(F.array_distinct(F.flatten(F.collect_list("hosts"))))
         return per_key.groupBy("label", "value").agg(
             F.count(F.lit(1)).alias("tokens"),
