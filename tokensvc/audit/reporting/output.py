@@ -80,13 +80,15 @@ def write_page(out: Path, summary: dict[str, Any], frames: dict[str, DataFrame],
         severity_rank(), F.col("count").desc(), "first_ts", F.coalesce("token_id", F.lit("")),
         F.coalesce("client_host", F.lit(""))).limit(HTML_FINDINGS).collect()]
     flagged = sorted({f["token_id"] for f in shown if f["token_id"]})
-    finding_labels = {r["token_id"]: dict(r["labels"]) for r in reports.tokens.filter(
-        F.col("token_id").isin(flagged) & F.col("labels").isNotNull()).select(
-        "token_id", "labels").collect()} if flagged else {}
-    many_hosts = [f["token_id"] for f in shown if f["rule"] == "too_many_hosts"]
-    hosts = {r["token_id"]: sorted(r["hosts"]) for r in reports.tokens.filter(
-        F.col("token_id").isin(many_hosts)).select("token_id", "hosts").collect()
-    } if many_hosts else {}
+    # One read of the token table for every flagged token: its labels, and the hosts of
+    # those flagged for too many hosts.
+    flagged_rows = reports.tokens.filter(F.col("token_id").isin(flagged)).select(
+        "token_id", "labels", "hosts").collect() if flagged else []
+    finding_labels = {r["token_id"]: dict(r["labels"]) for r in flagged_rows
+                      if r["labels"] is not None}
+    many_hosts = {f["token_id"] for f in shown if f["rule"] == "too_many_hosts"}
+    hosts = {r["token_id"]: sorted(r["hosts"]) for r in flagged_rows
+             if r["token_id"] in many_hosts}
     unused = [r.asDict() for r in findings.filter(F.col("rule") == "unused_before_expiry")
               .groupBy(F.coalesce("owner", F.lit("(unknown owner)")).alias("owner")).agg(
                   F.count("*").alias("tokens"), F.min("first_ts").alias("first_ts"),
