@@ -54,6 +54,7 @@ from kazoo.retry import KazooRetry
 
 from tokensvc.core.zk_security import JAAS_FILE, KEYSTORE, SSL_ENABLE, ZkSecurity
 from zk import znode_acls
+from zk.poll_handler import PollHandler
 
 log = logging.getLogger("zk.client")
 
@@ -205,6 +206,7 @@ def _make(settings: ZkSettings, hosts: str) -> AclClient:
                            keyfile_password=tls.key_password)
     return AclClient(
         hosts=hosts,
+        handler=PollHandler(),  # one poll(2) per wait (zk/poll_handler.py)
         logger=_StartLogger(),
         timeout=settings.session_timeout_ms / 1000.0,
         connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
