@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.broker_defaults import TEST_BROKER_DEFAULTS
 from tests.support.local_cluster import (
     ClusterFactory,
     admin_client,
@@ -35,11 +36,6 @@ from tests.support.local_cluster import (
     wait_served_everywhere,
 )
 from tokensvc.cluster import ClusterError, LocalCluster
-
-# Every cluster a test starts through the factory, unless its overrides say otherwise: the
-# stall meter samples every 50 ms, not 5 (an idle broker's CPU 4% -> 0.5% of a core; a
-# run keeps several clusters up at a time on two cores). Its own tests set 5 ms.
-TEST_BROKER_DEFAULTS = {"metrics.stall.sample.interval.ms": "50"}
 
 
 def _factory(stack: ExitStack, directory: Callable[[], Path],

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.broker_defaults import TEST_BROKER_DEFAULTS
 from tokensvc.broker.broker import Broker
 from tokensvc.broker.loop import eventloop
 from tokensvc.core.config import BrokerConfig
@@ -117,6 +118,7 @@ def broker_properties(
         "super.users": "User:admin;User:broker",
         "authorizer.class.name": "tokensvc.authz.AclAuthorizer",
         "connection.failed.authentication.delay.ms": "50",
+        **TEST_BROKER_DEFAULTS,
     }
     if master_key is not None:
         props["delegation.token.secret.key"] = master_key
