@@ -43,6 +43,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from tokensvc.audit import aggregates
+from tokensvc.audit.counts import count_each
 from tokensvc.audit.lines import EVENT_FIELDS, REPORT_FIELDS
 
 QUARANTINE_FIELDS = T.StructType([
@@ -179,16 +180,16 @@ def read_partials(spark: SparkSession, root: str | os.PathLike[str],
     rows (from the Parquet footers) are not ``expected_rows`` (files removed or
     added by hand: then the report reads the events)."""
     lake = lake_layout(root)
-    tables = {}
+    tables, present = {}, {}
     for name, schema in aggregates.partial_schemas(spark, LAKE_EVENT_SCHEMA).items():
         directory = lake.agg / name
         if _parquet_files(directory):
-            tables[name] = spark.read.schema(schema).parquet(str(directory))
-            rows = tables[name].count()
+            tables[name] = present[name] = spark.read.schema(schema).parquet(str(directory))
         else:
-            tables[name], rows = spark.createDataFrame([], schema), 0
-        if rows != expected_rows.get(name):
-            return None
+            tables[name] = spark.createDataFrame([], schema)
+    rows = count_each(present)  # one job for every table (from the Parquet footers)
+    if any(rows.get(name, 0) != expected_rows.get(name) for name in tables):
+        return None
     return tables
 
 
@@ -196,13 +197,12 @@ def row_counts(spark: SparkSession, root: str | os.PathLike[str]) -> tuple[int, 
     """Rows in the lake's event files and in its quarantine files (from the Parquet
     footers: no column is read), to check the statistics against what is there."""
     lake = lake_layout(root)
-
-    def rows(directory: Path, schema: T.StructType) -> int:
-        if not _parquet_files(directory):
-            return 0
-        return spark.read.schema(schema).parquet(str(directory)).count()
-
-    return rows(lake.events, LAKE_EVENT_SCHEMA), rows(lake.quarantine, QUARANTINE_FIELDS)
+    present = {name: spark.read.schema(schema).parquet(str(directory))
+               for name, directory, schema in (("events", lake.events, LAKE_EVENT_SCHEMA),
+                                               ("quarantine", lake.quarantine, QUARANTINE_FIELDS))
+               if _parquet_files(directory)}
+    rows = count_each(present)  # one job for both (from the Parquet footers)
+    return rows.get("events", 0), rows.get("quarantine", 0)
 
 
 def distinct_id_hashes(spark: SparkSession, root: str | os.PathLike[str]) -> int:

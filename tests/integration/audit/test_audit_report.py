@@ -20,6 +20,7 @@ from pyspark.sql import SparkSession
 
 from cli.audit_cmd import audit
 from tests.spark_support import shared_spark
+from tokensvc.audit.counts import count_each
 from tokensvc.audit.events import (
     authentication_event,
     dropped_event,
@@ -363,3 +364,22 @@ def test_revocations_by_actor_and_reason(spark: SparkSession, tmp_path: Path) ->
                     ("User:admin", "owner_deleted"): (1, 1)}
     assert summary["revocations_by_reason"] == {"owner_deleted": 1, "revoked_by_id": 1,
                                                 "revoked_by_owner": 2}
+
+
+def test_count_each_counts_every_frame_in_one_job(spark: SparkSession, tmp_path: Path) -> None:
+    spark.range(7).write.parquet(str(tmp_path / "seven"))
+    frames = {
+        "parquet": spark.read.parquet(str(tmp_path / "seven")),
+        "cached": spark.range(100).filter("id % 3 = 0").persist(),
+        "empty": spark.range(5).filter("id > 10"),
+        "wide": spark.createDataFrame([("a", [1, 2]), ("b", None)], "name string, xs array<int>"),
+    }
+    tracker = spark.sparkContext.statusTracker()
+    spark.sparkContext.setJobGroup("count-each", "count_each")
+    try:
+        assert count_each(frames) == {"parquet": 7, "cached": 34, "empty": 0, "wide": 2}
+        assert len(tracker.getJobIdsForGroup("count-each")) == 1
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+        frames["cached"].unpersist()
+    assert count_each({}) == {}

@@ -24,6 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from tokensvc.audit import aggregates
+from tokensvc.audit.counts import count_each
 from tokensvc.audit.events import WRITER_EVENT_TYPE
 from tokensvc.audit.lake import read_partials
 from tokensvc.audit.lines import MALFORMED_REASONS
@@ -204,7 +205,7 @@ def _write_reports(frames: dict[str, DataFrame], out: Path, cache: _Cache
     # Reports are small: one partition, sorted locally (no range shuffle).
     kept = {name: cache.keep(df.coalesce(1).sortWithinPartitions(*order_of(name)))
             for name, df in frames.items()}
-    rows = {name: df.count() for name, df in kept.items()}
+    rows = count_each(kept)  # one job, which also fills the caches the writes read
     for name, df in kept.items():
         write_report(df, str(out), name)
     return kept, rows
