@@ -36,7 +36,8 @@ def pytest_configure(config: pytest.Config) -> None:
     worker is spawned: the JVM flags every process inherits. A run whose environment
     already names flags keeps them.
 
-    * ZooKeeper: a class-data archive and the client compiler (``jvm_start``).
+    * ZooKeeper: a class-data archive, the client compiler and no fsync of the
+      transaction log (``jvm_start``).
     * Spark jobs run as processes: settings for small inputs (``SPARK_CONF_DIR``,
       ``tests/spark_support.py``).
     * Spark drivers (``spark-submit`` reads ``SPARK_SUBMIT_OPTS``; pyspark starts its
