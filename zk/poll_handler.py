@@ -2,12 +2,13 @@
 a ``select`` that costs one system call.
 
 kazoo's connection thread waits on its socket before every read and every write (a
-response is at least two reads: its length, then its body). Its threading handler
-answers each wait by building an epoll selector, registering the sockets, waiting and
-closing it again: four system calls and a selector's bookkeeping per wait, some ten
-per ZooKeeper request. On a broker following a stream of change notifications that
-was a tenth of its ZooKeeper thread's samples (py-spy, the write path's expire test),
-and kernel time besides. :func:`poll_select` answers the same question with one
+response is at least two reads: its length, then its body), and its loop waits for the
+next thing to do. Its threading handler answers each wait by building an epoll selector,
+registering the sockets, waiting and closing the selector again: four system calls and a
+selector's bookkeeping per wait, several waits per ZooKeeper request. In the write path's
+expire test (three in-process brokers following a stream of change notifications) that
+creation, registration and close were a tenth of the test process's py-spy samples, and
+kernel time besides. :func:`poll_select` answers the same question with one
 ``poll(2)``: a poll object is plain memory until it waits, and poll has no limit on
 descriptor numbers (the reason kazoo left ``select(2)``).
 

@@ -17,7 +17,8 @@ And one ZooKeeper setting, ``-Dzookeeper.forceSync=no``: a server writes its tra
 log without waiting for the disk after each write. Tests kill processes (ZooKeeper
 servers included, with SIGKILL), never the machine, and a killed process's writes are
 in the page cache and read back by its next start; only a power loss would need the
-fsync. The security migration module: ZooKeeper 27.7 -> 24.4 CPU s, 61 -> 53 s wall.
+fsync. The security migration module alone, one run each: ZooKeeper 27.7 -> 24.4 CPU s,
+61 -> 53 s wall.
 
 Measured on this project's 2-core machine (one standalone server: start until it
 serves, then 500 creates and 500 reads over kazoo): start 1.73 -> 0.75 CPU s, 1.2 ->
