@@ -615,13 +615,40 @@ class ZooKeeperNode:
             self.process.wait(10)
         self.process = None
 
-    def pause(self) -> None:
-        if self.process is not None:
-            self.process.send_signal(signal.SIGSTOP)
+    def pause(self, timeout: float = 5.0) -> None:
+        """SIGSTOP, then wait (at most ``timeout``) until every thread of the process is
+        stopped. The signal stops a thread only when it next leaves the kernel: one busy
+        on another core, or finishing a system call, could otherwise still answer a
+        request sent after this returns (a create answered by a paused server was seen
+        once in a full run of the suite)."""
+        if self.process is None:
+            return
+        self.process.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + timeout
+        while not _all_threads_stopped(self.process.pid) and time.monotonic() < deadline:
+            time.sleep(0.001)
 
     def resume(self) -> None:
         if self.process is not None:
             self.process.send_signal(signal.SIGCONT)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """Whether every thread of ``pid`` is in the stopped state (``/proc``); a process
+    that is gone counts as stopped."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat", encoding="ascii") as stat:
+                state = stat.read().rsplit(")", 1)[1].split()[0]
+        except OSError:  # the thread ended meanwhile
+            continue
+        if state not in ("T", "t"):
+            return False
+    return True
 
 
 class ManagedZooKeeper(ZooKeeperNode):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
@@ -202,3 +203,25 @@ def test_heap_sizes_parse(text, mb):
 def test_bad_heap_sizes_are_clear_errors(text):
     with pytest.raises(ValueError, match="heap"):
         parse_heap_mb(text)
+
+
+def _thread_states(pid: int) -> set[str]:
+    states = set()
+    for task in (Path(f"/proc/{pid}/task")).iterdir():
+        states.add((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+    return states
+
+
+def test_a_paused_server_has_every_thread_stopped_when_pause_returns(tmp_path):
+    server = ManagedZooKeeper(tmp_path / "zk")
+    server.start()
+    try:
+        for _ in range(5):
+            server.pause()
+            assert _thread_states(server.pid) <= {"T", "t"}
+            assert not server.serving()  # silent, not gone
+            server.resume()
+            assert _write_and_read(server.connect) == b"hello"
+    finally:
+        server.resume()
+        server.stop()
