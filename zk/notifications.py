@@ -46,7 +46,11 @@ The notifications of a listing are read with the one pipelined reader
 
 Listings of one root are spaced at least ``MIN_LISTING_INTERVAL_S`` apart: under a
 stream of writes the changes of one interval share a listing; an isolated change is
-applied at once.
+applied at once. A listing names every pending notification (thousands during a
+10,000-token revocation, until the controller purges them): ``listings`` and
+``listed_names`` count them. The controller's purge by count uses the listing it
+follows (no second one), and does not try again before the oldest pending
+notification can be old enough for it.
 
 Confirming the view is current (bounded staleness, issue #20).
 :meth:`ChangeNotifications.confirm_current` sends, for every root, a ``sync`` and an
@@ -170,7 +174,7 @@ class ChangeNotifications:
     their own ``max_pending`` argument through as it came.
 
     Stats: ``resync_count``, ``last_resync_ms``, ``applied_changes``, ``listings``,
-    ``purged``.
+    ``listed_names`` (names in those listings), ``purged``.
     """
 
     def __init__(
@@ -215,6 +219,9 @@ class ChangeNotifications:
         self._listed_waiters: dict[str, list[tuple[int, int, Future]]] = {r.name: [] for r in roots}
         self._waiter_ids = 0
         self._last_listing: dict[str, float] = {r.name: 0.0 for r in roots}
+        # Monotonic time before which a purge by count cannot find a notification old
+        # enough (the oldest pending one is younger than count_min_age_ms until then).
+        self._count_purge_after: dict[str, float] = {r.name: 0.0 for r in roots}
         self._last_purge = time.monotonic()
         self._dirty = False
         self._suspended = False
@@ -225,6 +232,7 @@ class ChangeNotifications:
         self.last_resync_ms = 0
         self.applied_changes = 0
         self.listings = 0
+        self.listed_names = 0
         self.purged = 0
 
     # --- lifecycle ---------------------------------------------------------------------
@@ -473,8 +481,9 @@ class ChangeNotifications:
 
     def _apply_changes(self, root: NotificationRoot) -> None:
         self._last_listing[root.name] = time.monotonic()
-        self.listings += 1
         listed, stat = self._list(root)
+        self.listings += 1
+        self.listed_names += len(listed)
         with self._lock:
             last = self._last[root.name]
         mark = self._purge_mark(root, stat)
@@ -500,12 +509,16 @@ class ChangeNotifications:
         if self._is_purger():
             if time.monotonic() - self._last_purge >= self._purge_interval_s:
                 self.purge(self._now_ms())
-            elif len(listed) > self._max_pending + self._max_pending // 2:
-                self.purged += self._purge_root(root, self._now_ms(), by_age=False)
+            elif (len(listed) > self._max_pending + self._max_pending // 2
+                  and time.monotonic() >= self._count_purge_after[root.name]):
+                self.purged += self._purge_root(root, self._now_ms(), by_age=False,
+                                                listed=listed)
 
-    def _older_than(self, root: NotificationRoot, children: list[str], cutoff_ms: int) -> list[str]:
+    def _older_than(self, root: NotificationRoot, children: list[str], cutoff_ms: int
+                    ) -> tuple[list[str], int | None]:
         """The leading children created before ``cutoff_ms`` (ctimes grow with the
-        sequence, so the first young one ends the scan), stat-ed in small windows."""
+        sequence, so the first young one ends the scan), stat-ed in small windows, and
+        the creation time of that first young one (None: none was young)."""
         old: list[str] = []
         for lo in range(0, len(children), _STAT_WINDOW):
             window = children[lo:lo + _STAT_WINDOW]
@@ -513,10 +526,10 @@ class ChangeNotifications:
             for child, async_stat in zip(window, stats):
                 stat = async_stat.get()
                 if stat is not None and stat.ctime >= cutoff_ms:
-                    return old
+                    return old, stat.ctime
                 if stat is not None:
                     old.append(child)
-        return old
+        return old, None
 
     def _read(
         self, root: NotificationRoot, names: list[tuple[int, str]]
@@ -540,17 +553,26 @@ class ChangeNotifications:
         self.purged += total
         return total
 
-    def _purge_root(self, root: NotificationRoot, now_ms: int, *, by_age: bool = True) -> int:
-        listed = root.sorted_children(self._client.get_children(root.path))
+    def _purge_root(self, root: NotificationRoot, now_ms: int, *, by_age: bool = True,
+                    listed: list[str] | None = None) -> int:
+        """Purge one root; ``listed``: its sorted names if the caller just listed them."""
+        if listed is None:
+            listed = root.sorted_children(self._client.get_children(root.path))
         if not listed:
             return 0
         excess = max(0, len(listed) - self._max_pending)
         doomed = listed[:excess]
         if doomed and self._count_min_age_ms is not None:
-            doomed = self._older_than(root, doomed, now_ms - self._count_min_age_ms)
+            cutoff_ms = now_ms - self._count_min_age_ms
+            doomed, young_ctime = self._older_than(root, doomed, cutoff_ms)
+            if young_ctime is not None:
+                # Nothing from young_ctime on is old enough before then (capped: the
+                # server's clock may be ahead of ours; the periodic purge runs anyway).
+                wait_s = min((young_ctime - cutoff_ms) / 1000.0, self._purge_interval_s)
+                self._count_purge_after[root.name] = time.monotonic() + wait_s
         if by_age:
             doomed += self._older_than(root, listed[excess:],
-                                       now_ms - self._retention_ms)
+                                       now_ms - self._retention_ms)[0]
         if not doomed:
             return 0
         through = root.sequence(doomed[-1])

@@ -32,6 +32,12 @@ def register_gauges(config: BrokerConfig, local: LocalParts, parts: BrokerParts)
     m.gauge("tokensvc_cache_caught_up_resyncs",
             "Resyncs after the start that caught the held cache up instead of "
             "reading every token", lambda: parts.token_sync.caught_up_resyncs)
+    m.gauge("tokensvc_token_notification_listings",
+            "Listings of the token change notifications by this broker's follower",
+            lambda: parts.token_sync.listings)
+    m.gauge("tokensvc_token_notification_names_listed",
+            "Notification names in those listings (every pending one, each listing)",
+            lambda: parts.token_sync.listed_names)
     m.gauge("tokensvc_cache_last_resync_seconds", "Duration of the last full resync",
             lambda: (parts.token_sync.last_resync_ms or 0) / 1000.0)
     m.gauge("tokensvc_controller", "1 if this broker is the controller",

@@ -211,6 +211,43 @@ def test_the_count_rule_spares_notifications_younger_than_its_minimum_age(open_z
     assert len(writer.get_children(ROOT.path)) == 5
 
 
+def test_a_busy_followers_count_purge_waits_until_the_oldest_can_be_old_enough(open_zk):
+    """On the controller, a listing above 1.5x max_pending tries a purge by count. When
+    the oldest pending notification is younger than the count rule's minimum age, it is
+    not tried again on every listing (each try stat-ed a window of notifications) until
+    that one can be old enough."""
+    writer = open_zk()
+    writer.ensure_path("/things/items")
+    writer.ensure_path(ROOT.path)
+    stat_calls = []
+    purger = ChangeNotifications(writer, "purger", [ROOT], load=lambda: None,
+                                 apply=lambda r, n: None, is_purger=lambda: True,
+                                 max_pending=2, count_min_age_ms=60_000)
+    original = writer.exists_async
+
+    def counting_exists_async(path, *args, **kw):
+        stat_calls.append(path)
+        return original(path, *args, **kw)
+
+    writer.exists_async = counting_exists_async
+    purger.start()
+    try:
+        for i in range(6):  # above 1.5 x 2: every listing would try a count purge
+            _write(writer, f"z{i}".encode())
+        assert purger.wait_caught_up(10)
+        tried = len(stat_calls)
+        assert tried >= 1  # the first listing above the bound tried and found all young
+        for i in range(6, 12):
+            _write(writer, f"z{i}".encode())
+            assert purger.wait_caught_up(10)
+        # Six more listings, every one above the bound: no further try, nothing purged.
+        assert purger.listings >= 2 and len(stat_calls) == tried, (purger.listings, stat_calls)
+        assert len(writer.get_children(ROOT.path)) == 12
+        assert purger.listed_names >= 12
+    finally:
+        purger.close()
+
+
 def test_purge_by_age_keeps_young_notifications(open_zk):
     writer = open_zk()
     purger = ChangeNotifications(writer, "purger", [ROOT], load=lambda: None,
