@@ -29,4 +29,3 @@ def test_after_gives_the_names_above_a_sequence_with_their_numbers() -> None:
     assert ROOT.after(names, 12) == [(250, names[3]), (1_000_000, names[4])]
     assert ROOT.after(names, 1_000_000) == []
     assert ROOT.after([], 5) == []
-
