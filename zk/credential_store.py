@@ -75,7 +75,7 @@ CHANGE_VERSION = 2
 # Kafka's ZkNodeChangeNotificationListener drops notifications older than 15 minutes.
 CHANGE_EXPIRATION_MS = 15 * 60 * 1000
 _WRITE_ATTEMPTS = 10
-# After a lost race, a random pause of up to 1, 2, 4 ... 32 ms before reading again:
+# After the n-th lost race, a random pause of up to 2, 4, 8, 16, then 32 ms before reading again:
 # writers that keep colliding on one user's znode fall out of step (four stores upserting
 # one user at once once lost ten races in a row without it).
 _RACE_BACKOFF_MAX_S = 0.032
