@@ -41,8 +41,12 @@ sequence it deletes into the root znode's data (``{"purged_through": N}``): a fo
 whose last applied version is below that mark may have missed a change and resyncs.
 Kafka ignores the data of these parents, so the layout stays compatible.
 
-The notifications of a listing are read with the one pipelined reader
-(:func:`zk.reads.pipelined`); its store errors count as ZooKeeper failures.
+The notifications of a listing are read with the one reader of many znodes
+(:meth:`zk.reads.ZnodeReads.get_many`: ZooKeeper's multi-read, a thousand notifications a
+request, falling back to pipelined reads on a server without it); its store errors count
+as ZooKeeper failures. A follower of a 10,000-token revocation reads the notifications in
+ten replies, not 10,000 (each reply is decoded in kazoo's I/O thread, which shares the
+broker's GIL with the event loop).
 
 Listings of one root are spaced at least ``MIN_LISTING_INTERVAL_S`` apart: under a
 stream of writes the changes of one interval share a listing; an isolated change is
@@ -87,7 +91,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
 from zk.errors import StoreError
-from zk.reads import pipelined
+from zk.reads import ZnodeReads
 from zk.worker import SerialWorker
 
 log = logging.getLogger(__name__)
@@ -195,6 +199,7 @@ class ChangeNotifications:
         recoverable: tuple[type[BaseException], ...] = (),
     ) -> None:
         self._client = client
+        self._reads = ZnodeReads(client, timeout_s=None, multi_read=True)
         self.name = name
         self.roots = {r.name: r for r in roots}
         self._load = load
@@ -535,11 +540,11 @@ class ChangeNotifications:
         self, root: NotificationRoot, names: list[tuple[int, str]]
     ) -> list[tuple[int, bytes]] | None:
         """``(sequence, data)`` of each notification; None when one is gone (purged)."""
-        values = pipelined(self._client.get_async, [f"{root.path}/{c}" for _, c in names],
-                           f"read {root.path}", timeout_s=None, window=_WINDOW)
+        values = self._reads.get_many([f"{root.path}/{c}" for _, c in names],
+                                      f"read {root.path}", with_stat=False)
         if any(value is None for value in values):
             return None
-        return [(sequence, value[0] or b"") for (sequence, _), value in zip(names, values)]
+        return [(sequence, value or b"") for (sequence, _), value in zip(names, values)]
 
     # --- purging (the controller) ------------------------------------------------------
 

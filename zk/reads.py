@@ -76,7 +76,7 @@ class ZnodeReads:
     with a warning, the first time the server says it does not implement it.
     """
 
-    def __init__(self, client: KazooClient, timeout_s: float, *, multi_read: bool = False) -> None:
+    def __init__(self, client: KazooClient, timeout_s: float | None, *, multi_read: bool = False) -> None:
         self._client = client
         self.timeout_s = timeout_s
         self.multi_read = multi_read

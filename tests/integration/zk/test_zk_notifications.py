@@ -247,6 +247,39 @@ def test_a_busy_followers_count_purge_waits_until_the_oldest_can_be_old_enough(o
         purger.close()
 
 
+def test_a_burst_of_notifications_is_read_in_multi_reads_not_one_get_each(things, open_zk):
+    """A follower behind by 2,500 notifications reads them with ZooKeeper's multi-read
+    (a thousand a request), never with a get of its own per notification, and applies
+    every payload once, in order."""
+    writer = open_zk()
+    writer.ensure_path("/things/items")
+    writer.ensure_path(ROOT.path)
+    follower = things()
+    assert follower.recipe.wait_caught_up(10)
+    gets: list[str] = []
+    original = follower.client.get_async
+
+    def counting_get_async(path, *args, **kw):
+        gets.append(path)
+        return original(path, *args, **kw)
+
+    follower.client.get_async = counting_get_async
+    payloads = [f"n{i:05d}".encode() for i in range(2_500)]
+    for lo in range(0, len(payloads), 500):
+        pending = []
+        for payload in payloads[lo:lo + 500]:
+            tx = writer.transaction()
+            tx.create("/things/items/item_", payload, sequence=True)
+            tx.create(ROOT.create_path(), payload, sequence=True)
+            pending.append(tx.commit_async())
+        for result in pending:
+            result.get(timeout=30)
+    assert eventually(lambda: len(follower.seen) >= len(payloads), timeout=60)
+    assert follower.seen == payloads
+    assert follower.recipe.applied_changes == len(payloads)
+    assert [p for p in gets if p.startswith(ROOT.path + "/")] == []
+
+
 def test_purge_by_age_keeps_young_notifications(open_zk):
     writer = open_zk()
     purger = ChangeNotifications(writer, "purger", [ROOT], load=lambda: None,
