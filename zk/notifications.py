@@ -90,6 +90,7 @@ from kazoo.exceptions import KazooException, NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
+from zk.client import list_children
 from zk.errors import StoreError
 from zk.reads import ZnodeReads
 from zk.worker import SerialWorker
@@ -143,6 +144,16 @@ class NotificationRoot:
         """``(sequence, name)`` of the sorted ``names`` above ``sequence``."""
         start = 0 if sequence < 0 else bisect.bisect_right(names, self.child(sequence))
         return [(sequence_of_created(name), name) for name in names[start:]]
+
+    def fresh(self, children: Iterable[str], sequence: int) -> list[tuple[int, str]]:
+        """``(sequence, name)`` of the notification names among the unsorted
+        ``children`` above ``sequence``, in order. Only those are checked and sorted (a
+        name above the last applied one sorts above its name: the digits are
+        zero-padded), so a follower that lists thousands of pending notifications on
+        every change sorts only the few it has not applied."""
+        if sequence >= 0:
+            children = filter(self.child(sequence).__lt__, children)
+        return self.after(self.sorted_children(children), sequence)
 
     def create_path(self) -> str:
         return f"{self.path}/{self.prefix}"
@@ -431,10 +442,14 @@ class ChangeNotifications:
 
     def _list(self, root: NotificationRoot) -> tuple[list[str], object]:
         """The root's notification names in sequence order, and its stat."""
-        children, stat = self._client.get_children(
-            root.path, watch=self._watch_for(root), include_data=True
-        )
+        children, stat = self._list_unsorted(root)
         return root.sorted_children(children), stat
+
+    def _list_unsorted(self, root: NotificationRoot) -> tuple[list[str], object]:
+        """The root's children as ZooKeeper lists them (any order; the notification
+        names are the ones :meth:`NotificationRoot.sorted_children` keeps), and its
+        stat; the child watch set again."""
+        return list_children(self._client, root.path, watch=self._watch_for(root)).get()
 
     def _purge_mark(self, root: NotificationRoot, stat: object) -> int | None:
         """The root's purge mark if its data changed since last read, else None."""
@@ -486,7 +501,7 @@ class ChangeNotifications:
 
     def _apply_changes(self, root: NotificationRoot) -> None:
         self._last_listing[root.name] = time.monotonic()
-        listed, stat = self._list(root)
+        listed, stat = self._list_unsorted(root)
         self.listings += 1
         self.listed_names += len(listed)
         with self._lock:
@@ -497,7 +512,7 @@ class ChangeNotifications:
                      self.name, root.path, last)
             self._request_resync()
             return
-        fresh = root.after(listed, last)
+        fresh = root.fresh(listed, last)
         if fresh:
             notes = self._read(root, fresh)
             if notes is None:
@@ -517,7 +532,7 @@ class ChangeNotifications:
             elif (len(listed) > self._max_pending + self._max_pending // 2
                   and time.monotonic() >= self._count_purge_after[root.name]):
                 self.purged += self._purge_root(root, self._now_ms(), by_age=False,
-                                                listed=listed)
+                                                listed=root.sorted_children(listed))
 
     def _older_than(self, root: NotificationRoot, children: list[str], cutoff_ms: int
                     ) -> tuple[list[str], int | None]:

@@ -5,15 +5,17 @@ bounded under 10,000 credential changes."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
+from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import KazooState
 
 from tests.support.wait import poll_until as eventually
 from tokensvc.scram.changes import CredentialChange
 from tokensvc.scram.formatter import ScramMechanism, derive_credential
-from zk.client import ZkSettings, open_client
+from zk.client import ZkSettings, list_children, open_client
 from zk.credential_store import CHANGES_PATH, CredentialStore
 from zk.credential_sync import CredentialSync, UserCredentialCache
 from zk.notifications import ChangeNotifications, NotificationRoot
@@ -278,6 +280,32 @@ def test_a_burst_of_notifications_is_read_in_multi_reads_not_one_get_each(things
     assert follower.seen == payloads
     assert follower.recipe.applied_changes == len(payloads)
     assert [p for p in gets if p.startswith(ROOT.path + "/")] == []
+
+
+@pytest.mark.parametrize("names", [
+    [ROOT.child(n) for n in range(0, 3_000, 2)],                 # one length: the C path
+    [ROOT.child(n) for n in range(40)] + ["a", "longer_name_0"],  # mixed lengths
+    [ROOT.child(n) for n in range(5)] + ["caf\u00e9_name_000001"],   # not ASCII
+    ["x" * 200 for _ in range(1)] + ["y" * 200],                 # a length byte >= 0x80
+    [],
+], ids=["uniform", "mixed-lengths", "non-ascii", "long-names", "empty"])
+def test_list_children_answers_as_kazoos_listing_and_sets_the_child_watch(open_zk, names):
+    client = open_zk()
+    parent = "/listing/p"
+    client.ensure_path(parent)
+    for lo in range(0, len(names), 500):
+        for result in [client.create_async(f"{parent}/{n}") for n in set(names[lo:lo + 500])]:
+            result.get(timeout=30)
+    fired = threading.Event()
+    children, stat = list_children(client, parent, watch=lambda event: fired.set()).get(
+        timeout=30)
+    theirs, their_stat = client.get_children(parent, include_data=True)
+    assert sorted(children) == sorted(theirs) == sorted(set(names))
+    assert stat == their_stat
+    client.create(f"{parent}/one_more")
+    assert fired.wait(10)
+    with pytest.raises(NoNodeError):
+        list_children(client, "/listing/missing").get(timeout=10)
 
 
 def test_purge_by_age_keeps_young_notifications(open_zk):

@@ -29,3 +29,18 @@ def test_after_gives_the_names_above_a_sequence_with_their_numbers() -> None:
     assert ROOT.after(names, 12) == [(250, names[3]), (1_000_000, names[4])]
     assert ROOT.after(names, 1_000_000) == []
     assert ROOT.after([], 5) == []
+
+
+def test_fresh_sorts_only_the_names_above_a_sequence_of_an_unsorted_listing() -> None:
+    sequences = list(range(0, 5_000, 3))
+    names = [ROOT.child(s) for s in sequences]
+    noise = ["token_change_12", "token_change_99999999999", "other_0000009999",
+             "token_change_000000x999", "zzz"]
+    mixed = names + noise
+    random.Random(7).shuffle(mixed)
+    assert ROOT.fresh(mixed, -1) == [(s, ROOT.child(s)) for s in sequences]
+    assert ROOT.fresh(mixed, 4_500) == [(s, ROOT.child(s)) for s in sequences if s > 4_500]
+    assert ROOT.fresh(mixed, 4_501) == ROOT.fresh(mixed, 4_500)  # 4,501 is not listed
+    assert ROOT.fresh(mixed, 4_998) == []
+    assert ROOT.fresh(iter(mixed), 0) == [(s, ROOT.child(s)) for s in sequences[1:]]
+    assert ROOT.fresh([], 5) == []
