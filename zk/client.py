@@ -24,9 +24,11 @@ digest credentials, or key passwords.
 It is the one module that reaches into kazoo's internals, each reach a documented
 adapter that a test fails on if a kazoo release changes it: the SASL refusal
 (:func:`_refusal_ends_the_session`), the negotiated timeout (:class:`_NegotiatedTimeout`)
-and ZooKeeper's multi-read (:func:`multi_get_data`, which kazoo has no public call for;
-:mod:`zk.reads` batches and falls back with it). Nothing else in ``zk`` calls a private
-kazoo name.
+ZooKeeper's multi-read (:func:`multi_get_data`, which kazoo has no public call for;
+:mod:`zk.reads` batches and falls back with it), and a listing whose reply is decoded in
+a few C calls when its names share one length (:func:`list_children`: the change
+notifications' listings, thousands of names each during a bulk write). Nothing else in
+``zk`` calls a private kazoo name.
 """
 
 from __future__ import annotations

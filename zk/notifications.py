@@ -52,9 +52,11 @@ Listings of one root are spaced at least ``MIN_LISTING_INTERVAL_S`` apart: under
 stream of writes the changes of one interval share a listing; an isolated change is
 applied at once. A listing names every pending notification (thousands during a
 10,000-token revocation, until the controller purges them): ``listings`` and
-``listed_names`` count them. The controller's purge by count uses the listing it
-follows (no second one), and does not try again before the oldest pending
-notification can be old enough for it.
+``listed_names`` count them. A listing is decoded by :func:`zk.client.list_children`
+(same-length names in a few C calls) and only the names above the last applied one are
+checked and sorted (:meth:`NotificationRoot.fresh`). The controller's purge by count
+uses the listing it follows (no second one), and does not try again before the oldest
+pending notification can be old enough for it.
 
 Confirming the view is current (bounded staleness, issue #20).
 :meth:`ChangeNotifications.confirm_current` sends, for every root, a ``sync`` and an
