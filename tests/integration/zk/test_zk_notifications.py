@@ -1,7 +1,8 @@
 """zk.notifications.ChangeNotifications against a real ZooKeeper: versions and the futures
 that wait for them, the reconnect policy (catch-up after a suspension, full resync after a
-session loss), purging by age and by count with the purge mark, and /config/changes staying
-bounded under 10,000 credential changes."""
+session loss), purging by age and by count with the purge mark, /config/changes staying
+bounded under 10,000 credential changes, a burst of notifications read in multi-reads, and
+the listing adapter (``zk.client.list_children``) against kazoo's own listing."""
 
 from __future__ import annotations
 
@@ -286,7 +287,7 @@ def test_a_burst_of_notifications_is_read_in_multi_reads_not_one_get_each(things
     [ROOT.child(n) for n in range(0, 3_000, 2)],                 # one length: the C path
     [ROOT.child(n) for n in range(40)] + ["a", "longer_name_0"],  # mixed lengths
     [ROOT.child(n) for n in range(5)] + ["caf\u00e9_name_000001"],   # not ASCII
-    ["x" * 200 for _ in range(1)] + ["y" * 200],                 # a length byte >= 0x80
+    ["x" * 200, "y" * 200],                                      # a length byte >= 0x80
     [],
 ], ids=["uniform", "mixed-lengths", "non-ascii", "long-names", "empty"])
 def test_list_children_answers_as_kazoos_listing_and_sets_the_child_watch(open_zk, names):
