@@ -379,6 +379,12 @@ class _MultiGetData:
                 raise MarshallingError()
 
 
+def _chrooted(client: KazooClient, path: str) -> str:
+    """``path`` (relative to the client's chroot) as the server names it: what kazoo's
+    public calls send for an absolute path, done for the requests sent here."""
+    return (client.chroot or "") + path
+
+
 class _Listing(GetChildren2):
     """kazoo's ``GetChildren2`` request (children and the parent's Stat, with an optional
     child watch) whose reply is decoded in a few C calls when every child name has the
@@ -424,7 +430,7 @@ def list_children(client: KazooClient, path: str, watch: object = None) -> IAsyn
     if watch is not None and not callable(watch):
         raise TypeError("watch must be callable")
     async_result = client.handler.async_result()
-    client._call(_Listing((client.chroot or "") + path, watch), async_result)
+    client._call(_Listing(_chrooted(client, path), watch), async_result)
     return async_result
 
 
@@ -442,8 +448,7 @@ def multi_get_data(
     tests that compare multi-read and pipelined reads fail if a kazoo release changes
     this.
     """
-    chroot = client.chroot or ""
-    request = _MultiGetData([chroot + p for p in paths], with_stat=with_stat)
+    request = _MultiGetData([_chrooted(client, p) for p in paths], with_stat=with_stat)
     async_result = client.handler.async_result()
     client._call(request, async_result)
     return async_result

@@ -155,7 +155,7 @@ class NotificationRoot:
         every change sorts only the few it has not applied."""
         if sequence >= 0:
             children = filter(self.child(sequence).__lt__, children)
-        return self.after(self.sorted_children(children), sequence)
+        return [(sequence_of_created(name), name) for name in self.sorted_children(children)]
 
     def create_path(self) -> str:
         return f"{self.path}/{self.prefix}"
