@@ -383,3 +383,13 @@ def test_count_each_counts_every_frame_in_one_job(spark: SparkSession, tmp_path:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
         frames["cached"].unpersist()
     assert count_each({}) == {}
+
+
+def test_the_tests_spark_driver_compiles_with_c1_only_and_keeps_the_products_options(
+        spark: SparkSession) -> None:
+    """tests/spark_support.py: the shared session's JVM was started with the tests' JIT
+    option (C1 only) and still with the product's own driver options."""
+    runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    arguments = list(runtime.getInputArguments())
+    assert "-XX:TieredStopAtLevel=1" in arguments, arguments
+    assert "-Xss16m" in arguments, arguments
