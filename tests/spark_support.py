@@ -18,16 +18,7 @@ processes of their own (``audit ingest`` killed mid-batch, the agent's Spark job
 same settings (but their master and partitions) from a ``spark-defaults.conf`` that
 :func:`spark_conf_dir` writes and ``tests/conftest.py`` names in ``SPARK_CONF_DIR``; the
 benchmark suite's quick run (``tests/integration/bench``) runs without it, so the
-report's code generation runs in the suite too (it gets only :data:`TEST_JVM_CONF`, from a
-directory of its own).
-
-Every Spark JVM of the tests compiles with C1 only (:data:`TEST_JVM_CONF`). A test's Spark
-driver lives for a few dozen small jobs, so C2's compilations never pay for themselves:
-twelve reports of 2,500 events in one session took 210 CPU s of the driver with the JVM's
-default tiered compilation and 152 with C1 only (the first report 56 -> 28), in the same
-wall time (142-144 s). ``spark.driver.defaultJavaOptions`` is the setting an administrator
-gives every driver, ahead of a job's own ``extraJavaOptions``, so the product's
-``-Xss16m`` still applies.
+report's code generation runs in the suite too.
 """
 
 from __future__ import annotations
@@ -54,22 +45,18 @@ SMALL_INPUT_CONF = {
     # calls per report) for error messages: a report's Python CPU 2.4-2.9 -> 1.6-2.2 s.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
-# The JIT for a JVM that runs a few dozen small jobs (see the module docstring).
-TEST_JVM_CONF = {"spark.driver.defaultJavaOptions": "-XX:TieredStopAtLevel=1"}
 SPARK_CONF_DIR_ENV = "SPARK_CONF_DIR"
 
 
-def spark_conf_dir(settings: dict[str, str] | None = None) -> str:
-    """A directory holding a ``spark-defaults.conf`` of ``settings`` (by default
-    :data:`SMALL_INPUT_CONF` and :data:`TEST_JVM_CONF`), for ``SPARK_CONF_DIR``
-    (spark-submit reads it; a job's own settings win over it)."""
-    if settings is None:
-        settings = SMALL_INPUT_CONF | TEST_JVM_CONF
+def spark_conf_dir() -> str:
+    """A directory holding a ``spark-defaults.conf`` of :data:`SMALL_INPUT_CONF`, for
+    ``SPARK_CONF_DIR`` (spark-submit reads it; a job's own settings win over it)."""
     directory = Path(tempfile.mkdtemp(prefix="tokensvc-spark-conf-"))
     # Removed when the process that made it (the run's first) exits, after its workers.
     atexit.register(shutil.rmtree, directory, True)
     (directory / "spark-defaults.conf").write_text(
-        "".join(f"{key} {value}\n" for key, value in settings.items()), encoding="ascii")
+        "".join(f"{key} {value}\n" for key, value in SMALL_INPUT_CONF.items()),
+        encoding="ascii")
     return str(directory)
 
 
@@ -87,7 +74,6 @@ def shared_spark() -> SparkSession:
         .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS)
         .config("spark.sql.session.timeZone", "UTC")
         .config(map=SMALL_INPUT_CONF)
-        .config(map=TEST_JVM_CONF)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

@@ -387,8 +387,9 @@ def test_count_each_counts_every_frame_in_one_job(spark: SparkSession, tmp_path:
 
 def test_the_tests_spark_driver_compiles_with_c1_only_and_keeps_the_products_options(
         spark: SparkSession) -> None:
-    """tests/spark_support.py: the shared session's JVM was started with the tests' JIT
-    option (C1 only) and still with the product's own driver options."""
+    """tests/conftest.py: every Spark driver of the run starts with the client compiler
+    only (``SPARK_SUBMIT_OPTS``), and the shared session's still with the product's own
+    driver options."""
     runtime = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     arguments = list(runtime.getInputArguments())
     assert "-XX:TieredStopAtLevel=1" in arguments, arguments
