@@ -21,11 +21,11 @@ Must not: talk to ZooKeeper (this module is pure: bytes in, values out), read th
 from __future__ import annotations
 
 import functools
-import gc
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tokensvc.core import collector
 from tokensvc.core.labels import NO_LABELS, LabelError, Labels, validate
 from tokensvc.core.principal import KafkaPrincipal, desanitize, sanitize
 from tokensvc.core.token import TokenInformation
@@ -288,9 +288,7 @@ def decode_tokens(
     shared = _Shared()
     tokens: list[TokenInformation] = []
     failed: list[tuple[str, str]] = []
-    paused = gc.isenabled()
-    gc.disable()
-    try:
+    with collector.paused():
         for lo in range(0, len(znodes), BULK_BATCH):
             batch = znodes[lo : lo + BULK_BATCH]
             decoded = _decode_batch(batch, shared)
@@ -302,9 +300,6 @@ def decode_tokens(
                     tokens.append(_token_from_object(_loads_object(data, "delegation token"), shared))
                 except LayoutError as exc:
                     failed.append((token_id, str(exc)))
-    finally:
-        if paused:
-            gc.enable()
     return tokens, failed
 
 

@@ -424,6 +424,14 @@ class TokenSync(ChangeNotifications):
         quiet = before.cversion == after.cversion == cversion
         return count_refusal(held, tokens.numChildren, quiet)
 
+    def snapshot_position(self) -> tuple[int, dict[str, str | int]] | None:
+        """``(sequence, identity)`` that :meth:`snapshot_view` would answer now, without
+        copying the cache (a writer asks it first, to skip a snapshot it already has);
+        None while a load runs or before the first one finished."""
+        if self.order.loading or self._identity is None:
+            return None
+        return self.applied.get(TOKENS_ROOT.name, -1), self._identity
+
     def snapshot_view(self) -> tuple[int, dict[str, str | int], list[TokenInformation]] | None:
         """``(sequence, identity, tokens)`` for a snapshot: the cache's content read after
         the sequence it reflects (so it reflects at least that one); None while a load

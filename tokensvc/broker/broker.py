@@ -48,6 +48,7 @@ from typing import Any
 from tokensvc.broker.assembly import BrokerParts, LocalParts, assemble, build_local
 from tokensvc.broker.gauges import register_gauges
 from tokensvc.broker.loop.loopwatch import LoopWatch
+from tokensvc.core import collector
 from tokensvc.core.clock import Clock
 from tokensvc.core.config import BrokerConfig
 from tokensvc.snapshot import format as snapshot_format
@@ -186,17 +187,33 @@ class Broker:
 
     def _take_snapshot(self, written: object) -> tuple[object, list[bytes]] | None:
         """The snapshot file's bytes, unless the cache followed no change since the one
-        written last (``written``: its sequence and identity). The writer's thread."""
+        written last (``written``: its sequence and identity). The writer's thread.
+
+        The cyclic collector is paused meanwhile: the copy of the cache is one list of
+        every token, and a young collection that the event loop's allocations start
+        while it lives walks all of it holding the GIL (23 ms at 1M tokens in a probe;
+        docs/performance.md, B13). The copy is gone when the pause ends."""
+        with collector.paused():
+            return self._encode_snapshot(written)
+
+    def _encode_snapshot(self, written: object) -> tuple[object, list[bytes]] | None:
         assert self.parts is not None
+        position = self.parts.token_sync.snapshot_position()
+        if position is None or _snapshot_key(*position) == written:
+            return None  # (before copying a million tokens for nothing)
         view = self.parts.token_sync.snapshot_view()
         if view is None:
             return None
         sequence, identity, tokens = view
+        del view
         key = _snapshot_key(sequence, identity)
-        if key == written:
-            return None
-        return key, snapshot_format.encode_parts(sequence, identity, tokens,
-                                                 self.local.clock.now_ms())
+        parts = snapshot_format.encode_parts(sequence, identity, tokens,
+                                             self.local.clock.now_ms())
+        # The copy freed a slice at a time: freeing a million references at once is one
+        # C call that holds the GIL (6-7 ms at 1M tokens).
+        while tokens:
+            del tokens[-_FREE_PER_SLICE:]
+        return key, parts
 
     def _close_zk(self) -> None:
         self._zk.stop()
@@ -207,6 +224,10 @@ class Broker:
     @property
     def is_controller(self) -> bool:
         return self.parts is not None and self.parts.election.is_controller
+
+
+# References the snapshot's copy of the cache drops per C call once the file is encoded.
+_FREE_PER_SLICE = 65_536
 
 
 def _controller_changed(controller: int | None, is_me: bool) -> None:

@@ -37,6 +37,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
+from tokensvc.core import collector
 from tokensvc.core.keys import SCRAM_SALT_LABEL, MasterKeys, UnknownKeyError, derived_secret
 from tokensvc.core.labels import Labels, matches
 from tokensvc.core.principal import KafkaPrincipal
@@ -261,18 +262,13 @@ class TokenCache:
         fill of :data:`FREEZE_AFTER` tokens or more, ``gc.freeze()`` moves the heap
         to the collector's permanent generation (later full collections skip it).
         """
-        paused = gc.isenabled()
-        gc.disable()
-        try:
+        with collector.paused():
             added = self._replace_all(infos)
             if added >= FREEZE_AFTER:
                 # The tokens just loaded live until they expire: move them (and what
                 # else exists now) out of the collector's reach, so no later full
                 # collection walks a million entries in one pause on the event loop.
                 gc.freeze()
-        finally:
-            if paused:
-                gc.enable()
 
     def _replace_all(self, infos: Iterable[TokenInformation]) -> int:
         if not isinstance(infos, list):

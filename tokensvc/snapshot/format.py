@@ -45,7 +45,6 @@ raises :class:`SnapshotError` with a short reason (never a token id).
 from __future__ import annotations
 
 import bisect
-import gc
 import hashlib
 import json
 import struct
@@ -54,6 +53,7 @@ from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tokensvc.core import collector
 from tokensvc.core.labels import NO_LABELS, LabelError, Labels, validate
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
@@ -99,7 +99,8 @@ def _column(code: str, values: Sequence[int]) -> list[bytes]:
     """A column's bytes (little-endian), as parts of at most ``_VALUES_PER_PART`` values."""
     parts = []
     for lo in range(0, len(values), _VALUES_PER_PART):
-        col = array(code, values[lo : lo + _VALUES_PER_PART])
+        part = values[lo : lo + _VALUES_PER_PART]
+        col = part if isinstance(part, array) and part.typecode == code else array(code, part)
         if not _LITTLE:
             col.byteswap()
         parts.append(col.tobytes())
@@ -144,11 +145,15 @@ def encode_parts(sequence: int, identity: Identity, tokens: Sequence[TokenInform
             found = principals[p] = len(principals)
         return found
 
-    owners: list[int] = []
-    requesters: list[int] = []
-    renewers: list[int] = []
-    keys: list[int] = []
-    labels: list[int] = []
+    # Columns are arrays, not lists: an array is not a container to the cyclic garbage
+    # collector. A list of a million ints is, and a collection that the event loop's
+    # allocations start while the lists grow walks every item (at 1M tokens, six such
+    # lists made one young collection hold the GIL for 53 ms: docs/performance.md, B13).
+    owners = array("I")
+    requesters = array("I")
+    renewers = array("I")
+    keys = array("I")
+    labels = array("I")
     for info in tokens:
         owners.append(principal(info.owner))
         requesters.append(principal(info.token_requester))
@@ -186,9 +191,9 @@ def encode_parts(sequence: int, identity: Identity, tokens: Sequence[TokenInform
         *_column("I", renewers),
         *_column("I", keys),
         *_column("I", labels),
-        *_column("q", [info.issue_timestamp for info in tokens]),
-        *_column("q", [info.expiry_timestamp for info in tokens]),
-        *_column("q", [info.max_timestamp for info in tokens]),
+        *_column("q", array("q", (info.issue_timestamp for info in tokens))),
+        *_column("q", array("q", (info.expiry_timestamp for info in tokens))),
+        *_column("q", array("q", (info.max_timestamp for info in tokens))),
     ]
     digest = hashlib.sha256()
     for part in parts:
@@ -284,18 +289,13 @@ def decode(data: bytes) -> Snapshot:
     owners, requesters, renewers, keys, labelled, issued, expiring, maxes = columns
     # Every token made here lives on in the cache: a collection meanwhile would only
     # walk them again and again (as zk.layout.decode_tokens, the collector is paused).
-    paused = gc.isenabled()
-    gc.disable()
-    try:
+    with collector.paused():
         tokens = list(map(
             TokenInformation, ids,
             map(principals.__getitem__, owners), map(principals.__getitem__, requesters),
             map(renewer_sets.__getitem__, renewers), issued, expiring, maxes,
             map(key_ids.__getitem__, keys), map(label_sets.__getitem__, labelled),
         ))
-    finally:
-        if paused:
-            gc.enable()
     return Snapshot(sequence, dict(identity), tokens, written_ms)
 
 

@@ -148,6 +148,36 @@ def test_restart_from_the_snapshot_serves_exactly_zookeepers_tokens(zk_connect, 
         restarted.stop()
 
 
+def test_a_snapshot_copies_the_cache_only_when_it_changed(zk_connect, other, tmp_path):
+    # Copying a million tokens holds the GIL for 11-17 ms: the writer asks the sync's
+    # position first, and copies only when the cache followed a change since its file.
+    directory = tmp_path / "snapshots"
+    first = _started(_config(1, zk_connect, directory))
+    try:
+        cache = first.broker.local.cache
+        copies: list[int] = []
+        real = cache.infos
+
+        def counted():
+            copies.append(1)
+            return real()
+
+        cache.infos = counted
+        writer = first.broker._snapshot_writer
+        writer.write_now()  # the cache as it is now, on disk (unless it already was)
+        copies.clear()
+        assert writer.write_now() is False
+        assert copies == []
+        (created,) = _create(other, 1)
+        assert poll_until(lambda: cache.info(created["TokenId"]) is not None, 10)
+        assert writer.write_now() is True
+        assert copies == [1]
+        written = decode((directory / SNAPSHOT_FILE).read_bytes())
+        assert created["TokenId"] in {t.token_id for t in written.tokens}
+    finally:
+        first.stop()
+
+
 def _restart_with(config, data: bytes, path) -> InProcessBroker:
     path.write_bytes(data)
     return _started(config)
