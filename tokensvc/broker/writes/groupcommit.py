@@ -43,8 +43,6 @@ Guard = tuple[str, int]
 MAX_WRITES = 128
 MAX_BYTES = 256 * 1024
 MAX_BATCHES = 1
-# Outcomes handed to their writers per turn of the event loop.
-DELIVER_SLICE = 32
 
 
 @dataclass
@@ -156,27 +154,10 @@ class GroupCommit(Generic[W]):
                 if not item.future.done():
                     item.future.set_exception(exc)
             return
-        # The outcomes handed out a slice per turn of the loop: each wakes its writer,
-        # and 128 writers woken at once (a revocation's deletes: each applies its state
-        # to the cache and submits the next) ran in one turn, 30-40 ms of the
-        # controller's loop at 1M tokens (docs/performance.md, B13).
-        delivered = 0
-        try:
-            for delivered in range(0, len(batch), DELIVER_SLICE):
-                if delivered:
-                    await asyncio.sleep(0)
-                _deliver(batch[delivered:delivered + DELIVER_SLICE],
-                         outcomes[delivered:delivered + DELIVER_SLICE])
-        except asyncio.CancelledError:  # committed: every waiter still learns its outcome
-            _deliver(batch[delivered:], outcomes[delivered:])
-            raise
-
-
-def _deliver(batch: Sequence[Pending[Any]], outcomes: Sequence[Any]) -> None:
-    for item, outcome in zip(batch, outcomes):
-        if item.future.done():
-            continue
-        if isinstance(outcome, BaseException):
-            item.future.set_exception(outcome)
-        else:
-            item.future.set_result(outcome)
+        for item, outcome in zip(batch, outcomes):
+            if item.future.done():
+                continue
+            if isinstance(outcome, BaseException):
+                item.future.set_exception(outcome)
+            else:
+                item.future.set_result(outcome)
