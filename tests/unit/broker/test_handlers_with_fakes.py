@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from tokensvc.broker.context import RequestContext
 from tokensvc.broker.handlers import HANDLERS
 from tokensvc.broker.handlers.envelope import handle_envelope, sender_refusal
-from tokensvc.broker.handlers.tokens import handle_create, handle_expire, handle_renew
+from tokensvc.broker.handlers.tokens import AUDIT_SLICE, handle_create, handle_expire, handle_renew
 from tokensvc.core.cache import TokenCache
 from tokensvc.core.clock import FakeClock
 from tokensvc.core.errors import Errors
@@ -223,6 +223,39 @@ def test_revoke_by_owner_removes_exactly_that_owners_tokens_and_audits_each():
     assert {e["token_id"] for e in revokes} == {t.info.token_id for t in alice}
     assert {e["reason"] for e in revokes} == {"revoked_by_owner"}
     assert services.tokens.writes[-1][0] == "record"
+
+
+def test_a_revocations_audit_events_are_emitted_a_slice_per_turn_of_the_loop():
+    # Ten thousand events in one go held the loop; a slice between two yields is short.
+    services = _services(FakeClock(1_000))
+    for token in _owned(services, ALICE, 5 * AUDIT_SLICE + 3):
+        services.tokens.cache.upsert(token.info)
+    emitted = services.audit.events
+    per_turn: list[int] = []
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        seen = [0]
+        done = False
+
+        def turn():
+            per_turn.append(len(emitted) - seen[0])
+            seen[0] = len(emitted)
+            if not done:
+                loop.call_soon(turn)
+
+        loop.call_soon(turn)
+        fields = {"Hmac": b"", "ExpiryTimePeriodMs": -1,
+                  "RevokeOwner": {"PrincipalType": "User", "PrincipalName": "alice"}}
+        answer = await handle_expire(services, _ctx(ApiKey.EXPIRE_DELEGATION_TOKEN, ALICE),
+                                     fields)
+        done = True
+        return answer
+
+    answer = asyncio.run(scenario())
+    assert len(answer["Revoked"]) == 5 * AUDIT_SLICE + 3
+    assert sum(e["action"] == "revoke" for e in emitted) == 5 * AUDIT_SLICE + 3
+    assert 0 < max(per_turn) <= AUDIT_SLICE <= 64
 
 
 def test_revoke_by_id_reports_unknown_ids():
