@@ -88,8 +88,8 @@ def audit_refused_write(services: Services, ctx: RequestContext, error: Errors,
 NEAR_LIMIT_SHARE = 0.8
 # Audit events a revocation emits between two yields to the event loop. A profile of the
 # controller's loop during a 10,000-token revocation at 1M tokens had these events as its
-# largest cost; 256 a slice made slices of about 5 ms of work that took several times
-# that on a loop sharing the GIL with the ZooKeeper and audit threads (B13's 40 ms).
+# largest cost; 256 a slice made slices of about 5 ms of work, which take several times
+# that on a loop sharing the GIL with the ZooKeeper and audit threads.
 AUDIT_SLICE = 64
 
 # --- CreateDelegationToken -------------------------------------------------
