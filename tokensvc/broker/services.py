@@ -207,9 +207,10 @@ class TokenService:
         # REVOKE_WINDOW workers, each deleting the next token once its last delete is
         # committed, keep several full group-commit batches queued. Not one task per
         # token (starting ten thousand held the loop for a second), nor windows started
-        # as a whole: the step that started the next 512 tasks held the controller's loop
-        # for 25-30 ms at 1M tokens (docs/performance.md, B13). After a failure no worker
-        # starts another delete; the writes already submitted finish.
+        # as a whole: the step that started the next 512 tasks was the longest of the
+        # controller's loop in a revocation at 1M tokens (asyncio's slow-callback log,
+        # docs/performance.md, B13). After a failure no worker starts another delete;
+        # the writes already submitted finish.
         pending = iter(infos)
         deleted: set[str] = set()
         failed: list[BaseException] = []

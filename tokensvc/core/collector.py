@@ -10,7 +10,7 @@ frees everything that is not in a cycle meanwhile.
 
 Threads overlap: the collector's switch is one per process, so the pauses are counted,
 and it is switched back on when the last one ends, and only if it was on when the first
-began. Pure: no I/O, no clock.
+began. No I/O, no clock: the only state it touches is the collector's switch.
 """
 
 from __future__ import annotations

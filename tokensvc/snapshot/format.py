@@ -147,8 +147,9 @@ def encode_parts(sequence: int, identity: Identity, tokens: Sequence[TokenInform
 
     # Columns are arrays, not lists: an array is not a container to the cyclic garbage
     # collector. A list of a million ints is, and a collection that the event loop's
-    # allocations start while the lists grow walks every item (at 1M tokens, six such
-    # lists made one young collection hold the GIL for 53 ms: docs/performance.md, B13).
+    # allocations start while the lists grow walks every item (at 1M tokens, the eight
+    # column lists and the cache's copy made one young collection hold the GIL for 53 ms;
+    # 23 ms with arrays: docs/performance.md, B13).
     owners = array("I")
     requesters = array("I")
     renewers = array("I")
