@@ -436,10 +436,10 @@ class TokenSync(ChangeNotifications):
         """``(sequence, identity, tokens)`` for a snapshot: the cache's content read after
         the sequence it reflects (so it reflects at least that one); None while a load
         runs or before the first one finished."""
-        if self.order.loading or self._identity is None:
+        position = self.snapshot_position()
+        if position is None:
             return None
-        identity = self._identity
-        sequence = self.applied.get(TOKENS_ROOT.name, -1)
+        sequence, identity = position
         tokens = self._cache.infos()
         if self.order.loading or identity is not self._identity:
             return None  # a load began meanwhile: take the next one

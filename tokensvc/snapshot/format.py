@@ -95,12 +95,11 @@ class Snapshot:
 _VALUES_PER_PART = 65536
 
 
-def _column(code: str, values: Sequence[int]) -> list[bytes]:
+def _column(values: array) -> list[bytes]:
     """A column's bytes (little-endian), as parts of at most ``_VALUES_PER_PART`` values."""
     parts = []
     for lo in range(0, len(values), _VALUES_PER_PART):
-        part = values[lo : lo + _VALUES_PER_PART]
-        col = part if isinstance(part, array) and part.typecode == code else array(code, part)
+        col = values[lo : lo + _VALUES_PER_PART]  # (a slice is a new array)
         if not _LITTLE:
             col.byteswap()
         parts.append(col.tobytes())
@@ -187,14 +186,14 @@ def encode_parts(sequence: int, identity: Identity, tokens: Sequence[TokenInform
         _PREFIX.pack(MAGIC, VERSION, len(header)),
         header,
         *ids,
-        *_column("I", owners),
-        *_column("I", requesters),
-        *_column("I", renewers),
-        *_column("I", keys),
-        *_column("I", labels),
-        *_column("q", array("q", (info.issue_timestamp for info in tokens))),
-        *_column("q", array("q", (info.expiry_timestamp for info in tokens))),
-        *_column("q", array("q", (info.max_timestamp for info in tokens))),
+        *_column(owners),
+        *_column(requesters),
+        *_column(renewers),
+        *_column(keys),
+        *_column(labels),
+        *_column(array("q", (info.issue_timestamp for info in tokens))),
+        *_column(array("q", (info.expiry_timestamp for info in tokens))),
+        *_column(array("q", (info.max_timestamp for info in tokens))),
     ]
     digest = hashlib.sha256()
     for part in parts:
