@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
                              "no ACLs): the secure default's cost, measured against this")
     parser.add_argument("--label-tokens", action="store_true",
                         help="B1 and B2 create every token with 4 labels of 32 bytes")
+    parser.add_argument("--pin-cores", action="store_true",
+                        help="B12: ZooKeeper and the load generator on one half of the CPUs, "
+                             "the brokers on the other (needs 2 CPUs)")
     args = parser.parse_args(argv)
     settings = {}
     for item in args.set:
@@ -105,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     clock = time.monotonic()
     ctx = BenchContext(args.quick, broker_settings=settings,
                        insecure_zookeeper=args.insecure_zookeeper,
-                       label_tokens=args.label_tokens)
+                       label_tokens=args.label_tokens, pin_cores=args.pin_cores)
     outcomes: list[Outcome] = []
     try:
         planned = plan(only)

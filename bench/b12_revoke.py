@@ -13,15 +13,22 @@ revocation.
 
 Targets: at most 10 s; logins of other tokens during it no slower than at rest (p99 ratio
 <= 1.2, the noise between two quiet samples of the same load on this machine).
+
+``--pin-cores`` (``./dev bench --only B12 --pin-cores``): ZooKeeper, this process and the
+prober on the lower half of the CPUs, the three brokers on the other half
+(:mod:`bench.pinning`), so that the brokers' share shows apart from the load's on a small
+machine. The run then reports issue 38's goal for it beside the usual targets: login p99
+during at most 2x at rest, and no login slower than 50 ms.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from bench import env
+from bench import env, pinning
 from bench.suite import BenchContext, Outcome, Target, ratio
 from tokensvc.admin import AdminClient, TokenDescription, tokens_absent
 from tokensvc.admin.connection import BrokerConnection
@@ -31,6 +38,9 @@ ID = "B12"
 TITLE = "revoke 10,000 tokens of one owner: until refused on every broker"
 TARGET_S = 10.0
 TARGET_P99_RATIO = 1.2
+# Issue 38's goal for the pinned run.
+PINNED_P99_RATIO = 2.0
+PINNED_WORST_MS = 50.0
 
 
 def _token_config(token_id: str, hmac_b64: str) -> ClientConfig:
@@ -88,6 +98,24 @@ def run(ctx: BenchContext) -> Outcome:
         bulk = [t for part in parts for t in part]
     fill_s = time.monotonic() - started
     others = create("User:other", 20)
+    split = None
+    own_cpus = os.sched_getaffinity(0)
+    if ctx.pin_cores:
+        split = pinning.split_cores(own_cpus)
+        for pid in cluster.zookeeper_pids() + [os.getpid()]:
+            pinning.pin(pid, split.load)
+        for broker_id in cluster.broker_ids():
+            pinning.pin(cluster.broker_pid(broker_id), split.brokers)
+    try:
+        return _measure(ctx, cluster, config, handle, count, bulk, others, fill_s, split)
+    finally:
+        if split is not None:
+            pinning.pin(os.getpid(), own_cpus)
+
+
+def _measure(ctx: BenchContext, cluster, config: ClientConfig, handle, count: int,
+             bulk: list[TokenDescription], others: list[TokenDescription], fill_s: float,
+             split: pinning.CoreSplit | None) -> Outcome:
     addresses = [b["listeners"]["SASL_PLAINTEXT"] for b in cluster.info["brokers"]]
     controller, non_controllers = handle.roles()
     answering = cluster.broker_info(non_controllers[0])["listeners"]["SASL_PLAINTEXT"]
@@ -126,15 +154,22 @@ def run(ctx: BenchContext) -> Outcome:
             samples[phase].append(seconds)
     rest_p99, during_p99 = _p99(samples["rest"]), _p99(samples["during"])
     p99_ratio = ratio(during_p99, rest_p99)
+    targets = [Target(f"<= {TARGET_S:.0f} s", everywhere_s <= TARGET_S),
+               Target(f"login p99 during <= {TARGET_P99_RATIO} x at rest",
+                      p99_ratio is not None and p99_ratio <= TARGET_P99_RATIO)]
+    if split is not None:
+        worst_ms = max(samples["during"], default=0.0) * 1000
+        targets += [Target(f"pinned: login p99 during <= {PINNED_P99_RATIO:g} x at rest",
+                           p99_ratio is not None and p99_ratio <= PINNED_P99_RATIO),
+                    Target(f"pinned: worst login during <= {PINNED_WORST_MS:g} ms",
+                           bool(samples["during"]) and worst_ms <= PINNED_WORST_MS)]
     return Outcome(
         ID, TITLE,
         measured=round(everywhere_s, 3), unit="s",
         reference=rest_p99, reference_unit="ms p99 login at rest",
         reference_label="other tokens' logins at rest",
         ratio=p99_ratio, ratio_label="login p99 during / at rest",
-        targets=[Target(f"<= {TARGET_S:.0f} s", everywhere_s <= TARGET_S),
-                 Target(f"login p99 during <= {TARGET_P99_RATIO} x at rest",
-                        p99_ratio is not None and p99_ratio <= TARGET_P99_RATIO)],
+        targets=targets,
         details={
             "tokens": len(bulk), "revoked": len(result.revoked),
             "acknowledged_s": round(acked_s, 3), "refused_everywhere_s": round(everywhere_s, 3),
@@ -143,5 +178,6 @@ def run(ctx: BenchContext) -> Outcome:
             "logins_at_rest": env.summary(samples["rest"]),
             "logins_during": env.summary(samples["during"]),
             "login_failures": failures,
+            "pinned": split.as_dict() if split is not None else None,
         },
     )

@@ -129,8 +129,12 @@ class BenchContext:
 
     def __init__(self, quick: bool, workdir: Path | None = None,
                  broker_settings: dict[str, str] | None = None,
-                 insecure_zookeeper: bool = False, label_tokens: bool = False) -> None:
+                 insecure_zookeeper: bool = False, label_tokens: bool = False,
+                 pin_cores: bool = False) -> None:
         self.quick = quick
+        # ``--pin-cores``: B12 runs ZooKeeper and its load on one half of the CPUs and its
+        # brokers on the other (``bench.pinning``).
+        self.pin_cores = pin_cores
         # ``--label-tokens``: B1's and B2's tokens carry 4 labels of 32 bytes.
         self.label_tokens = label_tokens
         # ``--insecure-zookeeper``: the suite's local clusters start their ZooKeeper open
