@@ -64,6 +64,9 @@ class FakeTokens:
         infos = (self.cache.info(t) for t in self.cache.ids_labelled(selector))
         return [i for i in infos if i is not None and (owner is None or i.owner == owner)]
 
+    async def naming(self, owner, selector):
+        return self.selected(owner, selector) if selector else self.owned_by(owner)
+
     def owned_count(self, owner):
         return len(self.owned_by(owner))
 
@@ -74,7 +77,7 @@ class FakeTokens:
         for info in infos:
             self.writes.append(("delete", info.token_id))
             self.cache.remove(info.token_id)
-        return [i.token_id for i in infos]
+        return list(infos)
 
     async def record(self, ctx, outcome):
         self.writes.append(("record", outcome))
