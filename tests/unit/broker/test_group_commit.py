@@ -17,7 +17,7 @@ import pytest
 
 from tokensvc.broker.context import RequestContext, WriteTicket
 from tokensvc.broker.services import TokenService
-from tokensvc.broker.writes.groupcommit import GroupCommit, Pending, take_batch
+from tokensvc.broker.writes.groupcommit import DELIVER_SLICE, GroupCommit, Pending, take_batch
 from tokensvc.broker.writes.path import AlreadyApplied, OutcomeUnknown, WritePath
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.principal import KafkaPrincipal
@@ -225,6 +225,122 @@ def test_a_cancelled_waiter_is_not_sent():
         assert store.batches[1] == [("t2", "k2")]
 
     asyncio.run(scenario())
+
+
+def _woken_per_turn(group: GroupCommit, store: FakeBatchStore, n: int):
+    """Submit ``n`` writes behind a gated first one, release both batches, and count the
+    writers woken in each turn of the loop (a callback that runs once per turn)."""
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        woken: list[int] = []
+        per_turn: list[int] = []
+        seen = [0]
+
+        async def writer(i: int):
+            result = await group.submit((f"t{i}", f"k{i}"), GUARD)
+            woken.append(i)
+            return result
+
+        blocker = asyncio.ensure_future(writer(-1))
+        await _until(lambda: store.batches)
+        writers = [asyncio.ensure_future(writer(i)) for i in range(n)]
+        await _until(lambda: group.queued == n)
+        done = False
+
+        def turn():
+            per_turn.append(len(woken) - seen[0])
+            seen[0] = len(woken)
+            if not done:
+                loop.call_soon(turn)
+
+        loop.call_soon(turn)
+        await store.release()
+        await store.release()
+        results = await asyncio.gather(blocker, *writers)
+        done = True
+        return results, per_turn
+
+    return asyncio.run(scenario())
+
+
+def test_a_batchs_outcomes_wake_a_slice_of_its_writers_per_turn_of_the_loop():
+    store = FakeBatchStore(gate=True)
+    results, per_turn = _woken_per_turn(_group(store), store, 100)
+    assert results == list(range(1, 102))  # each write its own outcome, in order
+    assert [len(b) for b in store.batches] == [1, 100]
+    # 100 writers woken at once ran in one turn of the loop (a revocation's deletes each
+    # apply a state and submit the next): no more than a slice of them now.
+    assert max(per_turn) == DELIVER_SLICE
+
+
+def test_a_batch_cancelled_while_its_outcomes_are_handed_out_still_hands_out_every_one():
+    async def scenario():
+        store = FakeBatchStore(gate=True)
+        group = _group(store)
+        blocker = asyncio.ensure_future(group.submit(("t0", "k0"), GUARD))
+        await _until(lambda: store.batches)
+        futures = [asyncio.ensure_future(group.submit((f"t{i}", f"k{i}"), GUARD))
+                   for i in range(1, 3 * DELIVER_SLICE + 1)]
+        await _until(lambda: group.queued == len(futures))
+        await store.release()
+        await store.release()
+        await _until(lambda: any(f.done() for f in futures))
+        assert not all(f.done() for f in futures)  # handed out in slices
+        (batch,) = [t for t in asyncio.all_tasks()
+                    if t.get_coro().__qualname__ == "GroupCommit._run"]
+        batch.cancel()  # between two slices (a broker stopping)
+        for _ in range(50):
+            await asyncio.sleep(0)
+        # The writes were committed: every waiter got its own outcome, none a cancel.
+        assert await blocker == 1
+        assert [f.result() for f in futures] == list(range(2, 3 * DELIVER_SLICE + 2))
+
+    asyncio.run(scenario())
+
+
+def test_the_next_batch_goes_before_a_batchs_outcomes_are_all_handed_out():
+    # Handing outcomes out in slices must not hold the next batch back: it is sent as
+    # soon as the one before it committed, not once every writer of that one woke.
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        gates: list[asyncio.Future] = []
+        sent: list[tuple[int, int]] = []  # (batch size, writers woken when it was sent)
+        woken = [0]
+
+        async def run_blocking(fn, writes, *, guard):
+            sent.append((len(writes), woken[0]))
+            gate = loop.create_future()
+            gates.append(gate)
+            await gate
+            return list(range(len(writes)))
+
+        group = GroupCommit(lambda writes, guard: None, size_of=lambda w: 1,
+                            run_blocking=run_blocking)
+
+        async def writer(i: int) -> int:
+            result = await group.submit(i, GUARD)
+            woken[0] += 1
+            return result
+
+        tasks = [asyncio.ensure_future(writer(0))]
+        await _until(lambda: gates)
+        tasks += [asyncio.ensure_future(writer(i)) for i in range(1, 101)]
+        await _until(lambda: group.queued == 100)
+        gates[0].set_result(None)
+        await _until(lambda: len(gates) == 2)
+        tasks += [asyncio.ensure_future(writer(i)) for i in range(101, 111)]
+        await _until(lambda: group.queued == 10)
+        gates[1].set_result(None)
+        await _until(lambda: len(gates) == 3)
+        gates[2].set_result(None)
+        results = await asyncio.gather(*tasks)
+        return sent, results
+
+    sent, results = asyncio.run(scenario())
+    assert [size for size, _ in sent] == [1, 100, 10]
+    assert results == [0] + list(range(100)) + list(range(10))
+    # The third batch went while the second's 100 writers were still being woken.
+    assert sent[2][1] <= 1 + DELIVER_SLICE
 
 
 def test_bounds_must_be_positive():

@@ -17,7 +17,13 @@ milliseconds would add that wait to every lone write and gather no more under lo
 the round trip already does.
 
 Each write keeps its own outcome: the future of :meth:`GroupCommit.submit` gets the
-write's own result or exception from ``commit_many``. Writes with different guards never
+write's own result or exception from ``commit_many``. A committed batch's outcomes are
+handed out :data:`DELIVER_SLICE` per turn of the event loop, and the next batch starts
+before the first slice: each outcome wakes its writer, and the 128 writers of a full
+batch woken in one turn (a revocation's deletes, each applying its state to the cache
+and submitting the next) held the controller's loop for about 20 ms in one turn. Order
+between batches needs nothing more: a writer applies the state committed at its own
+sequence, and the cache keeps the newer of two states of one token. Writes with different guards never
 share a batch. A write whose waiter was cancelled before its batch formed is dropped
 (it was never sent); once sent, it is committed or not, as a single write would be.
 
@@ -43,6 +49,8 @@ Guard = tuple[str, int]
 MAX_WRITES = 128
 MAX_BYTES = 256 * 1024
 MAX_BATCHES = 1
+# Outcomes handed to their writers per turn of the event loop.
+DELIVER_SLICE = 32
 
 
 @dataclass
@@ -132,14 +140,19 @@ class GroupCommit(Generic[W]):
             self.batches += 1
             self.committed += len(batch)
             self.largest = max(self.largest, len(batch))
-            task = asyncio.get_running_loop().create_task(self._run(batch))
-            task.add_done_callback(self._batch_done)
+            slot = _Slot()
+            task = asyncio.get_running_loop().create_task(self._run(batch, slot))
+            task.add_done_callback(lambda _task, slot=slot: self._release(slot))
 
-    def _batch_done(self, _task: asyncio.Task) -> None:
+    def _release(self, slot: _Slot) -> None:
+        """The batch holding ``slot`` no longer counts as in flight (once)."""
+        if slot.released:
+            return
+        slot.released = True
         self._in_flight -= 1
         self._start_batches()
 
-    async def _run(self, batch: list[Pending[W]]) -> None:
+    async def _run(self, batch: list[Pending[W]], slot: _Slot) -> None:
         writes = [item.write for item in batch]
         try:
             outcomes = await self._run_blocking(self._commit_many, writes, guard=batch[0].guard)
@@ -154,10 +167,31 @@ class GroupCommit(Generic[W]):
                 if not item.future.done():
                     item.future.set_exception(exc)
             return
-        for item, outcome in zip(batch, outcomes):
-            if item.future.done():
-                continue
-            if isinstance(outcome, BaseException):
-                item.future.set_exception(outcome)
-            else:
-                item.future.set_result(outcome)
+        self._release(slot)  # committed: the next batch may go while these are handed out
+        delivered = 0
+        try:
+            for delivered in range(0, len(batch), DELIVER_SLICE):
+                if delivered:
+                    await asyncio.sleep(0)
+                _deliver(batch[delivered:delivered + DELIVER_SLICE],
+                         outcomes[delivered:delivered + DELIVER_SLICE])
+        except asyncio.CancelledError:  # committed: every waiter still learns its outcome
+            _deliver(batch[delivered:], outcomes[delivered:])
+            raise
+
+
+@dataclass
+class _Slot:
+    """One batch's place among the ``max_batches`` in flight, given back once."""
+
+    released: bool = False
+
+
+def _deliver(batch: Sequence[Pending[Any]], outcomes: Sequence[Any]) -> None:
+    for item, outcome in zip(batch, outcomes):
+        if item.future.done():
+            continue
+        if isinstance(outcome, BaseException):
+            item.future.set_exception(outcome)
+        else:
+            item.future.set_result(outcome)
