@@ -38,6 +38,10 @@ def register_gauges(config: BrokerConfig, local: LocalParts, parts: BrokerParts)
     m.gauge("tokensvc_token_notification_names_listed",
             "Notification names in those listings (every pending one, each listing)",
             lambda: parts.token_sync.listed_names)
+    m.gauge("tokensvc_token_follower_reads_skipped",
+            "Token reads the follower left out: the state this broker committed (or "
+            "forwarded) at the token's last listed change is in the cache already",
+            lambda: parts.token_sync.reads_skipped)
     m.gauge("tokensvc_cache_last_resync_seconds", "Duration of the last full resync",
             lambda: (parts.token_sync.last_resync_ms or 0) / 1000.0)
     m.gauge("tokensvc_controller", "1 if this broker is the controller",

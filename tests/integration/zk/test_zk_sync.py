@@ -120,6 +120,49 @@ def test_a_burst_of_changes_is_applied_and_counted(instances):
     assert set(b.cached()) == {f"t{i}" for i in range(1, 50, 2)}
 
 
+def test_a_follower_does_not_read_back_the_states_its_broker_committed(instances, monkeypatch):
+    # The controller applies each state it commits at once (apply_committed); its follower
+    # then lists those changes too. It reads back only the tokens whose last listed change
+    # is not the state it holds: here the one another instance changed afterwards.
+    a, b = instances(2)
+    read: list[str] = []
+    get_many = a.store.get_many
+
+    def counting(token_ids):
+        read.extend(token_ids)
+        return get_many(token_ids)
+
+    monkeypatch.setattr(a.store, "get_many", counting)
+    # a's follower lists nothing until a's own writes are applied (else it could list a
+    # change before a applied it, and read it back rightly).
+    listing_allowed = threading.Event()
+    list_root = a.sync._list
+
+    def gated(root):
+        assert listing_allowed.wait(30)
+        return list_root(root)
+
+    monkeypatch.setattr(a.sync, "_list", gated)
+    committed = {}
+    for i in range(30):
+        info = _info(f"t{i}")
+        committed[info.token_id] = a.store.create(info)
+        assert a.sync.apply_committed(info.token_id, info, committed[info.token_id])
+    for i in range(0, 10):
+        sequence = a.store.delete(f"t{i}")
+        assert a.sync.apply_committed(f"t{i}", None, sequence)
+    renewed = _info("t29", expiry=1_700_090_000_000)
+    b.store.update(renewed)  # not a's write: a must read it
+    listing_allowed.set()
+    assert eventually(lambda: a.cached().get("t29") == renewed)
+    assert a.sync.wait_caught_up(5.0)
+    assert a.cached() == a.in_zookeeper() == b.in_zookeeper()
+    assert len(a.cached()) == 20
+    assert "t29" in read
+    assert not set(read) & {f"t{i}" for i in range(29)}
+    assert a.sync.reads_skipped >= 29
+
+
 def test_a_stream_of_changes_shares_listings_spaced_by_the_minimum_interval(instances):
     a, b = instances(2)
     listings_before = b.sync.listings

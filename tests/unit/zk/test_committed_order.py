@@ -152,3 +152,32 @@ def test_between_chunks_a_committed_state_of_a_token_still_to_come_is_served_the
     assert seen == [150]
     assert expiry(cache, "t2") == 200
     assert order.through == 20 and order.pending == 0
+
+
+def test_a_token_whose_last_listed_change_is_the_committed_state_held_needs_no_read():
+    cache, order = loaded()
+    order.apply("t1", info("t1", 100), 11)  # this broker's writes, applied directly
+    order.apply("t2", None, 12)
+    order.apply("t3", info("t3", 100), 13)
+    latest = {
+        "t1": 11,  # the held state is that of its last listed change: no read
+        "t2": 12,  # a delete, likewise
+        "t3": 15,  # changed again at 15 by another broker: read it
+        "t4": 14,  # never committed here: read it
+    }
+    assert order.covered(latest) == {"t1", "t2"}
+    # The follower applies what it read of the rest; the covered ones stay as they are.
+    order.follow(15, {"t3": info("t3", 300), "t4": info("t4", 100)})
+    assert expiry(cache, "t1") == 100 and cache.info("t2") is None
+    assert expiry(cache, "t3") == 300 and expiry(cache, "t4") == 100
+    assert order.pending == 0 and order.through == 15
+    assert order.covered({"t1": 11}) == set()  # passed: nothing pending any more
+
+
+def test_nothing_is_covered_while_a_load_runs():
+    cache, order = loaded()
+    order.apply("t1", info("t1", 100), 11)
+    order.begin_load()
+    assert order.covered({"t1": 11}) == set()
+    order.end_load(10)
+    assert order.covered({"t1": 11}) == {"t1"}
