@@ -281,8 +281,8 @@ class BrokerMetrics:
     def reauthentication(self, mechanism: str | None, result: str) -> None:
         self.reauthentications.labels(mechanism or "", result).inc()
 
-    def token_request(self, action: str, error: Errors) -> None:
-        self.token_requests.labels(action, Errors(error).name).inc()
+    def token_request(self, action: str, error: Errors, count: int = 1) -> None:
+        self.token_requests.labels(action, Errors(error).name).inc(count)
 
     def serve(self, host: str, port: int) -> tuple[str, int]:
         server, _thread = start_http_server(port, addr=host, registry=self.registry)

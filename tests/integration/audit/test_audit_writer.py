@@ -234,3 +234,54 @@ def test_a_steady_stream_wakes_the_writer_rarely_and_an_idle_one_promptly(tmp_pa
     assert len(lines(tmp_path)) == 2_001
     assert wakes <= before + 1  # one wake-up, or none if the writer had not parked yet
     log.close()
+
+
+def _revoke_common() -> dict:
+    return {"action": "revoke", "outcome": "success", "error_code": 0, "error": "NONE",
+            "requester": "User:admin", "reason": "revoked_by_owner"}
+
+
+def test_a_bulk_of_events_is_built_by_the_writer_one_line_per_row(tmp_path: Path) -> None:
+    clock = FakeClock(T0)
+    log = AuditLog(tmp_path, 3, clock=clock)
+    log.start()
+    hmac_like = base64.b64encode(bytes(range(64))).decode()
+    rows = [{"owner": "User:bulk", "token_id": f"t{n}"} for n in range(130)]
+    rows[7]["owner"] = hmac_like  # a client-chosen name that looks like a secret
+    assert log.emit_many("token", _revoke_common(), rows) == 130
+    sweep(log, 1)  # a single event after the bulk keeps its place
+    log.close()
+    events = lines(tmp_path)
+    assert [e.get("token_id") for e in events] == [f"t{n}" for n in range(130)] + ["token-1"]
+    bulk = events[:130]
+    assert all(e["type"] == "token" and e["action"] == "revoke" and e["ts"] == T0
+               and e["broker_id"] == 3 and e["requester"] == "User:admin" for e in bulk)
+    assert len({e["event_id"] for e in bulk}) == 130
+    assert bulk[7]["owner"] == REDACTED and hmac_like not in files(tmp_path)[0].read_text()
+    assert log.written == 131 and log.dropped == 0
+
+
+def test_a_bulk_whose_shape_is_wrong_is_refused_whole_and_a_bad_later_row_is_counted(
+        tmp_path: Path) -> None:
+    log = AuditLog(tmp_path, 1, clock=FakeClock(T0))
+    log.start()
+    with pytest.raises(AuditEventError):
+        log.emit_many("token", _revoke_common(), [{"token_id": "t0", "hmac": "c2VjcmV0"}])
+    assert log.queue_depth == 0
+    rows = [{"token_id": "t0"}, {"token_id": "t1", "salted_password": "x"}, {"token_id": "t2"}]
+    assert log.emit_many("token", _revoke_common(), rows) == 3
+    log.close()
+    events = [e for e in lines(tmp_path) if e["type"] == "token"]
+    assert [e["token_id"] for e in events] == ["t0", "t2"]
+    assert log.dropped == 1 and "x" not in {e.get("salted_password") for e in events}
+
+
+def test_a_bulk_takes_one_place_in_a_full_queue_and_is_dropped_whole(tmp_path: Path) -> None:
+    log = AuditLog(tmp_path, 1, queue_size=2, clock=FakeClock(T0))  # not started: fills
+    assert log.emit_many("token", _revoke_common(), [{"token_id": "a"}, {"token_id": "b"}]) == 2
+    assert sweep(log, 1)
+    assert log.emit_many("token", _revoke_common(), [{"token_id": "c"}]) == 0
+    assert log.dropped == 1 and log.queue_depth == 2
+    log.start()
+    log.close()
+    assert [e.get("token_id") for e in lines(tmp_path)][1:] == ["a", "b", "token-1"]
