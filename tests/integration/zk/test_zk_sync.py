@@ -148,7 +148,7 @@ def test_a_follower_does_not_read_back_the_states_its_broker_committed(instances
         info = _info(f"t{i}")
         committed[info.token_id] = a.store.create(info)
         assert a.sync.apply_committed(info.token_id, info, committed[info.token_id])
-    for i in range(0, 10):
+    for i in range(10):
         sequence = a.store.delete(f"t{i}")
         assert a.sync.apply_committed(f"t{i}", None, sequence)
     renewed = _info("t29", expiry=1_700_090_000_000)

@@ -175,7 +175,7 @@ def test_a_token_whose_last_listed_change_is_the_committed_state_held_needs_no_r
 
 
 def test_nothing_is_covered_while_a_load_runs():
-    cache, order = loaded()
+    _cache, order = loaded()
     order.apply("t1", info("t1", 100), 11)
     order.begin_load()
     assert order.covered({"t1": 11}) == set()
