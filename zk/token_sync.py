@@ -103,6 +103,8 @@ class SyncedCache(Protocol):
 
     def infos(self) -> list[TokenInformation]: ...
 
+    def infos_in_slices(self) -> list[TokenInformation]: ...
+
     def info(self, token_id: str) -> TokenInformation | None: ...
 
     def __len__(self) -> int: ...
@@ -455,7 +457,7 @@ class TokenSync(ChangeNotifications):
         if position is None:
             return None
         sequence, identity = position
-        tokens = self._cache.infos()
+        tokens = self._cache.infos_in_slices()
         if self.order.loading or identity is not self._identity:
             return None  # a load began meanwhile: take the next one
         return sequence, identity, tokens

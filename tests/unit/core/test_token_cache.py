@@ -500,3 +500,62 @@ def test_a_token_arriving_during_a_fill_is_not_lost_or_kept():
     expected.replace_all(infos)
     assert _state(cache) == _state(expected)
     assert cache.info("intruder") is None
+
+
+# -- the copy in slices (what a snapshot is made from) ------------------------------------
+
+
+def _ids(infos: list[TokenInformation]) -> list[str]:
+    return [i.token_id for i in infos]
+
+
+def test_a_copy_in_slices_is_the_whole_cache_and_gives_way_between_slices(cache) -> None:
+    for n in range(1_000):
+        cache.upsert(info(f"t{n:04d}"))
+    pauses: list[int] = []
+    copied = cache.infos_in_slices(slice_size=64, pause=lambda: pauses.append(1))
+    assert _ids(copied) == _ids(cache.infos())
+    assert len(pauses) == 1_000 // 64  # one between every two holds of the lock
+
+
+def test_a_state_replaced_between_slices_shows_old_or_new_and_every_token_once(cache) -> None:
+    for n in range(300):
+        cache.upsert(info(f"t{n:03d}"))
+    renewed = iter(range(300))
+
+    def renew_one() -> None:  # one token renewed in place at each pause
+        n = next(renewed)
+        cache.upsert(info(f"t{n:03d}", expiry=9_000))
+
+    copied = cache.infos_in_slices(slice_size=50, pause=renew_one)
+    assert sorted(_ids(copied)) == [f"t{n:03d}" for n in range(300)]
+    assert {i.expiry_timestamp for i in copied} <= {2000, 9000}
+    # The first slice was copied before any renewal; the last after five of them.
+    assert copied[0].expiry_timestamp == 2000 and copied[-1].expiry_timestamp == 2000
+
+
+def test_a_token_added_or_removed_between_slices_starts_the_walk_again(cache) -> None:
+    for n in range(300):
+        cache.upsert(info(f"t{n:03d}"))
+    changes = [lambda: cache.upsert(info("added")), lambda: cache.remove("t000")]
+
+    def change_once() -> None:
+        if changes:
+            changes.pop(0)()
+
+    copied = cache.infos_in_slices(slice_size=100, pause=change_once)
+    assert sorted(_ids(copied)) == sorted([f"t{n:03d}" for n in range(1, 300)] + ["added"])
+    assert len(copied) == len(set(_ids(copied)))
+
+
+def test_under_churn_at_every_pause_the_copy_is_taken_in_one_hold(cache) -> None:
+    for n in range(300):
+        cache.upsert(info(f"t{n:03d}"))
+    added = iter(range(10_000))
+
+    def churn() -> None:
+        cache.upsert(info(f"new{next(added)}"))
+
+    copied = cache.infos_in_slices(slice_size=100, attempts=3, pause=churn)
+    assert _ids(copied) == _ids(cache.infos())  # three walks began again: one hold
+    assert len(copied) == 303
