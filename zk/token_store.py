@@ -374,15 +374,15 @@ class TokenStore:
 
     def delete_many(
         self, versions: Sequence[tuple[str, int]], *, guard: Guard | None = None
-    ) -> list[str]:
+    ) -> list[tuple[str, int]]:
         """Delete each ``(token id, version)`` as :meth:`delete` does -- conditional on
         the version, with its change notification -- for many tokens at once: up to
         ``_DELETE_GROUP`` tokens per transaction (the guard's check once, then each
         token's delete and notification), the transactions pipelined. A group in which
         one token changed or vanished meanwhile commits nothing and is retried token by
-        token. Returns the ids deleted (tokens gone or changed meanwhile are skipped);
-        a failed guard raises NotControllerError."""
-        deleted: list[str] = []
+        token. Returns each token deleted with its notification's sequence (tokens gone
+        or changed meanwhile are skipped); a failed guard raises NotControllerError."""
+        deleted: list[tuple[str, int]] = []
         alone: list[tuple[str, int]] = []
         groups = [versions[lo : lo + _DELETE_GROUP] for lo in range(0, len(versions), _DELETE_GROUP)]
         window = max(1, _PIPELINE_WINDOW // _DELETE_GROUP)
@@ -403,18 +403,22 @@ class TokenStore:
                 pending.append((group, what, zk_call(what, tx.commit_async)))
             for group, what, async_result in pending:
                 try:
-                    self._check_results(what, guard, self._wait(what, async_result))
+                    results = self._wait(what, async_result)
+                    self._check_results(what, guard, results)
                 except (TokenNotFoundError, _VersionMismatch):
                     alone.extend(group)
                     continue
-                deleted.extend(token_id for token_id, _ in group)
+                first = 0 if guard is None else 1  # then per token: its delete, its notification
+                deleted.extend((token_id, int(results[first + 2 * n + 1][-10:]))
+                               for n, (token_id, _) in enumerate(group))
         if alone:
             deleted.extend(self._delete_each(alone, guard))
         return deleted
 
-    def _delete_each(self, versions: Sequence[tuple[str, int]], guard: Guard | None) -> list[str]:
+    def _delete_each(self, versions: Sequence[tuple[str, int]],
+                     guard: Guard | None) -> list[tuple[str, int]]:
         """:meth:`delete_many` one transaction per token, pipelined (a group's retry)."""
-        deleted: list[str] = []
+        deleted: list[tuple[str, int]] = []
         for lo in range(0, len(versions), _PIPELINE_WINDOW):
             pending = []
             for token_id, version in versions[lo : lo + _PIPELINE_WINDOW]:
@@ -427,10 +431,11 @@ class TokenStore:
                 pending.append((token_id, what, zk_call(what, tx.commit_async)))
             for token_id, what, async_result in pending:
                 try:
-                    self._check_results(what, guard, self._wait(what, async_result))
+                    results = self._wait(what, async_result)
+                    self._check_results(what, guard, results)
                 except (TokenNotFoundError, _VersionMismatch):
                     continue
-                deleted.append(token_id)
+                deleted.append((token_id, int(results[-1][-10:])))
         return deleted
 
     def _transaction(

@@ -525,6 +525,7 @@ async def _assemble(
         on_removed=on_removed,
         purge=purge,
         trusted=gate.trusted if gate is not None else None,
+        apply_committed=token_sync.apply_committed,
     )
     acl_check = ZnodeAclCheck(zk, interval_s=config.zookeeper_acl_check_interval_ms / 1000.0)
     dispatcher = Dispatcher(

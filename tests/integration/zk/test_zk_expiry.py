@@ -3,6 +3,7 @@ and sweeping carries on after a takeover (FakeClock-driven sweeps plus one real 
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -56,6 +57,7 @@ class Broker:
             interval_ms=interval_ms,
             on_removed=lambda info, reason: self.removed.append((info.token_id, reason)),
             purge=self.sync.purge,
+            apply_committed=self.sync.apply_committed,
         )
 
     def start(self) -> None:
@@ -121,6 +123,34 @@ def test_only_the_controller_sweeps(cluster, clock):
     assert leader.store.get("fresh") is not None
     assert leader.removed == [("due", "expired")]
     assert eventually(lambda: all(b.cached_ids() == {"fresh"} for b in group), timeout=15.0)
+
+
+def test_the_controller_applies_its_sweeps_deletions_and_does_not_read_them_back(
+        cluster, clock, monkeypatch):
+    group = cluster(2)
+    leader = controller_of(group)
+    due = [_info(f"due{n:03d}", T0 + HOUR) for n in range(150)]  # two delete groups
+    seed(leader, due + [_info("fresh", T0 + 10 * HOUR)], group)
+    assert leader.sync.wait_caught_up(5.0)
+    # The leader's follower lists nothing until the sweep has returned (else it could list
+    # a deletion before the sweeper applied it, and read the token back rightly).
+    listing_allowed = threading.Event()
+    list_root = leader.sync._list
+
+    def gated(root):
+        assert listing_allowed.wait(30)
+        return list_root(root)
+
+    monkeypatch.setattr(leader.sync, "_list", gated)
+    skipped = leader.sync.reads_skipped
+    clock.advance(2 * HOUR)
+    assert leader.sweeper.sweep_once() == 150
+    assert leader.cached_ids() == {"fresh"}  # at once, before any listing
+    listing_allowed.set()
+    assert eventually(lambda: all(b.cached_ids() == {"fresh"} for b in group))
+    assert leader.sync.wait_caught_up(5.0)
+    assert leader.sync.reads_skipped - skipped == 150
+    assert {t for t, _ in leader.removed} == {i.token_id for i in due}
 
 
 def test_reason_is_max_lifetime_once_the_max_timestamp_passed(cluster, clock):

@@ -157,11 +157,14 @@ def test_delete_many_groups_tokens_and_retries_a_group_with_a_changed_token_one_
     store.update(_info("d150", expiry_timestamp=1_700_200_000_000))  # renewed meanwhile
     client.delete(layout.token_path("d160"))  # deleted meanwhile
     before = len(_changes(client))
-    deleted = store.delete_many(versions, guard=("/guard", 0))
+    deleted = dict(store.delete_many(versions, guard=("/guard", 0)))
     assert sorted(deleted) == [f"d{i:03d}" for i in range(250) if i not in (150, 160)]
     assert client.get_children(layout.TOKENS) == ["d150"]
     changes = _changes(client)[before:]
     assert sorted(data.decode() for _, data in changes) == sorted(deleted)
+    # Each deletion's sequence is that of its own notification (the grouped ones and
+    # the ones retried alone alike).
+    assert {data.decode(): int(name[-10:]) for name, data in changes} == deleted
 
 
 def test_delete_many_with_a_stale_guard_is_not_controller_and_deletes_nothing(client, store):
