@@ -85,12 +85,13 @@ class ExpirySweeper:
     ``on_removed(info, reason)`` is called (on the sweeping thread) for each token this
     sweeper deleted. With ``apply_committed`` (the token sync's), each deletion goes into
     the cache as the committed state it is, at its notification's sequence, so that the
-    controller's follower does not read the token back when it lists that notification
-    (ten thousand reads in the sweep of ten thousand due tokens); without it, or while a
-    load runs, the token is removed from the cache directly. Stats: ``sweeps`` (sweeps run as controller), ``removed``,
-    ``last_duration_ms``, ``purged_notifications`` (what ``purge(now_ms)`` -- the controller's
-purge of old notifications and request records -- returned), ``skipped`` (sweeps not run
-because ``trusted()`` said the clock is not to be trusted).
+    controller's follower does not read the token back when it lists that notification (ten
+    thousand reads in the sweep of ten thousand due tokens); without it, or while a load
+    runs, the token is removed from the cache directly. Stats: ``sweeps`` (sweeps run as
+    controller), ``removed``, ``last_duration_ms``, ``purged_notifications`` (what
+    ``purge(now_ms)`` -- the controller's purge of old notifications and request records --
+    returned), ``skipped`` (sweeps not run because ``trusted()`` said the clock is not to
+    be trusted).
     """
 
     def __init__(

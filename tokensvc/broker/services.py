@@ -176,17 +176,13 @@ class TokenService:
         infos = (self._cache.info(token_id) for token_id in ids)
         return [i for i in infos if i is not None and i.owner == owner]
 
-    def selected(self, owner: Any, selector: Labels) -> list[TokenInformation]:
+    async def naming(self, owner: Any, selector: Labels) -> list[TokenInformation]:
         """The tokens a revocation by owner and/or labels names: ``owner``'s (None: any
         owner) that carry every label of ``selector`` (empty: any labels), from the
-        cache's indexes (not a scan)."""
-        ids, keep = self._selection(owner, selector)
-        return [i for i in map(keep, ids) if i is not None]
-
-    async def naming(self, owner: Any, selector: Labels) -> list[TokenInformation]:
-        """:meth:`selected`, walked on the event loop in slices of its time: a revocation
-        may name tens of thousands of tokens (looking up ten thousand in one step held the
-        controller's loop for 15-30 ms). A token removed meanwhile is left out."""
+        cache's indexes (not a scan), looked up on the event loop in slices of its time: a
+        revocation may name tens of thousands of tokens (looking up ten thousand in one
+        step held the controller's loop for 15-30 ms). A token removed meanwhile is left
+        out."""
         ids, keep = self._selection(owner, selector)
         return await sliced_filter(ids, keep)
 

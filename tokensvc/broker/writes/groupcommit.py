@@ -23,8 +23,8 @@ before the first slice: each outcome wakes its writer, and the 128 writers of a 
 batch woken in one turn (a revocation's deletes, each applying its state to the cache
 and submitting the next) held the controller's loop for about 20 ms in one turn. Order
 between batches needs nothing more: a writer applies the state committed at its own
-sequence, and the cache keeps the newer of two states of one token. Writes with different guards never
-share a batch. A write whose waiter was cancelled before its batch formed is dropped
+sequence, and the cache keeps the newer of two states of one token. Writes with different
+guards never share a batch. A write whose waiter was cancelled before its batch formed is dropped
 (it was never sent); once sent, it is committed or not, as a single write would be.
 
 :func:`take_batch` is the pure rule (no I/O, no clock), unit-tested alone.
