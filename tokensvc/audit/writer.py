@@ -278,21 +278,8 @@ class AuditLog:
         if self._closed:
             self._count_drop()
             return False
-        event = stamp(body, ts=self._clock.now_ms(), broker_id=self._broker_id,
-                      event_id=new_event_id())
-        pending = self._pending
-        # A required log admits no new request past queue_size (refusal), so the second
-        # half is room for the events of requests already admitted.
-        if len(pending) >= (2 * self._queue_size if self._required else self._queue_size):
-            self._count_drop()
-            return False
-        pending.append(event)
-        # Appended first, the flag read second; the writer sets the flag first and reads
-        # the deque second: one of the two always sees the other.
-        if self._parked:
-            self._parked = False
-            self._wake()
-        return True
+        return self._enqueue(stamp(body, ts=self._clock.now_ms(), broker_id=self._broker_id,
+                                   event_id=new_event_id()), 1)
 
     def emit_many(self, event_type: str, common: dict[str, Any],
                   rows: Sequence[dict[str, Any]]) -> int:
@@ -315,15 +302,25 @@ class AuditLog:
         if self._closed:
             self._count_drop(len(rows))
             return 0
+        bulk = _Bulk(event_type, dict(common), tuple(rows), self._clock.now_ms())
+        return len(rows) if self._enqueue(bulk, len(rows)) else 0
+
+    def _enqueue(self, item: Any, events: int) -> bool:
+        """Put ``item`` (``events`` events) on the queue, or drop and count them when it
+        is full; wake a parked writer."""
         pending = self._pending
+        # A required log admits no new request past queue_size (refusal), so the second
+        # half is room for the events of requests already admitted.
         if len(pending) >= (2 * self._queue_size if self._required else self._queue_size):
-            self._count_drop(len(rows))
-            return 0
-        pending.append(_Bulk(event_type, dict(common), tuple(rows), self._clock.now_ms()))
+            self._count_drop(events)
+            return False
+        pending.append(item)
+        # Appended first, the flag read second; the writer sets the flag first and reads
+        # the deque second: one of the two always sees the other.
         if self._parked:
             self._parked = False
             self._wake()
-        return len(rows)
+        return True
 
     def refusal(self) -> AuditUnavailable | None:
         """For a required log: why a new login or write may not start now (counted), or

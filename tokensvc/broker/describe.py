@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from tokensvc.broker.loop.slices import SLICE_BUDGET_S
 from tokensvc.core.cache import TokenCache
 from tokensvc.core.labels import NO_LABELS, Labels
 from tokensvc.core.principal import KafkaPrincipal
@@ -37,8 +38,8 @@ from tokensvc.protocol.api import ApiKey
 from tokensvc.protocol.primitives import encode_uvarint
 from tokensvc.protocol.schema import EncodedElements
 
-# How long one slice may hold the event loop, and how many tokens go between clock reads.
-SLICE_BUDGET_S = 0.002
+# How many tokens go between clock reads; a slice may hold the event loop as long as any
+# other walk on it (SLICE_BUDGET_S, tokensvc.broker.loop.slices).
 SLICE_TOKENS = 128
 
 _INT16 = struct.Struct(">h")

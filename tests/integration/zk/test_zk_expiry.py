@@ -3,11 +3,11 @@ and sweeping carries on after a takeover (FakeClock-driven sweeps plus one real 
 
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 
+from tests.support.follower import hold_listings
 from tests.support.wait import poll_until as eventually
 from tokensvc.core.cache import TokenCache
 from tokensvc.core.clock import FakeClock
@@ -134,14 +134,7 @@ def test_the_controller_applies_its_sweeps_deletions_and_does_not_read_them_back
     assert leader.sync.wait_caught_up(5.0)
     # The leader's follower lists nothing until the sweep has returned (else it could list
     # a deletion before the sweeper applied it, and read the token back rightly).
-    listing_allowed = threading.Event()
-    list_root = leader.sync._list
-
-    def gated(root):
-        assert listing_allowed.wait(30)
-        return list_root(root)
-
-    monkeypatch.setattr(leader.sync, "_list", gated)
+    listing_allowed = hold_listings(leader.sync, monkeypatch)
     skipped = leader.sync.reads_skipped
     clock.advance(2 * HOUR)
     assert leader.sweeper.sweep_once() == 150

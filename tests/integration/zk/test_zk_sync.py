@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pytest
 from kazoo.client import KazooState
 
+from tests.support.follower import hold_listings
 from tests.support.wait import poll_until
 from tests.support.zkclient import expire_session
 from tokensvc.core.cache import TokenCache
@@ -135,14 +136,7 @@ def test_a_follower_does_not_read_back_the_states_its_broker_committed(instances
     monkeypatch.setattr(a.store, "get_many", counting)
     # a's follower lists nothing until a's own writes are applied (else it could list a
     # change before a applied it, and read it back rightly).
-    listing_allowed = threading.Event()
-    list_root = a.sync._list
-
-    def gated(root):
-        assert listing_allowed.wait(30)
-        return list_root(root)
-
-    monkeypatch.setattr(a.sync, "_list", gated)
+    listing_allowed = hold_listings(a.sync, monkeypatch)
     committed = {}
     for i in range(30):
         info = _info(f"t{i}")

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.support.loopturns import PerTurn
 from tokensvc.broker.context import RequestContext, WriteTicket
 from tokensvc.broker.services import TokenService
 from tokensvc.broker.writes.groupcommit import DELIVER_SLICE, GroupCommit, Pending, take_batch
@@ -98,6 +99,20 @@ async def _until(predicate) -> None:
         await asyncio.sleep(0)
 
 
+def _writes(lo: int, hi: int) -> list[tuple[str, str]]:
+    return [(f"t{i}", f"k{i}") for i in range(lo, hi)]
+
+
+async def _behind_a_batch(group: GroupCommit, store: FakeBatchStore, writes):
+    """Write ``t0`` alone (its batch held at the store's gate), then queue ``writes``
+    behind it; returns the first write's future and theirs."""
+    first = asyncio.ensure_future(group.submit(("t0", "k0"), GUARD))
+    await _until(lambda: store.batches)
+    queued = [asyncio.ensure_future(group.submit(w, GUARD)) for w in writes]
+    await _until(lambda: group.queued == len(writes))
+    return first, queued
+
+
 # --- the batch rule --------------------------------------------------------------------
 
 
@@ -150,11 +165,7 @@ def test_writes_queued_while_a_batch_is_in_flight_go_together_in_the_next_batch(
     async def scenario():
         store = FakeBatchStore(gate=True)
         group = _group(store)
-        first = asyncio.ensure_future(group.submit(("t0", "k0"), GUARD))
-        await _until(lambda: store.batches)
-        rest = [asyncio.ensure_future(group.submit((f"t{i}", f"k{i}"), GUARD))
-                for i in range(1, 6)]
-        await _until(lambda: group.queued == 5)
+        first, rest = await _behind_a_batch(group, store, _writes(1, 6))
         assert len(store.batches) == 1  # nothing else sent while the first is in flight
         await store.release()
         await store.release()
@@ -170,11 +181,7 @@ def test_the_size_bound_splits_what_queued_into_several_batches():
     async def scenario():
         store = FakeBatchStore(gate=True)
         group = _group(store, max_writes=3)
-        first = asyncio.ensure_future(group.submit(("t0", "k0"), GUARD))
-        await _until(lambda: store.batches)
-        rest = [asyncio.ensure_future(group.submit((f"t{i}", f"k{i}"), GUARD))
-                for i in range(1, 8)]
-        await _until(lambda: group.queued == 7)
+        first, rest = await _behind_a_batch(group, store, _writes(1, 8))
         for _ in range(4):
             await store.release()
         await asyncio.gather(first, *rest)
@@ -189,11 +196,8 @@ def test_one_failed_write_does_not_fail_the_others_each_keeps_its_outcome():
         store.existing.add("taken")
         store.keys.add("recorded")
         group = _group(store)
-        blocker = asyncio.ensure_future(group.submit(("t0", "k0"), GUARD))
-        await _until(lambda: store.batches)
         writes = [("t1", "k1"), ("taken", "k2"), ("t3", "k3"), ("t4", "recorded"), ("t5", "k5")]
-        futures = [asyncio.ensure_future(group.submit(w, GUARD)) for w in writes]
-        await _until(lambda: group.queued == 5)
+        blocker, futures = await _behind_a_batch(group, store, writes)
         await store.release()
         await store.release()
         await blocker
@@ -212,11 +216,7 @@ def test_a_cancelled_waiter_is_not_sent():
     async def scenario():
         store = FakeBatchStore(gate=True)
         group = _group(store)
-        blocker = asyncio.ensure_future(group.submit(("t0", "k0"), GUARD))
-        await _until(lambda: store.batches)
-        gone = asyncio.ensure_future(group.submit(("t1", "k1"), GUARD))
-        kept = asyncio.ensure_future(group.submit(("t2", "k2"), GUARD))
-        await _until(lambda: group.queued == 2)
+        blocker, (gone, kept) = await _behind_a_batch(group, store, _writes(1, 3))
         gone.cancel()
         await store.release()
         await store.release()
@@ -231,10 +231,7 @@ def _woken_per_turn(group: GroupCommit, store: FakeBatchStore, n: int):
     """Submit ``n`` writes behind a gated first one, release both batches, and count the
     writers woken in each turn of the loop (a callback that runs once per turn)."""
     async def scenario():
-        loop = asyncio.get_running_loop()
         woken: list[int] = []
-        per_turn: list[int] = []
-        seen = [0]
 
         async def writer(i: int):
             result = await group.submit((f"t{i}", f"k{i}"), GUARD)
@@ -245,20 +242,11 @@ def _woken_per_turn(group: GroupCommit, store: FakeBatchStore, n: int):
         await _until(lambda: store.batches)
         writers = [asyncio.ensure_future(writer(i)) for i in range(n)]
         await _until(lambda: group.queued == n)
-        done = False
-
-        def turn():
-            per_turn.append(len(woken) - seen[0])
-            seen[0] = len(woken)
-            if not done:
-                loop.call_soon(turn)
-
-        loop.call_soon(turn)
-        await store.release()
-        await store.release()
-        results = await asyncio.gather(blocker, *writers)
-        done = True
-        return results, per_turn
+        with PerTurn(lambda: len(woken)) as turns:
+            await store.release()
+            await store.release()
+            results = await asyncio.gather(blocker, *writers)
+        return results, turns.growth
 
     return asyncio.run(scenario())
 
@@ -277,11 +265,7 @@ def test_a_batch_cancelled_while_its_outcomes_are_handed_out_still_hands_out_eve
     async def scenario():
         store = FakeBatchStore(gate=True)
         group = _group(store)
-        blocker = asyncio.ensure_future(group.submit(("t0", "k0"), GUARD))
-        await _until(lambda: store.batches)
-        futures = [asyncio.ensure_future(group.submit((f"t{i}", f"k{i}"), GUARD))
-                   for i in range(1, 3 * DELIVER_SLICE + 1)]
-        await _until(lambda: group.queued == len(futures))
+        blocker, futures = await _behind_a_batch(group, store, _writes(1, 3 * DELIVER_SLICE + 1))
         await store.release()
         await store.release()
         await _until(lambda: any(f.done() for f in futures))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from types import SimpleNamespace
 
+from tests.support.loopturns import PerTurn
 from tokensvc.broker.context import RequestContext
 from tokensvc.broker.handlers import HANDLERS
 from tokensvc.broker.handlers.envelope import handle_envelope, sender_refusal
@@ -237,28 +238,16 @@ def test_a_revocations_audit_events_are_emitted_a_slice_per_turn_of_the_loop():
     for token in _owned(services, ALICE, 5 * AUDIT_SLICE + 3):
         services.tokens.cache.upsert(token.info)
     emitted = services.audit.events
-    per_turn: list[int] = []
 
     async def scenario():
-        loop = asyncio.get_running_loop()
-        seen = [0]
-        done = False
-
-        def turn():
-            per_turn.append(len(emitted) - seen[0])
-            seen[0] = len(emitted)
-            if not done:
-                loop.call_soon(turn)
-
-        loop.call_soon(turn)
         fields = {"Hmac": b"", "ExpiryTimePeriodMs": -1,
                   "RevokeOwner": {"PrincipalType": "User", "PrincipalName": "alice"}}
-        answer = await handle_expire(services, _ctx(ApiKey.EXPIRE_DELEGATION_TOKEN, ALICE),
-                                     fields)
-        done = True
-        return answer
+        with PerTurn(lambda: len(emitted)) as turns:
+            answer = await handle_expire(services, _ctx(ApiKey.EXPIRE_DELEGATION_TOKEN, ALICE),
+                                         fields)
+        return answer, turns.growth
 
-    answer = asyncio.run(scenario())
+    answer, per_turn = asyncio.run(scenario())
     assert len(answer["Revoked"]) == 5 * AUDIT_SLICE + 3
     assert sum(e["action"] == "revoke" for e in emitted) == 5 * AUDIT_SLICE + 3
     assert 0 < max(per_turn) <= AUDIT_SLICE <= 64

@@ -8,11 +8,11 @@ test_revocation.py does that on a real cluster)."""
 from __future__ import annotations
 
 import asyncio
-import itertools
 from types import SimpleNamespace
 
 import pytest
 
+from tests.support.loopturns import PerTurn
 from tokensvc.broker.loop import slices
 from tokensvc.broker.services import REVOKE_START_SLICE, REVOKE_WINDOW, TokenService
 from tokensvc.core.cache import TokenCache
@@ -63,23 +63,8 @@ async def _revoke_counting_turns(writes: BatchedWrites, infos: list[TokenInforma
     """Run the revocation; a callback that runs once per loop turn completes one batch
     and notes how many deletes began since the last turn."""
     service = TokenService(SimpleNamespace(), SimpleNamespace(), _store(), writes)
-    per_turn: list[int] = []
-    seen = [0]
-    loop = asyncio.get_running_loop()
-    stop = False
-
-    def turn() -> None:
-        per_turn.append(len(writes.started) - seen[0])
-        seen[0] = len(writes.started)
-        writes.complete_one_batch()
-        if not stop:
-            loop.call_soon(turn)
-
-    loop.call_soon(turn)
-    try:
-        return await service.revoke(None, infos), per_turn
-    finally:
-        stop = True
+    with PerTurn(lambda: len(writes.started), each=writes.complete_one_batch) as turns:
+        return await service.revoke(None, infos), turns.growth
 
 
 def test_every_token_is_deleted_once_and_answered_in_the_order_given():
@@ -142,22 +127,10 @@ def test_the_tokens_a_revocation_names_are_looked_up_in_slices_of_the_loops_time
     monkeypatch.setattr(cache, "info", counting)
 
     async def scenario():
-        per_turn: list[int] = []
-        running = True
-
-        def turn() -> None:
-            per_turn.append(len(looked_up))
-            if running:
-                asyncio.get_running_loop().call_soon(turn)
-
-        asyncio.get_running_loop().call_soon(turn)
-        try:
+        with PerTurn(lambda: len(looked_up)) as turns:
             named = await service.naming(bulk, NO_LABELS)
-        finally:
-            running = False
-        return named, per_turn
+        return named, turns.growth
 
-    named, per_turn = asyncio.run(scenario())
+    named, steps = asyncio.run(scenario())
     assert sorted(i.token_id for i in named) == [f"t{i:05d}" for i in range(0, 2_000, 2)]
-    steps = [b - a for a, b in itertools.pairwise(per_turn)]
     assert len(looked_up) == 1_000 and max(steps) <= 64

@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from tests.support.loopturns import PerTurn
 from tokensvc.broker.loop import slices
 from tokensvc.broker.loop.slices import SliceBudget, sliced, sliced_filter
 
@@ -51,21 +52,9 @@ def test_a_budget_must_be_positive_and_defaults_to_the_module_value(monkeypatch)
 
 
 async def _turns_while(work) -> tuple[object, int]:
-    """Run ``work`` and count the loop turns a self-rescheduling callback saw meanwhile."""
-    turns = 0
-    running = True
-
-    def tick() -> None:
-        nonlocal turns
-        turns += 1
-        if running:
-            asyncio.get_running_loop().call_soon(tick)
-
-    asyncio.get_running_loop().call_soon(tick)
-    try:
-        return await work, turns
-    finally:
-        running = False
+    """Run ``work`` and count the loop turns meanwhile."""
+    with PerTurn(lambda: 0) as turns:
+        return await work, len(turns.growth)
 
 
 def test_a_walk_yields_between_slices_and_keeps_the_order():
