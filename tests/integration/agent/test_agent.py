@@ -173,7 +173,7 @@ def _tokens_used_by_client(cluster: LocalCluster) -> dict[str, set[str]]:
 def test_three_minutes_of_an_agent_with_four_running_clients(
     cluster: LocalCluster, tmp_path: Path
 ) -> None:
-    agent = AgentProcess(cluster, tmp_path).start()
+    agent = AgentProcess(cluster, tmp_path, metrics=True).start()
     try:
         agent.wait_published()
         bad_reads: list[str] = []
@@ -284,7 +284,8 @@ def test_controller_killed_during_a_renewal_the_renewal_completes_before_expiry(
     # before the renewal, and a failover takes the 4 s ZooKeeper session timeout plus the
     # election; at 0.75 the late side of the jitter left 4.5 s to do it in, and a loaded CI
     # machine once missed it.
-    agent = AgentProcess(cluster, tmp_path, "--renew-fraction", "0.5", owner=owner).start()
+    agent = AgentProcess(cluster, tmp_path, "--renew-fraction", "0.5", owner=owner,
+                          metrics=True).start()
     try:
         agent.wait_published()
         state = json.loads(agent.state.read_text())

@@ -73,7 +73,7 @@ def test_executors_keep_working_across_two_replacements_of_the_token(
     cluster: LocalCluster, standalone: str, tmp_path: Path
 ) -> None:
     agent = AgentProcess(cluster, tmp_path, "--overlap-ms", "3000", "--margin-ms", "1000",
-                         owner="User:spark-job")
+                         owner="User:spark-job", metrics=True)
     agent.start()  # (the overlap and margin given last win over AgentProcess's defaults)
     try:
         agent.wait_published()

@@ -164,7 +164,7 @@ def test_rolling_restart_under_client_load(cluster: LocalCluster, tmp_path: Path
         controller_before = admin.describe_cluster().controller_id
     agent_dir = tmp_path / "agent"
     agent_dir.mkdir()
-    agent = AgentProcess(cluster, agent_dir, "--renew-fraction", "0.25").start()
+    agent = AgentProcess(cluster, agent_dir, "--renew-fraction", "0.25", metrics=True).start()
     watcher = None
     clients: list[Client] = []
     try:
