@@ -8,8 +8,13 @@ fault the checks of ``faults.chaos_check`` plus those that need the brokers:
 - ``controller``: kill -9 of the controller, restarted once its session has expired.
   Recovery: until a create sent through a survivor after the kill is acknowledged
   (the writes are held during the failover); the note gives the new controller's time.
-- ``zk-leader`` / ``zk-follower``: kill -9 of that ZooKeeper node, started again
-  ``ZK_DOWN_S`` later. Recovery: until a create sent after the kill is acknowledged.
+- ``zk-leader`` / ``zk-follower``: kill -9 of that ZooKeeper node, started again once
+  writes have recovered without it, at least ``ZK_DOWN_S`` after the kill (so the
+  survivors recover alone). Recovery: until a create sent after the kill is acknowledged;
+  the note gives when a surviving node first led (:class:`LeaderWatch`).
+- ``zk-quorum``: kill -9 of the ZooKeeper leader with a follower frozen (SIGSTOP) for
+  ``ZK_FREEZE_S``: no quorum until the SIGCONT, and the follower left running has been
+  looking for a leader alone all that time. Recovery as for ``zk-leader``.
 - ``broker``: kill -9 of a broker a client has a write in flight to, restarted once its
   session has expired. Recovery: until a token created after its restart, through
   another broker, logs in on it.
@@ -65,9 +70,10 @@ from zk.errors import StoreError
 from zk.server import ZooKeeperNode
 from zk.token_store import TokenStore
 
-FAULTS = ("controller", "zk-leader", "zk-follower", "broker", "pause5", "pause15",
+FAULTS = ("controller", "zk-leader", "zk-follower", "zk-quorum", "broker", "pause5", "pause15",
           "revocation5", "revocation15")
 ZK_DOWN_S = 10.0
+ZK_FREEZE_S = 8.0
 WARM_UP_S = 2.0
 RECOVERY_LIMIT_S = 120.0
 CONVERGE_LIMIT_S = 30.0
@@ -89,6 +95,42 @@ class FaultResult:
     recovery_s: float | None = None
     notes: list[str] = field(default_factory=list)
     rounds: list[RevocationRound] = field(default_factory=list)
+
+
+class LeaderWatch:
+    """Asks the surviving ZooKeeper nodes their mode every ``poll_s`` from a thread of its
+    own, from ``since`` until :meth:`stop`; the note says when one first led, so that a
+    slow recovery shows whether ZooKeeper or the brokers took the time."""
+
+    def __init__(self, nodes: Sequence[ZooKeeperNode], since: float, poll_s: float = 0.2) -> None:
+        self._nodes = list(nodes)
+        self._since = since
+        self._poll_s = poll_s
+        self._stop = threading.Event()
+        self.led: tuple[float, int] | None = None  # (seconds after ``since``, server id)
+        self.last_modes: dict[int, str | None] = {}
+        self._thread = threading.Thread(target=self._run, name="zk-leader-watch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while self.led is None and not self._stop.is_set():
+            self.last_modes = {n.server_id: n.mode() for n in self._nodes}
+            leading = [sid for sid, mode in self.last_modes.items() if mode == "leader"]
+            if leading:
+                self.led = (time.monotonic() - self._since, leading[0])
+                return
+            self._stop.wait(self._poll_s)
+
+    def stop(self) -> str:
+        """Stop asking; the note for the fault's row."""
+        self._stop.set()
+        self._thread.join(5)
+        if self.led is not None:
+            return f"ZooKeeper node {self.led[1]} leading {self.led[0]:.1f}s after the kill"
+        modes = ", ".join(f"node {sid} {mode or 'not serving'}"
+                          for sid, mode in sorted(self.last_modes.items()))
+        return (f"no ZooKeeper leader {time.monotonic() - self._since:.0f}s after the kill "
+                f"({modes})")
 
 
 class Chaos(FaultCluster):
@@ -220,6 +262,7 @@ class Chaos(FaultCluster):
             inject: dict[str, Callable[[FaultResult], None]] = {
                 "controller": self.kill_controller, "zk-leader": self.kill_zookeeper_leader,
                 "zk-follower": self.kill_zookeeper_follower, "broker": self.kill_writer,
+                "zk-quorum": self.kill_zookeeper_quorum,
                 "pause5": self.pause, "pause15": self.pause,
             }
             inject[kind](result)
@@ -250,12 +293,29 @@ class Chaos(FaultCluster):
     def kill_zookeeper_follower(self, result: FaultResult) -> None:
         self._kill_zookeeper(result, leader=False)
 
-    def _kill_zookeeper(self, result: FaultResult, *, leader: bool) -> None:
+    def kill_zookeeper_quorum(self, result: FaultResult) -> None:
+        self._kill_zookeeper(result, leader=True, freeze_s=ZK_FREEZE_S)
+
+    def _kill_zookeeper(self, result: FaultResult, *, leader: bool, freeze_s: float = 0.0) -> None:
         node = self._zookeeper_node(leader)
         result.name = f"kill -9 ZooKeeper node {node.server_id} ({node.mode() or '?'})"
+        survivors = [n for n in self.ensemble.nodes if n is not node]
+        # The frozen one: the lowest id, whose vote loses to the other's when both have
+        # seen the same transactions, so the election waits for the running one's next vote.
+        frozen = min(survivors, key=lambda n: n.server_id) if freeze_s else None
+        if frozen is not None:
+            result.name += f", node {frozen.server_id} frozen {freeze_s:.0f}s"
+            os.kill(frozen.pid, signal.SIGSTOP)
         killed = time.monotonic()
         node.kill()
+        if frozen is not None:
+            try:
+                time.sleep(freeze_s)
+            finally:
+                os.kill(frozen.pid, signal.SIGCONT)
+        leader = LeaderWatch(survivors, killed)
         result.recovery_s = self._write_recovery(result.ledger, self.cluster.broker_ids(), killed)
+        result.notes.append(leader.stop())
         time.sleep(max(0.0, ZK_DOWN_S - (time.monotonic() - killed)))
         node.start()
         result.notes.append(f"serving again {time.monotonic() - killed:.0f}s after the kill")

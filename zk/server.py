@@ -30,6 +30,16 @@ snapshots and their logs, hourly), and the session limits grant any session
 timeout up to ``max_session_timeout_ms`` (ZooKeeper's own default caps sessions
 at 20 ticks, 10 s with our 500 ms tick, below the brokers' 18 s).
 
+Leader election: a node that is looking for a leader sends its vote again after a wait that
+doubles each round, up to ZooKeeper's ``zookeeper.fastleader.maxNotificationInterval``
+(60 s by default). When the peers miss each other's votes (one was frozen or starved of
+CPU when the leader died), that wait, not the election, is what keeps the ensemble
+without a leader: kill -9 of the leader with the other follower frozen for 8 s
+(``./dev chaos --faults zk-quorum``) gave a leader 21.2 s after the kill, and 13.6-13.7 s
+with a 2 s cap (docs/operations.md).
+Every node started here caps it at :data:`MAX_VOTE_INTERVAL_MS`; an election on a
+working network still ends on the first exchange of votes.
+
 JVM flags: every node this module starts also gets the flags of the environment variable
 :data:`JVMFLAGS_ENV` (split as a shell would), after its own, as ZooKeeper's
 ``zkServer.sh`` takes ``JVMFLAGS``. The test suite uses it to start its hundreds of
@@ -62,6 +72,8 @@ from cryptography import x509
 
 # Extra JVM flags for every node started here (see the module's doc).
 JVMFLAGS_ENV = "TOKENSVC_ZOOKEEPER_JVMFLAGS"
+# The longest a node looking for a leader waits before it sends its vote again.
+MAX_VOTE_INTERVAL_MS = 2000
 
 
 def extra_jvm_flags(environ: Mapping[str, str] = os.environ) -> list[str]:
@@ -516,6 +528,7 @@ class ZooKeeperNode:
             # Its collections, for the operator (docs/operations.md): five files of 10 MB.
             f"-Xlog:gc:file={self.data_dir / 'gc.log'}:time,uptime:filecount=5,filesize=10m",
             "-Dzookeeper.admin.enableServer=false",
+            f"-Dzookeeper.fastleader.maxNotificationInterval={MAX_VOTE_INTERVAL_MS}",
             f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
             *jaas,
             *extra_jvm_flags(),

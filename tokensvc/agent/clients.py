@@ -82,9 +82,14 @@ class CredentialsWatcher:
         return self
 
     def close(self) -> None:
+        """Stop following the file and let go of the listeners: they hold the clients,
+        and a librdkafka client (confluent-kafka) has no close of its own; it closes its
+        connections when the last reference to it goes."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        with self._lock:
+            self._listeners.clear()
 
     def __enter__(self) -> Self:
         return self if self._thread is not None else self.start()

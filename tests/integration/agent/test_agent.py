@@ -156,6 +156,10 @@ class Clients:
         self.admin.close()
         self.loop.run_until_complete(self.aiokafka.close())
         self.loop.close()
+        # confluent-kafka's admin client has no close: it stops when its last reference
+        # goes (the watcher lets go of its listener when closed). Kept, it would retry the
+        # module's stopped brokers for the rest of the run.
+        self.confluent = None
 
 
 def _tokens_used_by_client(cluster: LocalCluster) -> dict[str, set[str]]:

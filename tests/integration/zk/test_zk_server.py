@@ -10,6 +10,7 @@ from kazoo.client import KazooClient
 
 from zk.server import (
     DEFAULT_HEAP_MB,
+    MAX_VOTE_INTERVAL_MS,
     ManagedZooKeeper,
     ZooKeeperEnsemble,
     ZooKeeperStartError,
@@ -69,6 +70,8 @@ def test_a_node_without_security_keeps_its_open_plain_configuration(tmp_path):
     ]
     assert not [arg for arg in command if "login.config" in arg]
     assert not node.jaas_path.exists()
+    # A node looking for a leader sends its vote again at least every 2 s (not 60 s).
+    assert f"-Dzookeeper.fastleader.maxNotificationInterval={MAX_VOTE_INTERVAL_MS}" in command
 
 
 def test_a_port_in_use_is_a_clear_error(tmp_path):

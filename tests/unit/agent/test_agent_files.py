@@ -140,3 +140,21 @@ def test_state_round_trips_and_refuses_another_owners_file(tmp_path) -> None:
     (tmp_path / "state.json").write_text('{"version": 1, "owner": "User:job", "current": {}}')
     with pytest.raises(StateError):
         file.load("User:job")
+
+
+def test_a_closed_watcher_lets_go_of_its_clients(tmp_path) -> None:
+    from tokensvc.agent.clients import CredentialsWatcher
+
+    path = tmp_path / "creds.json"
+    write_atomic(path, render(CREDS, "json", 1))
+    applied: list[str] = []
+    watcher = CredentialsWatcher(path, poll_interval_s=60).start()
+    watcher.add_listener(lambda creds: applied.append(creds.token_id))
+    write_atomic(path, render(Credentials("bmV4dA", "aG1hYw==", "User:etl-job", 1, 2, 3),
+                              "json", 2))
+    assert watcher.poll() and applied == ["bmV4dA"]
+    watcher.close()
+    # A closed watcher holds no listener (they hold the clients): a later token reaches none.
+    write_atomic(path, render(Credentials("dGhpcmQ", "aG1hYw==", "User:etl-job", 1, 2, 3),
+                              "json", 3))
+    assert watcher.poll() and applied == ["bmV4dA"]
