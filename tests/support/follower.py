@@ -14,13 +14,23 @@ from zk.token_sync import TokenSync
 
 
 def hold_listings(sync: TokenSync, monkeypatch: pytest.MonkeyPatch) -> threading.Event:
-    """Make ``sync`` list nothing until the returned event is set (30 s at most)."""
+    """Make ``sync`` list nothing until the returned event is set (30 s at most).
+
+    The hold starts once every listing already under way has ended: the follower's tasks
+    run one at a time on its worker, so a mark queued behind them runs after them. A
+    listing begun before the hold (a watch that fired as the follower started) could
+    otherwise list the test's first writes before the test applies them; a full run of the
+    suite saw that once."""
     allowed = threading.Event()
+    holding = threading.Event()
     list_root = sync._list
 
     def held(root):
-        assert allowed.wait(30), "the test never let the follower list"
+        if holding.is_set():
+            assert allowed.wait(30), "the test never let the follower list"
         return list_root(root)
 
     monkeypatch.setattr(sync, "_list", held)
+    sync._worker.submit("test: hold the listings from here", holding.set)
+    assert holding.wait(30), "the follower's worker never reached the hold"
     return allowed
