@@ -306,16 +306,19 @@ class Chaos(FaultCluster):
         if frozen is not None:
             result.name += f", node {frozen.server_id} frozen {freeze_s:.0f}s"
             os.kill(frozen.pid, signal.SIGSTOP)
-        killed = time.monotonic()
-        node.kill()
-        if frozen is not None:
-            try:
-                time.sleep(freeze_s)
-            finally:
+        try:
+            killed = time.monotonic()
+            node.kill()
+            time.sleep(freeze_s)
+        finally:
+            if frozen is not None:
                 os.kill(frozen.pid, signal.SIGCONT)
         leader = LeaderWatch(survivors, killed)
-        result.recovery_s = self._write_recovery(result.ledger, self.cluster.broker_ids(), killed)
-        result.notes.append(leader.stop())
+        try:
+            result.recovery_s = self._write_recovery(result.ledger, self.cluster.broker_ids(),
+                                                     killed)
+        finally:
+            result.notes.append(leader.stop())
         time.sleep(max(0.0, ZK_DOWN_S - (time.monotonic() - killed)))
         node.start()
         result.notes.append(f"serving again {time.monotonic() - killed:.0f}s after the kill")

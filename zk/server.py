@@ -30,15 +30,14 @@ snapshots and their logs, hourly), and the session limits grant any session
 timeout up to ``max_session_timeout_ms`` (ZooKeeper's own default caps sessions
 at 20 ticks, 10 s with our 500 ms tick, below the brokers' 18 s).
 
-Leader election: a node that is looking for a leader sends its vote again after a wait that
-doubles each round, up to ZooKeeper's ``zookeeper.fastleader.maxNotificationInterval``
+Leader election: a node that is looking for a leader sends its vote again after a wait
+that doubles each round, up to ZooKeeper's ``zookeeper.fastleader.maxNotificationInterval``
 (60 s by default). When the peers miss each other's votes (one was frozen or starved of
-CPU when the leader died), that wait, not the election, is what keeps the ensemble
-without a leader: kill -9 of the leader with the other follower frozen for 8 s
-(``./dev chaos --faults zk-quorum``) gave a leader 21.2 s after the kill, and 13.6-13.7 s
-with a 2 s cap (docs/operations.md).
-Every node started here caps it at :data:`MAX_VOTE_INTERVAL_MS`; an election on a
-working network still ends on the first exchange of votes.
+CPU when the leader died), that wait, not the election, keeps the ensemble without a
+leader: kill -9 of the leader with the other follower frozen for 8 s (``./dev chaos
+--faults zk-quorum``) gave a leader 21.2 s after the kill, and 13.6-13.7 s with a 2 s cap
+(docs/operations.md). Every node started here caps it at :data:`MAX_VOTE_INTERVAL_MS`;
+an election on a working network still ends on the first exchange of votes.
 
 JVM flags: every node this module starts also gets the flags of the environment variable
 :data:`JVMFLAGS_ENV` (split as a shell would), after its own, as ZooKeeper's
