@@ -42,6 +42,7 @@ thread that started them (``die_with_parent``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import random
@@ -642,6 +643,11 @@ def run(faults: list[str], *, repeat: int = 1, seconds: float = 30.0, clients: i
     return results
 
 
+def interrupt(*_: object) -> None:
+    """A SIGTERM handler: raise KeyboardInterrupt, as Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
 def parse_faults(parser: argparse.ArgumentParser, text: str, known: Sequence[str]) -> list[str]:
     """``--faults``: the comma-separated names, in order; a parser error for an unknown one."""
     faults = [f.strip() for f in text.split(",") if f.strip()]
@@ -676,6 +682,9 @@ def main(argv: list[str] | None = None) -> int:
     if (min(args.repeat, args.clients, args.rounds) < 1 or args.seconds <= 0
             or (args.zk_tick_ms is not None and args.zk_tick_ms < 1)):
         parser.error("--repeat, --seconds, --clients, --rounds and --zk-tick-ms must be positive")
+    # SIGTERM unwinds like Ctrl-C: the finally blocks resume a frozen node, stop the
+    # cluster and remove the scratch directory.
+    signal.signal(signal.SIGTERM, interrupt)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("kazoo").setLevel(logging.ERROR)
     # The suite's own ZooKeeper clients ask for the default timeout; it prints the
@@ -690,4 +699,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    with contextlib.suppress(KeyboardInterrupt):
+        sys.exit(main())
+    sys.exit(130)

@@ -66,6 +66,7 @@ from faults.chaos import (
     WARM_UP_S,
     Chaos,
     FaultResult,
+    interrupt,
     parse_faults,
     table,
 )
@@ -612,10 +613,6 @@ def _handover(samples: list[ControllerSample], old: int) -> str:
             f"{new[1]} first at {new[0]:.2f}s ({new[0] - last_old:.2f}s with none)")
 
 
-def _interrupt(*_: object) -> None:
-    raise KeyboardInterrupt
-
-
 def _seconds(value: float | None) -> str:
     return "never" if value is None else f"{value:.2f}s"
 
@@ -702,7 +699,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chaos --net: {exc}", file=sys.stderr)
         return 2
     # SIGTERM unwinds like Ctrl-C, so the finally blocks remove what was created.
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
     logging.basicConfig(level=logging.WARNING)
     for noisy in ("kazoo", "zk.client", "tokensvc.admin"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
