@@ -39,10 +39,13 @@ from tokensvc.cluster.zookeeper import (
     _secure_zookeeper_files,
     _write_zk_client_config,
 )
+from tokensvc.core.config import KAFKA_SHARED
 from tokensvc.core.configdef import ConfigError
 from tokensvc.core.zk_security import ZK_KEY_NAMES
+from tokensvc.properties import read_properties
 from zk.brokers import BrokerRegistry
 from zk.client import ZkSettings, open_client, settings_from_file
+from zk.layout import Coordination, coordination
 from zk.server import (
     DEFAULT_HEAP_MB,
     ManagedZooKeeper,
@@ -322,10 +325,15 @@ class LocalCluster:
             )
         self.broker_info(broker_id)["pid"] = broker.process.pid
 
+    def coordination(self, broker_id: int) -> Coordination:
+        """Where broker ``broker_id`` registers and elects (its ``kafka.zookeeper.shared``)."""
+        props = read_properties(self.broker_info(broker_id)["config"])
+        return coordination(props.get(KAFKA_SHARED, "").strip().lower() == "true")
+
     def _wait_unregistered(self, broker_id: int, timeout: float) -> None:
         client = open_client(self.zk_settings())
         try:
-            registry = BrokerRegistry(client)
+            registry = BrokerRegistry(client, paths=self.coordination(broker_id))
             deadline = time.monotonic() + timeout
             while broker_id in registry.brokers():
                 if time.monotonic() > deadline:
