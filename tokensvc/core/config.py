@@ -64,6 +64,7 @@ MASTER_KEY_ALIAS = "delegation.token.master.key"
 SECRET_KEY_FILE = "delegation.token.secret.key.file"
 SECRET_KEY_ENV = "delegation.token.secret.key.env"
 SECRET_KEY_PREVIOUS = "delegation.token.secret.key.previous"
+KAFKA_ZOOKEEPER_SHARED = "kafka.zookeeper.shared"
 
 _LISTENER = r"(?P<name>[A-Za-z0-9_.-]+)://(?P<host>\[[^\]]*\]|[^:/\[\]]*):(?P<port>\d+)"
 _HOST_PORT = r"(?P<host>\[[^\]]*\]|[^:/\[\]]+):(?P<port>\d+)"
@@ -106,6 +107,8 @@ _KEYS = [
               "How long to wait for the first connection at start.",
               default_doc="`zookeeper.session.timeout.ms`"),
     *ZK_SECURITY_KEYS,
+    ConfigKey(KAFKA_ZOOKEEPER_SHARED, Type.BOOLEAN, False, None, M,
+              "Share ZooKeeper with an Apache Kafka cluster (docs/kafka.md)."),
     ConfigKey("zookeeper.max.staleness.ms", Type.LONG, 3000, at_least(1, also=(-1,)), M,
               "A broker whose view of ZooKeeper was last confirmed current longer ago than "
               "this authenticates no token or SCRAM user, and serves no token connection, "
