@@ -54,13 +54,14 @@ def kafka_secret_key(directory: Path, overrides: Mapping[str, str]) -> str:
 
 def make_kafka_brokers(directory: Path, count: int, zookeeper: ZkSettings,
                        admin: tuple[str, str], secret_key: str, *,
-                       die_with_parent: bool, reauth_ms: int | None = None) -> list[KafkaBroker]:
+                       die_with_parent: bool, reauth_ms: int | None = None,
+                       overrides: Mapping[str, str] | None = None) -> list[KafkaBroker]:
     """``count`` Kafka brokers in ``DIR/kafka-<id>/`` (not started)."""
     return [
         KafkaBroker(directory / f"kafka-{KAFKA_BROKER_ID_BASE + n}", KAFKA_BROKER_ID_BASE + n,
                     zookeeper, admin=admin, secret_key=secret_key, reauth_ms=reauth_ms,
                     replication_factor=min(count, 3), heap_mb=KAFKA_HEAP_MB,
-                    die_with_parent=die_with_parent)
+                    overrides=overrides, die_with_parent=die_with_parent)
         for n in range(1, count + 1)
     ]
 

@@ -133,6 +133,7 @@ class LocalCluster:
         one_by_one: bool = False,
         kafka_brokers: int = 0,
         kafka_reauth_ms: int | None = None,
+        kafka_overrides: Mapping[str, str] | None = None,
     ) -> LocalCluster:
         """Start ZooKeeper (unless ``zookeeper`` is a connect string) and ``brokers`` brokers
         in ``directory``; return once all answer. ``die_with_parent`` ties every process to
@@ -151,8 +152,9 @@ class LocalCluster:
         :mod:`tokensvc.cluster.kafka`) start once tokensvc's answer, on the same ZooKeeper
         with the same master key; tokensvc's brokers then get
         ``kafka.zookeeper.shared=true``. ``kafka_reauth_ms`` is their
-        ``connections.max.reauth.ms``. With ``brokers=0`` only ZooKeeper, the users and
-        the Kafka brokers start."""
+        ``connections.max.reauth.ms``; ``kafka_overrides`` are keys of their
+        ``server.properties``, applied last. With ``brokers=0`` only ZooKeeper, the users
+        and the Kafka brokers start."""
         if brokers < 0 or brokers + kafka_brokers < 1:
             raise ClusterError("a cluster needs at least one broker")
         overrides = dict(overrides or {})
@@ -207,7 +209,8 @@ class LocalCluster:
                 cluster._save()
                 cluster._wait_ready(list(cluster._brokers), timeout)
             if kafka_brokers:
-                cluster._start_kafka(kafka_brokers, overrides, kafka_reauth_ms, timeout)
+                cluster._start_kafka(kafka_brokers, overrides, kafka_reauth_ms, timeout,
+                                     kafka_overrides or {})
         except BaseException:
             if cluster is not None:
                 cluster.down()
@@ -262,6 +265,11 @@ class LocalCluster:
         zk = self.info["zookeeper"]
         pids = zk.get("pids") or ([zk["pid"]] if zk["pid"] is not None else [])
         return [p for p in pids if _alive(p, str(self.directory / "zookeeper"))]
+
+    def kafka_brokers(self) -> list[KafkaBroker]:
+        """The Kafka brokers this object started (empty for a cluster opened from its
+        directory)."""
+        return list(self._kafka)
 
     def kafka_pids(self) -> list[int]:
         """The pids of the cluster's Kafka brokers that run."""
@@ -344,14 +352,15 @@ class LocalCluster:
     # -- internals -------------------------------------------------------------------------
 
     def _start_kafka(self, count: int, overrides: Mapping[str, str], reauth_ms: int | None,
-                     timeout: float) -> None:
+                     timeout: float, kafka_overrides: Mapping[str, str]) -> None:
         """Start ``count`` Kafka brokers, record them, and leave what a person needs to
         try them: Kafka's tools as scripts and a client login with a fresh token."""
         admin = self.info["admin"]
         self._kafka = make_kafka_brokers(
             self.directory, count, self.zk_settings(), (admin["username"], admin["password"]),
             kafka_secret_key(self.directory, overrides),
-            die_with_parent=self._die_with_parent, reauth_ms=reauth_ms)
+            die_with_parent=self._die_with_parent, reauth_ms=reauth_ms,
+            overrides=kafka_overrides)
         try:
             for broker in self._kafka:
                 broker.spawn()
