@@ -39,7 +39,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError, SaslAuthenticationFailedError
 
 from tests.support.build_cache import go_program, java_program, maven_jars
-from zk.server import find_java
+from tokensvc.jvm.java import find_java
 
 KAFKA_CLIENTS = ("org.apache.kafka:kafka-clients:3.9.1",)
 ROOT = Path(__file__).resolve().parents[2]

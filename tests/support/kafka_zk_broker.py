@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.support.build_cache import maven_jars
+from tokensvc.jvm.java import find_java
+from tokensvc.jvm.ports import free_port
 from zk.client import ZkSettings
 from zk.credential_store import bootstrap_user
-from zk.server import find_java, free_port
 
 KAFKA_VERSION = "3.9.1"
 KAFKA_ARTIFACTS = (f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}",

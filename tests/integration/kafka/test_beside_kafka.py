@@ -189,7 +189,7 @@ def test_a_tokensvc_token_with_labels_writes_and_reads_a_topic_on_kafka(
         ("aiokafka", kafka_clients.aiokafka_produce_consume),
     ):
         result = produce_consume(kafka, token["token_id"], token["hmac"], _unique(name), 20)
-        assert result.read == result.written and len(result.written) == 20, name
+        assert result.received == result.sent and len(result.sent) == 20, name
 
 
 def test_revoked_through_tokensvc_by_id_owner_and_label_is_refused_on_both_kafka_brokers(
