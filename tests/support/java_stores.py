@@ -42,8 +42,10 @@ def _keytool(*args: str) -> None:
                    check=True, timeout=120)
 
 
-def write_java_stores(certs: ZkCertificates, directory: Path) -> JavaStores:
-    """The four stores of ``certs`` in ``directory`` (created)."""
+def write_java_stores(certs: ZkCertificates, directory: Path,
+                      kinds: tuple[str, ...] = ("JKS", "PKCS12")) -> JavaStores:
+    """The stores of ``certs`` in ``directory`` (created), of the ``kinds`` asked (the
+    paths of the others are named but not written)."""
     directory.mkdir(parents=True, exist_ok=True)
     pem = certs.client.read_bytes()
     chain = x509.load_pem_x509_certificates(pem)
@@ -55,11 +57,15 @@ def write_java_stores(certs: ZkCertificates, directory: Path) -> JavaStores:
     stores = JavaStores(directory / "client.jks", directory / "client.p12",
                         directory / "truststore.jks", directory / "truststore.p12")
     for target, kind in ((stores.client_jks, "JKS"), (stores.client_p12, "PKCS12")):
+        if kind not in kinds:
+            continue
         _keytool("-importkeystore", "-noprompt", "-srckeystore", str(seed),
                  "-srcstoretype", "PKCS12", "-srcstorepass:env", _PASSWORD_VARIABLE,
                  "-destkeystore", str(target), "-deststoretype", kind,
                  "-deststorepass:env", _PASSWORD_VARIABLE)
     for target, kind in ((stores.truststore_jks, "JKS"), (stores.truststore_p12, "PKCS12")):
+        if kind not in kinds:
+            continue
         _keytool("-importcert", "-noprompt", "-alias", "zookeeper-ca", "-file", str(certs.ca),
                  "-keystore", str(target), "-storetype", kind,
                  "-storepass:env", _PASSWORD_VARIABLE)

@@ -81,15 +81,16 @@ class _Unsupported(Validator):
     """A Kafka key tokensvc accepts only at its default (false, or unset): any other
     value is refused with ``reason`` rather than silently ignored."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, allowed: str) -> None:
         self.reason = reason
+        self.allowed = allowed
 
     def __call__(self, key: str, value: object) -> None:
         if value:
             raise ConfigError(key, f"is not supported by tokensvc: {self.reason}")
 
     def describe(self) -> str:
-        return "unset"
+        return self.allowed
 
 _H, _M, _L = Importance.HIGH, Importance.MEDIUM, Importance.LOW
 ZK_SECURITY_KEYS = [
@@ -144,7 +145,7 @@ ZK_SECURITY_KEYS = [
               default_doc="unset"),
     ConfigKey(CIPHER_SUITES, Type.LIST, (),
               _Unsupported("Python's TLS cannot take the JVM's cipher suite names; remove it "
-                           "(the defaults are the TLS library's secure suites)"), _L,
+                           "(the defaults are the TLS library's secure suites)", "unset"), _L,
               "Not supported: any value is refused at start.", default_doc="unset"),
     ConfigKey(ENDPOINT_ID, Type.STRING, "HTTPS", OneOf(("HTTPS", ""), ignore_case=True), _M,
               "`HTTPS` (any case): the server certificate must name the host connected to; "
@@ -152,10 +153,10 @@ ZK_SECURITY_KEYS = [
               blank_is_value=True),
     ConfigKey(CRL, Type.BOOLEAN, False,
               _Unsupported("certificate revocation lists are not checked; remove it or set "
-                           "false"), _L,
+                           "false", "`false`"), _L,
               "Only `false`: tokensvc does not check revocation lists."),
     ConfigKey(OCSP, Type.BOOLEAN, False,
-              _Unsupported("OCSP is not checked; remove it or set false"), _L,
+              _Unsupported("OCSP is not checked; remove it or set false", "`false`"), _L,
               "Only `false`: tokensvc does not check OCSP."),
     ConfigKey(SASL_CLIENT, Type.BOOLEAN, True, None, _L,
               f"Log in with SASL when `{JAAS_FILE}` is set (ZooKeeper's system property of "
