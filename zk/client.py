@@ -234,10 +234,10 @@ def _tls_context(settings: ZkSettings) -> ssl.SSLContext:
         return client_context(tls)
     except ConfigError as exc:
         raise ZooKeeperUnavailable(f"cannot use the ZooKeeper TLS stores: {exc}") from None
-    except ssl.SSLError as exc:
+    except OSError as exc:  # ssl.SSLError included
         raise ZooKeeperUnavailable(
             f"cannot use the ZooKeeper TLS stores ({SSL_ENABLE}, {KEYSTORE}, {TRUSTSTORE}): "
-            f"{getattr(exc, 'reason', None) or exc}"
+            f"{getattr(exc, 'reason', None) or exc.strerror or exc}"
         ) from None
 
 

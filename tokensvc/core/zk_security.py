@@ -229,7 +229,10 @@ class ZkSecurity:
         """One line for the log: what is used, never a secret."""
         parts = []
         if self.tls is not None:
-            parts.append("TLS with a client certificate" if self.tls.keystore else "TLS")
+            stores = (f"{self.tls.keystore_type} key store, " if self.tls.keystore else "") + (
+                f"{self.tls.truststore_type} trust store")
+            parts.append(("TLS with a client certificate" if self.tls.keystore else "TLS")
+                         + f" ({stores})")
         if self.sasl is not None:
             parts.append(f"SASL {self.sasl.mechanism} as {self.sasl.username!r}")
         if self.digest is not None:

@@ -187,6 +187,16 @@ def test_endpoint_identification_blank_turns_host_name_checks_off_as_kafka(
     assert tls(props).check_hostname is checked
 
 
+def test_the_start_line_names_the_store_types_never_a_password() -> None:
+    found = security({**TLS, "zookeeper.ssl.keystore.location": "/s/client.jks",
+                      "zookeeper.ssl.keystore.password": "ks-secret",
+                      "zookeeper.ssl.truststore.location": "/s/ca.p12",
+                      "zookeeper.ssl.truststore.password": "ts-secret"})
+    line = found.describe()
+    assert line.startswith("TLS with a client certificate (JKS key store, PKCS12 trust store)")
+    assert "secret" not in line and "secret" not in repr(found)
+
+
 def test_every_zookeeper_key_of_kafka_is_declared() -> None:
     kafka = {"zookeeper.ssl.client.enable", "zookeeper.clientCnxnSocket",
              "zookeeper.ssl.keystore.location", "zookeeper.ssl.keystore.password",
