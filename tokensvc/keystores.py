@@ -200,6 +200,9 @@ def _jks_as_pkcs12(location: str, password: str, _version: tuple[int, int, int])
 def _keytool_refusal(location: str, output: str) -> StoreError:
     if "password was incorrect" in output or "password verification failed" in output:
         return StoreError(f"{location}: wrong password, or a damaged store", "password")
+    if "Enter key password" in output:
+        return StoreError(f"{location}: a key's password is not the store's (ZooKeeper and "
+                          "tokensvc take one password for both)", "password")
     if "Invalid keystore format" in output or "Unrecognized keystore format" in output:
         return StoreError(f"{location} is not a JKS store", "type")
     lines = [line.removeprefix("keytool error: ") for line in output.splitlines()

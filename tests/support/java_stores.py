@@ -23,7 +23,7 @@ from tokensvc.devcerts import ZkCertificates
 from tokensvc.keystores import find_keytool
 
 STORE_PASSWORD = "store-secret-1"
-_PASSWORD_VARIABLE = "TEST_STORE_PASSWORD"
+PASSWORD_VARIABLE = "TEST_STORE_PASSWORD"
 
 
 @dataclass(frozen=True)
@@ -35,8 +35,9 @@ class JavaStores:
     password: str = STORE_PASSWORD
 
 
-def _keytool(*args: str) -> None:
-    environment = {**os.environ, _PASSWORD_VARIABLE: STORE_PASSWORD}
+def keytool(*args: str) -> None:
+    """Run keytool; ``-...pass:env TEST_STORE_PASSWORD`` gives it the store password."""
+    environment = {**os.environ, PASSWORD_VARIABLE: STORE_PASSWORD}
     subprocess.run([find_keytool(), "-J-XX:TieredStopAtLevel=1", "-J-XX:+UseSerialGC", *args],
                    env=environment, stdin=subprocess.DEVNULL, capture_output=True,
                    check=True, timeout=120)
@@ -59,15 +60,15 @@ def write_java_stores(certs: ZkCertificates, directory: Path,
     for target, kind in ((stores.client_jks, "JKS"), (stores.client_p12, "PKCS12")):
         if kind not in kinds:
             continue
-        _keytool("-importkeystore", "-noprompt", "-srckeystore", str(seed),
-                 "-srcstoretype", "PKCS12", "-srcstorepass:env", _PASSWORD_VARIABLE,
+        keytool("-importkeystore", "-noprompt", "-srckeystore", str(seed),
+                 "-srcstoretype", "PKCS12", "-srcstorepass:env", PASSWORD_VARIABLE,
                  "-destkeystore", str(target), "-deststoretype", kind,
-                 "-deststorepass:env", _PASSWORD_VARIABLE)
+                 "-deststorepass:env", PASSWORD_VARIABLE)
     for target, kind in ((stores.truststore_jks, "JKS"), (stores.truststore_p12, "PKCS12")):
         if kind not in kinds:
             continue
-        _keytool("-importcert", "-noprompt", "-alias", "zookeeper-ca", "-file", str(certs.ca),
+        keytool("-importcert", "-noprompt", "-alias", "zookeeper-ca", "-file", str(certs.ca),
                  "-keystore", str(target), "-storetype", kind,
-                 "-storepass:env", _PASSWORD_VARIABLE)
+                 "-storepass:env", PASSWORD_VARIABLE)
     seed.unlink()
     return stores

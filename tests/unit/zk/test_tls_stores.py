@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from tests.support.java_stores import JavaStores, write_java_stores
+from tests.support.java_stores import PASSWORD_VARIABLE, JavaStores, keytool, write_java_stores
 from tokensvc.config_loader import load_zk_security
 from tokensvc.core.configdef import ConfigError
 from tokensvc.core.zk_security import ZkTlsFiles
@@ -109,6 +109,25 @@ def test_a_wrong_password_for_an_encrypted_pem_key_is_refused(
     with pytest.raises(ConfigError, match="wrong password for its key"):
         check_stores(ZkTlsFiles(keystore=str(encrypted), truststore=str(certs.ca),
                                 keystore_password=WRONG))
+
+
+def test_a_jks_key_whose_password_is_not_the_stores_is_refused_as_in_zookeeper(
+    stores: JavaStores, certs: ZkCertificates, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    odd = tmp_path / "odd-key.jks"
+    monkeypatch.setenv("TEST_KEY_PASSWORD", "another-key-secret")
+    keytool("-importkeystore", "-noprompt", "-srckeystore", str(stores.client_jks),
+            "-srcstoretype", "JKS", "-srcstorepass:env", PASSWORD_VARIABLE,
+            "-destkeystore", str(odd), "-deststoretype", "JKS",
+            "-deststorepass:env", PASSWORD_VARIABLE, "-destkeypass:env", "TEST_KEY_PASSWORD")
+    files = ZkTlsFiles(keystore=str(odd), truststore=str(certs.ca), keystore_type="JKS",
+                       keystore_password=stores.password)
+    with pytest.raises(ConfigError) as caught:
+        check_stores(files)
+    assert str(caught.value) == (
+        f"zookeeper.ssl.keystore.location: {odd}: a key's password is not the store's "
+        "(ZooKeeper and tokensvc take one password for both) (check "
+        "zookeeper.ssl.keystore.password)")
 
 
 @pytest.mark.parametrize(("declared", "file_kind", "what"), [
