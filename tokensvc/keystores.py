@@ -172,10 +172,10 @@ def _version(location: str) -> tuple[int, int, int]:
 
 
 @functools.lru_cache(maxsize=16)
-def _jks_as_pkcs12(location: str, password: str, _version: tuple[int, int, int]) -> tuple[bytes, bytes]:
+def _jks_as_pkcs12(location: str, password: str, version: tuple[int, int, int]) -> tuple[bytes, bytes]:
     """The JKS store at ``location`` as PKCS12 bytes, and the one-time password they are
     under (keytool's copy, in a private directory removed on return). Kept per file
-    version and password: a broker's check at start and its clients share one run."""
+    ``version`` and password: a broker's check at start and its clients share one run."""
     keytool = find_keytool()
     copy_password = secrets.token_urlsafe(24)
     environment = {**os.environ, _SOURCE_PASSWORD: password, _TARGET_PASSWORD: copy_password}

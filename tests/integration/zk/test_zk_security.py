@@ -237,17 +237,14 @@ def test_wrong_or_missing_credentials_stop_the_start_in_one_line(
                                     "ZooKeeper identity",
     }.get(case)
     if case == "wrong JKS password":
-        # The cluster's own certificates in keytool's JKS stores, the key store's password wrong.
+        # The cluster's client certificate in keytool's JKS store, opened with a wrong password.
         tls = Path(secure_cluster.info["zookeeper"]["client_config"]).parent / "zookeeper-tls"
         jks = write_java_stores(devcerts.ZkCertificates(tls, tls / "ca.pem", tls / "ca-key.pem",
                                                         tls / "server.pem", tls / "client.pem"),
                                 tmp_path / "stores", kinds=("JKS",))
         changes = {"zookeeper.ssl.keystore.location": str(jks.client_jks),
                    "zookeeper.ssl.keystore.type": "JKS",
-                   "zookeeper.ssl.keystore.password": "not-the-password",
-                   "zookeeper.ssl.truststore.location": str(jks.truststore_jks),
-                   "zookeeper.ssl.truststore.type": "JKS",
-                   "zookeeper.ssl.truststore.password": jks.password}
+                   "zookeeper.ssl.keystore.password": "not-the-password"}
         cause = (f"zookeeper.ssl.keystore.location: {jks.client_jks}: wrong password, or a "
                  "damaged store (check zookeeper.ssl.keystore.password)")
     assert changes is not None and cause is not None
