@@ -10,9 +10,9 @@ JAAS line), franz-go (``scram.Auth{IsToken: true}``), kafka-python with
 with tokensvc's AdminClient through the Kafka broker, as its admin user.
 
 A Java consumer holds a session through re-authentication: with
-``connections.max.reauth.ms`` set (here for SCRAM-SHA-256 sessions only, so that the
-other tests' sessions are not re-authenticated), it lives on while its token does and is
-ended by the broker at its next re-authentication once the token is expired.
+``connections.max.reauth.ms`` set (the room's broker sets it for SCRAM-SHA-256 sessions
+only, conftest.py), it lives on while its token does and is ended by the broker at its
+next re-authentication once the token is expired.
 """
 
 from __future__ import annotations
@@ -28,14 +28,9 @@ from tests.support.kafka_clients import (
     java_produce_consume,
     java_session,
 )
-from tests.support.kafka_zk_broker import KafkaBroker
+from tests.support.kafka_zk_broker import KafkaBroker, reauth_key
 from tokensvc.admin.client import AdminClient
 
-REAUTH_MS = 3000
-# Kafka's listener- and mechanism-prefixed form of connections.max.reauth.ms (KIP-368).
-KAFKA_OVERRIDES = {
-    "listener.name.sasl_plaintext.scram-sha-256.connections.max.reauth.ms": str(REAUTH_MS),
-}
 COUNT = 20
 
 
@@ -90,11 +85,12 @@ def test_a_token_that_is_not_the_brokers_is_refused(kafka_broker: KafkaBroker,
 def test_expired_token_ends_an_open_session_at_its_reauthentication(
     kafka_broker: KafkaBroker, kafka_admin: AdminClient
 ) -> None:
+    reauth_s = int(kafka_broker.properties[reauth_key("SCRAM-SHA-256")]) / 1000
     kept, expired = kafka_admin.create_token(), kafka_admin.create_token()
     topic = "token-session"
     java_produce_consume(kafka_broker.bootstrap, kept.token_id, kept.hmac_b64, topic, 1,
                          mechanism="SCRAM-SHA-256")
-    hold_s = 3 * REAUTH_MS / 1000
+    hold_s = 3 * reauth_s
     sessions = [java_session(kafka_broker.bootstrap, t.token_id, t.hmac_b64, topic,
                              mechanism="SCRAM-SHA-256", max_s=hold_s + 30 if t is expired
                              else hold_s) for t in (kept, expired)]
@@ -104,7 +100,7 @@ def test_expired_token_ends_an_open_session_at_its_reauthentication(
         kafka_admin.expire_token(expired.hmac, -1)
 
         kept_end = sessions[0].wait_end(hold_s + 60)
-        expired_end = sessions[1].wait_end(REAUTH_MS / 1000 + 60)
+        expired_end = sessions[1].wait_end(reauth_s + 60)
     finally:
         for session in sessions:
             session.close()
