@@ -20,6 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from confluent_kafka import KafkaError as ConfluentError
+from confluent_kafka import KafkaException as ConfluentException
+from confluent_kafka.admin import AdminClient as ConfluentAdmin
+from kafka import KafkaProducer
+from kafka.errors import KafkaError
 
 from tests.support.kafka_clients import (
     CLIENTS,
@@ -29,6 +34,7 @@ from tests.support.kafka_clients import (
     java_session,
 )
 from tests.support.kafka_zk_broker import KafkaBroker, reauth_key
+from tests.support.wait import wait_for
 from tokensvc.admin.client import AdminClient
 
 COUNT = 20
@@ -109,3 +115,48 @@ def test_expired_token_ends_an_open_session_at_its_reauthentication(
     assert not kept_end.refused
     assert expired_end.refused, expired_end
     assert "authentication" in expired_end.message.lower(), expired_end.message
+
+
+def _confluent_refusal(bootstrap: str, token_id: str, hmac_b64: str) -> str:
+    """librdkafka's authentication error for a token login (AssertionError if it logs in)."""
+    errors: list[ConfluentError] = []
+    client = ConfluentAdmin({
+        "bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": token_id,
+        "sasl.password": hmac_b64, "log_level": 0, "error_cb": errors.append,
+    })
+
+    def refused() -> str | None:
+        try:
+            client.list_topics(timeout=0.5)
+        except ConfluentException:
+            client.poll(0.1)
+        else:
+            raise AssertionError("librdkafka logged in with a token on a Kafka broker")
+        found = [e.str() for e in errors if e.code() == ConfluentError._AUTHENTICATION]
+        return found[0] if found else None
+
+    try:
+        return wait_for(refused, 30, "librdkafka authentication error")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {[e.str() for e in errors]}") from None
+
+
+def test_a_live_token_without_the_extension_is_refused_by_kafka(
+    kafka_broker: KafkaBroker, kafka_admin: AdminClient
+) -> None:
+    """What the matrix of docs/clients.md rests on: Kafka has no implicit token login, so
+    librdkafka (no SCRAM extensions) and kafka-python without the plug-in are refused a
+    token that the plug-in logs in with."""
+    token = kafka_admin.create_token()
+
+    librdkafka = _confluent_refusal(kafka_broker.bootstrap, token.token_id, token.hmac_b64)
+    with pytest.raises(KafkaError):
+        KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, security_protocol="SASL_PLAINTEXT",
+                      sasl_mechanism="SCRAM-SHA-512", sasl_plain_username=token.token_id,
+                      sasl_plain_password=token.hmac_b64, max_block_ms=5000)
+    with_plugin = CLIENTS["kafka-python"](kafka_broker.bootstrap, token.token_id,
+                                          token.hmac_b64, "token-live", 1)
+
+    assert "invalid credentials" in librdkafka, librdkafka
+    assert with_plugin.received == with_plugin.sent
