@@ -37,6 +37,10 @@ from tests.support.kafka_zk_broker import KafkaBroker, reauth_key
 from tests.support.wait import wait_for
 from tokensvc.admin.client import AdminClient
 
+# A fresh clone builds the Java and Go programs in the first tests that run them: minutes
+# for franz-go's cold `go build` on a loaded machine.
+pytestmark = pytest.mark.heavy(minutes=3)
+BUILD_TIMEOUT = pytest.mark.timeout(900)
 COUNT = 20
 
 
@@ -46,6 +50,7 @@ def _round(client: str, broker: KafkaBroker, token_id: str, hmac_b64: str, topic
     return produce_consume(broker.bootstrap, token_id, hmac_b64, topic, COUNT, **options)
 
 
+@BUILD_TIMEOUT
 @pytest.mark.parametrize("client", sorted(CLIENTS))
 def test_client_writes_and_reads_a_topic_with_a_token_and_is_refused_once_it_is_expired(
     kafka_broker: KafkaBroker, kafka_admin: AdminClient, client: str
