@@ -142,7 +142,7 @@ def go_program(module: Path) -> Path:
 
     def build(scratch: Path) -> None:
         env = {**os.environ, "CGO_ENABLED": "0"}
-        run_tool([go, "build", "-mod=readonly", "-trimpath", "-o",
+        run_tool([go, "build", "-mod=readonly", "-o",
                   str(scratch / module.name), "."], module, env)
 
     return cached(f"go-{module.name}", key, build) / module.name

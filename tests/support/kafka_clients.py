@@ -165,13 +165,15 @@ def kafka_python_produce_consume(bootstrap: str, token_id: str, hmac_b64: str, t
     timeout_ms = int(timeout_s * 1000)
     with _client_log("kafka.net.connection", logging.DEBUG) as log:
         try:
-            producer = KafkaProducer(acks="all", max_block_ms=timeout_ms, **login)
+            producer = KafkaProducer(acks="all", max_block_ms=timeout_ms,
+                                     bootstrap_timeout_ms=timeout_ms, **login)
             try:
                 for value in values:
                     producer.send(topic, value.encode()).get(timeout=timeout_s)
             finally:
                 producer.close(timeout=5)
-            consumer = KafkaConsumer(group_id=None, enable_auto_commit=False, **login)
+            consumer = KafkaConsumer(group_id=None, enable_auto_commit=False,
+                                     bootstrap_timeout_ms=timeout_ms, **login)
             try:
                 received = _kafka_python_read(consumer, topic, values, started + timeout_s)
             finally:
@@ -263,16 +265,16 @@ async def _aiokafka_round(bootstrap: str, token_id: str, hmac_b64: str, topic: s
              "client_id": "kafka-token-client",
              **token_login_config(token_id, hmac_b64, mechanism)}
     producer = AIOKafkaProducer(acks="all", **login)
-    await producer.start()
     try:
+        await producer.start()
         for value in values:
             await producer.send_and_wait(topic, value.encode())
         partitions = await producer.partitions_for(topic)
     finally:
         await producer.stop()
     consumer = AIOKafkaConsumer(group_id=None, enable_auto_commit=False, **login)
-    await consumer.start()
     try:
+        await consumer.start()
         assigned = [AioTopicPartition(topic, p) for p in sorted(partitions)]
         consumer.assign(assigned)
         await consumer.seek_to_beginning(*assigned)

@@ -52,6 +52,12 @@ log4j.logger.org.apache.kafka.storage=WARN
 """
 
 
+def reauth_key(mechanism: str) -> str:
+    """The key of ``connections.max.reauth.ms`` for the sessions of one SASL mechanism on
+    the broker's listener (Kafka's listener- and mechanism-prefixed form, KIP-368)."""
+    return f"listener.name.sasl_plaintext.{mechanism.lower()}.connections.max.reauth.ms"
+
+
 class KafkaStartError(RuntimeError):
     """The broker exited or did not start in time; the message has its log's tail."""
 
@@ -69,6 +75,7 @@ class KafkaBroker:
     secret_key: str = field(repr=False)
     workdir: Path
     log_path: Path
+    properties: dict[str, str] = field(repr=False)
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
@@ -142,7 +149,7 @@ def start_kafka_broker(
         process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True)
     broker = KafkaBroker(process, broker_id, f"127.0.0.1:{port}", zk_connect, admin_user,
-                         admin_password, secret_key, workdir, log_path)
+                         admin_password, secret_key, workdir, log_path, properties)
     deadline = time.monotonic() + START_TIMEOUT_S
     while STARTED not in broker.log_text():
         if process.poll() is not None or time.monotonic() > deadline:
