@@ -38,10 +38,11 @@ from pathlib import Path
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError, SaslAuthenticationFailedError
 
-from tests.support.build_cache import go_program, java_program, maven_jars
+from tests.support.build_cache import go_program, java_program
 from tokensvc.jvm.java import find_java
+from tokensvc.kafka import kafka_clients_jars
 
-KAFKA_CLIENTS = ("org.apache.kafka:kafka-clients:3.9.1",)
+KAFKA_CLIENTS_VERSION = "3.9.1"
 ROOT = Path(__file__).resolve().parents[2]
 JAVA_SOURCE = ROOT / "tests" / "java" / "KafkaTokenClient.java"
 GO_MODULE = ROOT / "tests" / "go" / "kafkatoken"
@@ -82,7 +83,7 @@ def _values(client: str, count: int) -> tuple[str, list[str]]:
 
 def java_classpath() -> str:
     """KafkaTokenClient compiled against kafka-clients (built once, then cached)."""
-    return java_program(JAVA_SOURCE, maven_jars(KAFKA_CLIENTS))
+    return java_program(JAVA_SOURCE, kafka_clients_jars(KAFKA_CLIENTS_VERSION))
 
 
 def franz_go_binary() -> Path:

@@ -44,6 +44,12 @@ SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 _MAIN = "kafka.Kafka"
 
 
+def reauth_key(mechanism: str, listener: str = "SASL_PLAINTEXT") -> str:
+    """The key of ``connections.max.reauth.ms`` for the sessions of one SASL mechanism on
+    one listener (Kafka's listener- and mechanism-prefixed form, KIP-368)."""
+    return f"listener.name.{listener.lower()}.{mechanism.lower()}.connections.max.reauth.ms"
+
+
 class KafkaStartError(JvmError):
     """A Kafka broker could not be started; the message says why and where to look."""
 

@@ -34,9 +34,10 @@ from tests.support.kafka_clients import (
     java_produce_consume,
     java_session,
 )
-from tests.support.kafka_zk_broker import KafkaBroker, reauth_key
+from tests.support.kafka_under_test import KafkaUnderTest as KafkaBroker
 from tests.support.wait import wait_for
 from tokensvc.admin.client import AdminClient
+from tokensvc.kafka import reauth_key
 
 # A fresh clone builds the Java and Go programs in the first tests that run them: minutes
 # for franz-go's cold `go build` on a loaded machine.

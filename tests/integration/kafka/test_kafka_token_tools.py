@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli.delegation_token import delegation_token
-from tests.support.kafka_zk_broker import KafkaBroker
+from tests.support.kafka_under_test import KafkaUnderTest as KafkaBroker
 from tokensvc.admin.client import AdminClient
 from tokensvc.admin.results import AdminError
 from tokensvc.core.errors import Errors
