@@ -184,16 +184,18 @@ class KafkaBroker:
                 # (the managed one) speaks TLSv1.3.
                 "zookeeper.ssl.protocol": "TLSv1.3",
                 "zookeeper.ssl.enabled.protocols": "TLSv1.3,TLSv1.2",
-                "zookeeper.ssl.truststore.type": "PEM",
+                "zookeeper.ssl.truststore.type": tls.truststore_type,
                 "zookeeper.ssl.truststore.location": str(tls.truststore),
                 "zookeeper.ssl.endpoint.identification.algorithm":
                     "HTTPS" if tls.check_hostname else "",
             })
+            if tls.truststore_password:
+                props["zookeeper.ssl.truststore.password"] = tls.truststore_password
             if tls.keystore is not None:
-                props["zookeeper.ssl.keystore.type"] = "PEM"
+                props["zookeeper.ssl.keystore.type"] = tls.keystore_type
                 props["zookeeper.ssl.keystore.location"] = str(tls.keystore)
-                if tls.key_password:
-                    props["zookeeper.ssl.keystore.password"] = tls.key_password
+                if tls.keystore_password:
+                    props["zookeeper.ssl.keystore.password"] = tls.keystore_password
         if security.digest is not None:
             raise KafkaStartError("a Kafka broker cannot log in to ZooKeeper with a digest "
                                   "(zookeeper.digest): give it a SASL login or a client certificate")
