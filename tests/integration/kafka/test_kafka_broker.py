@@ -36,7 +36,7 @@ TOOL_TIMEOUT_S = 180.0
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> LocalCluster:
+def cluster(tmp_path_factory: pytest.TempPathFactory, kafka_jvm: None) -> LocalCluster:
     began = time.monotonic()
     with LocalCluster.up(tmp_path_factory.mktemp("kafka-cluster"), brokers=0, kafka_brokers=2,
                          die_with_parent=True, timeout=180) as local:
