@@ -76,6 +76,12 @@ def test_only_the_kafka_brokers_are_registered_and_one_is_controller(cluster: Lo
         assert "started (kafka.server.KafkaServer)" in Path(entry["log"]).read_text()
 
 
+def test_another_process_finds_the_kafka_brokers_to_stop(cluster: LocalCluster) -> None:
+    # `tokensvc cluster down` opens cluster.json: it must see the Kafka brokers running.
+    assert sorted(LocalCluster.open(cluster.directory).kafka_pids()) == sorted(cluster.kafka_pids())
+    assert len(cluster.kafka_pids()) == 2
+
+
 def test_kafka_sets_the_brokers_acl_on_what_it_creates(zk) -> None:
     # zookeeper.set.acl=true with the brokers' SASL identity: Kafka's znodes are the
     # brokers' to write, and world-readable like tokensvc's.
