@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -25,7 +26,7 @@ from tests.support.local_cluster import user_config
 from tokensvc.admin.client import AdminClient
 from tokensvc.client_config import load_client_config
 from tokensvc.cluster import LocalCluster
-from tokensvc.kafka import run_tool
+from tokensvc.kafka import KafkaBroker, KafkaStartError, run_tool
 from tokensvc.scram.formatter import ScramMechanism
 from zk import layout
 from zk.client import open_client
@@ -152,3 +153,19 @@ def test_the_printed_produce_and_consume_work_with_the_token(cluster: LocalClust
                               check=False)
     assert consumed.returncode == 0, consumed.stderr[-3000:]
     assert consumed.stdout.splitlines() == ["hello"]
+
+
+def test_a_broker_that_cannot_bind_says_so_and_where_to_look(cluster: LocalCluster,
+                                                            tmp_path: Path) -> None:
+    admin = cluster.info["admin"]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        broker = KafkaBroker(tmp_path / "kafka-109", 109, cluster.zk_settings(),
+                             admin=(admin["username"], admin["password"]), secret_key="k",
+                             port=taken.getsockname()[1])
+        with pytest.raises(KafkaStartError, match="exited with status 1 before it was ready; "
+                                                  f"see {broker.log_path}"):
+            broker.start(timeout=120)
+    assert broker.pid is None
+    assert "Address already in use" in broker.log_path.read_text() + broker.output_path.read_text()
