@@ -7,7 +7,7 @@ listener on loopback with SCRAM-SHA-256 and -512, inter-broker SCRAM-SHA-512 as 
 admin user, Kafka's ``AclAuthorizer``, the ZooKeeper client's TLS and ACL keys, sizes
 for a test cluster of one to three brokers), its JAAS file (mode 0600: the admin's
 SCRAM login, and the ZooKeeper SASL login as a ``Client`` section), its log4j file, and
-when it is ready: its listener accepts connections and ``/brokers/ids/<id>`` exists.
+when it is ready: it answers ApiVersions on its listener and ``/brokers/ids/<id>`` exists.
 Java, the classpath, the command line and the process come from the JVM room
 (:mod:`tokensvc.jvm`).
 
@@ -29,9 +29,12 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from tokensvc.admin.connection import BrokerConnection
 from tokensvc.atomicfile import write_atomic
+from tokensvc.client_config import ClientConfig
+from tokensvc.core.errors import KafkaError
 from tokensvc.core.zk_security import DIGEST_LOGIN_MODULE, NETTY_SOCKET
-from tokensvc.jvm import JavaCommand, JvmError, SupervisedProcess, answers, free_port, require_java
+from tokensvc.jvm import JavaCommand, JvmError, SupervisedProcess, free_port, require_java
 from tokensvc.kafka.jars import broker_log4j, kafka_jars
 from tokensvc.properties import properties_text
 from zk import layout
@@ -267,7 +270,7 @@ class KafkaBroker:
         self.process.spawn()
 
     def start(self, timeout: float = 120.0) -> None:
-        """Start and return once the listener accepts connections and the broker is
+        """Start and return once the broker answers ApiVersions on its listener and is
         registered; on failure the process is killed and :class:`KafkaStartError` says
         why."""
         self.spawn()
@@ -287,7 +290,7 @@ class KafkaBroker:
                     raise KafkaStartError(
                         f"Kafka broker {self.broker_id} exited with status {status} before it "
                         f"was ready; see {self.log_path} and {self.output_path}")
-                if answers(self.bootstrap, timeout=0.5):
+                if self._answers_api_versions():
                     if client is None:
                         client = self._zk_client()
                     if client.exists(f"{layout.BROKER_IDS}/{self.broker_id}"):
@@ -301,6 +304,17 @@ class KafkaBroker:
             if client is not None:
                 client.stop()
                 client.close()
+
+    def _answers_api_versions(self) -> bool:
+        """Whether Kafka answers ApiVersions on the listener (no login needed): a port
+        that only accepts connections may be another process's."""
+        connection = BrokerConnection(self.bootstrap, ClientConfig(), client_id="tokensvc-probe")
+        try:
+            connection.open(time.monotonic() + 2.0)
+        except (OSError, KafkaError, ValueError):
+            return False
+        connection.close()
+        return True
 
     def _zk_client(self):  # a started kazoo client (only zk/ names kazoo's types)
         try:
