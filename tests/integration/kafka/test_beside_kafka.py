@@ -73,7 +73,7 @@ SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> LocalCluster:
+def cluster(tmp_path_factory: pytest.TempPathFactory, kafka_jvm: None) -> LocalCluster:
     began = time.monotonic()
     with LocalCluster.up(
         tmp_path_factory.mktemp("beside-kafka"), brokers=3, kafka_brokers=2,
