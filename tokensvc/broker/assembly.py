@@ -76,6 +76,8 @@ from zk.credential_sync import CredentialSync, UserCredentialCache
 from zk.election import ControllerElection
 from zk.errors import StoreUnavailable
 from zk.expiry import ExpirySweeper
+from zk.kraft import KraftMigrationWatch
+from zk.layout import coordination
 from zk.notifications import Purge, VersionWaiter
 from zk.requests import RequestKeyExistsError, RequestRecords, valid_request_key
 from zk.token_store import TokenStore
@@ -327,6 +329,7 @@ class BrokerParts:
     records: RequestRecords
     registry: BrokerRegistry
     election: ControllerElection
+    migration: KraftMigrationWatch | None
     token_sync: TokenSync
     credential_sync: CredentialSync
     acl_sync: AclSync | None
@@ -340,6 +343,21 @@ class BrokerParts:
     acl_check: ZnodeAclCheck
     dispatcher: Dispatcher
     server: BrokerServer
+
+
+def _sweep_allowed(gate: ClockGate | None,
+                   migrating: Callable[[], bool] | None) -> Callable[[], bool] | None:
+    """Whether the expiry sweep may delete tokens now: on a trusted clock, and never once
+    a Kafka KRaft migration has started (Kafka's controller owns the tokens then)."""
+    if gate is None and migrating is None:
+        return None
+
+    def allowed() -> bool:
+        if migrating is not None and migrating():
+            return False
+        return gate is None or gate.trusted()
+
+    return allowed
 
 
 async def _clock_gate(config: BrokerConfig, clock: Clock, zk: Any) -> ClockGate | None:
@@ -403,16 +421,30 @@ async def _assemble(
     local.cache.add_batch_listener(sessions.on_token_changes)
     local.users.add_listener(sessions.on_user_change)
 
-    token_store = TokenStore(zk)
+    # Beside Kafka brokers, a token's key id and labels are also kept where a Kafka
+    # renewal does not touch them (zk.token_store).
+    token_store = TokenStore(zk, beside_kafka=config.kafka_zookeeper_shared)
     credential_store = CredentialStore(zk)
     acl_store = AclStore(zk)
     records = RequestRecords(zk)
-    registry = BrokerRegistry(zk)
+    paths = coordination(config.kafka_zookeeper_shared)
+    registry = BrokerRegistry(zk, paths=paths)
+    migration = KraftMigrationWatch(zk) if config.kafka_zookeeper_shared else None
+    if migration is not None:
+        await asyncio.to_thread(migration.start)
     await asyncio.to_thread(token_store.ensure_paths)
     await asyncio.to_thread(records.ensure_paths)
     cluster_id = config.cluster_id or await asyncio.to_thread(registry.cluster_id)
 
-    election = ControllerElection(zk, config.broker_id, on_change=on_controller_change)
+    election = ControllerElection(
+        zk, config.broker_id, on_change=on_controller_change, paths=paths,
+        # A broker whose clock is off does not stand for controller, and resigns if it
+        # is one: the others go on writing (issue #50).
+        eligible=gate.trusted if gate is not None else None,
+    )
+    if gate is not None:
+        gate.add_listener(lambda _state: election.reconsider())
+    migrating = (lambda: migration.started) if migration is not None else None
 
     def is_controller() -> bool:
         return election.is_controller
@@ -423,6 +455,9 @@ async def _assemble(
         return election.is_controller and (gate is None or gate.trusted())
 
     notification_purge = Purge(purges_notifications, clock.now_ms)
+    if config.kafka_zookeeper_shared:
+        # Kafka's brokers purge these roots too, and only past 15 minutes: so do we.
+        notification_purge = notification_purge.kafka_only()
     token_sync = TokenSync(token_store, local.cache, purge=notification_purge,
                            snapshot=local.snapshot_file,
                            identity_extra={"cluster_id": cluster_id})
@@ -457,7 +492,7 @@ async def _assemble(
     )
 
     def refuse(services: Services, ctx: Any, handler: Any, body: dict) -> dict | None:
-        return clock_refusal(gate, services, ctx, handler, body)
+        return clock_refusal(gate, services, ctx, handler, body, migrating)
 
     ledger = WriteLedger(
         HANDLERS,
@@ -531,7 +566,7 @@ async def _assemble(
         interval_ms=config.delegation_token_expiry_check_interval_ms,
         on_removed=on_removed,
         purge=purge,
-        trusted=gate.trusted if gate is not None else None,
+        trusted=_sweep_allowed(gate, migrating),
         apply_committed=token_sync.apply_committed,
     )
     acl_check = ZnodeAclCheck(zk, interval_s=config.zookeeper_acl_check_interval_ms / 1000.0)
@@ -544,6 +579,7 @@ async def _assemble(
         clock_gate=gate,
         is_controller=is_controller,
         forwarding=forwarding,
+        migrating=migrating,
     )
 
     async def raw_sasl(session: Session, payload: bytes) -> bytes:
@@ -577,6 +613,7 @@ async def _assemble(
         records=records,
         registry=registry,
         election=election,
+        migration=migration,
         token_sync=token_sync,
         credential_sync=credential_sync,
         acl_sync=acl_sync,
