@@ -107,10 +107,16 @@ def test_kafka_delegation_tokens_create_writes_a_token_tokensvc_reads(cluster: L
     out = _tool("kafka-delegation-tokens.sh", *_admin_args(cluster), "--create",
                 "--max-life-time-period", "-1", "--renewer-principal", "User:alice")
     token_id = re.search(r"Created delegation token with tokenId : (\S+)", out).group(1)
-    token = layout.decode_token(zk.get(layout.token_path(token_id))[0])
+    data = zk.get(layout.token_path(token_id))[0]
+    token = layout.decode_token(data)
     assert token.token_id == token_id
     assert str(token.owner) == "User:admin"
     assert [str(r) for r in token.renewers] == ["User:alice"]
+    # Byte for byte what tokensvc writes for the same token, and its notification too.
+    assert layout.encode_token(token) == data
+    notes = [zk.get(f"{layout.TOKEN_CHANGES}/{c}")[0] for c in zk.get_children(layout.TOKEN_CHANGES)
+             if re.fullmatch(r"token_change_[0-9]{10}", c)]
+    assert layout.encode_token_change(token_id) in notes
 
 
 def test_kafka_configs_creates_a_scram_user_who_logs_in_on_kafka(cluster: LocalCluster,
