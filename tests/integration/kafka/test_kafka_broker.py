@@ -25,6 +25,16 @@ import pytest
 from tests.support.local_cluster import user_config
 from tests.support.wait import poll_until
 from tokensvc.admin.client import AdminClient
+from tokensvc.authz.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
 from tokensvc.client_config import load_client_config
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.keys import key_id, token_hmac
@@ -34,6 +44,7 @@ from tokensvc.core.token import TokenInformation
 from tokensvc.kafka import run_tool
 from tokensvc.scram.formatter import ScramMechanism, derive_credential
 from zk import layout
+from zk.acl_store import AclStore
 from zk.client import open_client
 from zk.credential_store import CredentialStore
 from zk.token_store import TokenStore
@@ -221,3 +232,35 @@ def test_a_scram_user_tokensvc_writes_keeps_the_quota_kafka_configs_wrote(
             return False
 
     assert poll_until(logs_in, timeout=30, interval=0.5)
+
+
+def test_acls_tokensvc_writes_reach_kafkas_acl_authorizer_through_its_notifications(
+        cluster: LocalCluster, zk) -> None:
+    """Issue #50: the ACL znodes (Kafka 3.9's bytes) and change notifications (Kafka's
+    prefixes and payloads, literal and prefixed) tokensvc writes are what a Kafka broker's
+    AclAuthorizer loads: kafka-acls.sh --list on a Kafka broker shows them, and no longer
+    once tokensvc removed them."""
+    store = AclStore(zk)
+    entry = AccessControlEntry("User:carol", "*", AclOperation.READ, AclPermissionType.ALLOW)
+    bindings = [AclBinding(ResourcePattern(ResourceType.TOPIC, "zk-written", PatternType.LITERAL),
+                           entry),
+                AclBinding(ResourcePattern(ResourceType.GROUP, "zk-written.",
+                                           PatternType.PREFIXED), entry)]
+    store.add(bindings)
+
+    outputs: list[str] = []
+
+    def listed() -> str:
+        outputs.append(_tool("kafka-acls.sh", *_admin_args(cluster), "--list", "--principal",
+                             "User:carol"))
+        return outputs[-1]
+
+    def shows_both() -> bool:
+        out = listed()
+        return ("name=zk-written, patternType=LITERAL" in out
+                and "name=zk-written., patternType=PREFIXED" in out)
+
+    assert poll_until(shows_both, timeout=60, interval=1), outputs[-1]
+    assert "principal=User:carol, host=*, operation=READ, permissionType=ALLOW" in outputs[-1]
+    store.remove([AclBindingFilter.of(name="zk-written"), AclBindingFilter.of(name="zk-written.")])
+    assert poll_until(lambda: "zk-written" not in listed(), timeout=60, interval=1), outputs[-1]
