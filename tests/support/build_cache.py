@@ -16,10 +16,13 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.request
+import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -103,9 +106,7 @@ def java_program(source: Path, classpath: Sequence[Path]) -> str:
 def go_program(module: Path) -> Path:
     """The binary of the Go module in ``module`` (its go.mod, go.sum and *.go files),
     built with ``go build``; modules come from the Go module proxy."""
-    go = shutil.which("go")
-    if go is None:
-        raise BuildError("Go is needed to build the franz-go client: https://go.dev/dl/")
+    go = shutil.which("go") or go_toolchain()
     sources = sorted(p for p in module.iterdir()
                      if p.suffix == ".go" or p.name in ("go.mod", "go.sum"))
     key = digest(*(p.name + "\0" + p.read_text() for p in sources),
@@ -117,3 +118,41 @@ def go_program(module: Path) -> Path:
                   str(scratch / module.name), "."], module, env)
 
     return cached(f"go-{module.name}", key, build) / module.name
+
+
+# The Go toolchain a machine without Go gets, from the Go module proxy (the module
+# golang.org/toolchain, as Go's own GOTOOLCHAIN switching fetches it); a Go already
+# installed is used instead, and switches itself to a newer one when go.mod asks.
+GO_TOOLCHAIN = "1.26.8"
+GO_PROXY = "https://proxy.golang.org"
+
+
+def go_toolchain(version: str = GO_TOOLCHAIN) -> str:
+    """The ``go`` binary of Go ``version`` for this machine, unpacked into the cache."""
+    machine = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+    name = f"v0.0.1-go{version}.{sys.platform}-{machine}"
+    url = f"{os.environ.get('GOPROXY', GO_PROXY).split(',')[0]}/golang.org/toolchain/@v/{name}.zip"
+
+    def fetch(scratch: Path) -> None:
+        archive = scratch / "toolchain.zip"
+        try:
+            with urllib.request.urlopen(url, timeout=BUILD_TIMEOUT_S) as answer, \
+                    open(archive, "wb") as out:
+                shutil.copyfileobj(answer, out)
+        except OSError as exc:
+            raise BuildError(f"Go is not installed and {url} could not be fetched: {exc}") \
+                from None
+        with zipfile.ZipFile(archive) as zipped:
+            for member in zipped.infolist():
+                target = scratch / member.filename.split("/", 1)[1].removeprefix(
+                    f"toolchain@{name}/")
+                if member.is_dir():
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with zipped.open(member) as src, open(target, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                mode = (member.external_attr >> 16) & 0o777
+                target.chmod(mode or 0o644)
+        archive.unlink()
+
+    return str(cached("go-toolchain", name, fetch) / "bin" / "go")
