@@ -2,10 +2,11 @@
 
 Server states (:class:`OAuthBearerServer`), one table of transitions::
 
-    INITIAL --client first message, token accepted--> COMPLETE
-    INITIAL --client first message, token refused --> ERROR_SENT  (challenge: error JSON)
-    ERROR_SENT --the client's %x01 acknowledgement--> FAILED      (SASL_AUTHENTICATION_FAILED)
-    anything else                                  --> FAILED
+    INITIAL    --the client's first message--> RECEIVED    (parsed; the token is checked)
+    RECEIVED   --token accepted             --> COMPLETE
+    RECEIVED   --token refused              --> ERROR_SENT  (challenge: error JSON)
+    ERROR_SENT --the client's %x01          --> FAILED      (SASL_AUTHENTICATION_FAILED)
+    anything else                           --> FAILED
 
 The client's first message is ``n,[a=<authzid>],\\x01auth=Bearer <jwt>\\x01[k=v\\x01...]\\x01``.
 A refused token is answered, as Kafka's ``OAuthBearerSaslServer`` does, with a challenge
@@ -39,14 +40,16 @@ _AUTH = re.compile(r"(?P<scheme>\w+) +(?P<token>[-_~+/.a-zA-Z0-9]+=*)")
 
 class State(Enum):
     INITIAL = auto()
+    RECEIVED = auto()
     ERROR_SENT = auto()
     COMPLETE = auto()
     FAILED = auto()
 
 
 _TRANSITIONS = {
-    (State.INITIAL, "accepted"): State.COMPLETE,
-    (State.INITIAL, "refused"): State.ERROR_SENT,
+    (State.INITIAL, "first"): State.RECEIVED,
+    (State.RECEIVED, "accepted"): State.COMPLETE,
+    (State.RECEIVED, "refused"): State.ERROR_SENT,
     (State.ERROR_SENT, "acknowledged"): State.FAILED,
 }
 
@@ -115,6 +118,7 @@ class OAuthBearerServer:
         if self.state is not State.INITIAL:
             self.state = State.FAILED
             raise OAuthAuthenticationFailed("the OAUTHBEARER exchange has already begun")
+        self._move("first")
         if len(data) > self._max:
             raise OAuthRefusal("oversized", detail=f"a {len(data)}-byte message")
         return parse_client_first(data)
