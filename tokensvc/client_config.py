@@ -23,6 +23,7 @@ import os
 import re
 import ssl
 import tempfile
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,14 +74,21 @@ class _PemOnly(Validator):
 
 
 _SCRAM_NAMES = tuple(m.mechanism_name for m in ScramMechanism)
+OAUTHBEARER = "OAUTHBEARER"
+_TOKEN_URL = "sasl.oauthbearer.token.endpoint.url"
 H, M, L = Importance.HIGH, Importance.MEDIUM, Importance.LOW
 CLIENT_CONFIG = ConfigDef(
     [
         ConfigKey("security.protocol", Type.STRING, "PLAINTEXT",
                   OneOf(SECURITY_PROTOCOLS, ignore_case=True), H,
                   "How to reach the brokers."),
-        ConfigKey("sasl.mechanism", Type.STRING, None, OneOf(_SCRAM_NAMES, ignore_case=True), H,
-                  "SCRAM mechanism; required with a SASL protocol."),
+        ConfigKey("sasl.mechanism", Type.STRING, None,
+                  OneOf((*_SCRAM_NAMES, OAUTHBEARER), ignore_case=True), H,
+                  "SCRAM mechanism, or `OAUTHBEARER` (a JWT read from the file of "
+                  f"`{_TOKEN_URL}`); required with a SASL protocol."),
+        ConfigKey(_TOKEN_URL, Type.STRING, None, None, M,
+                  "With `OAUTHBEARER`: `file:/path` of a JWT (a projected service-account "
+                  "token, re-read at every login), as Kafka's file token retriever takes it."),
         ConfigKey("sasl.jaas.config", Type.PASSWORD, None, None, H,
                   f"`{SCRAM_LOGIN_MODULE} required username=\"...\" password=\"...\" "
                   "[tokenauth=true];` (a token id and its HMAC with `tokenauth=true`)."),
@@ -241,6 +249,8 @@ class ClientConfig:
     private_key_password: str | None = field(default=None, repr=False)
     request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
     client_id: str | None = None
+    # OAUTHBEARER: the file holding the JWT, read again at every login.
+    oauth_token_file: str | None = None
 
     @property
     def uses_tls(self) -> bool:
@@ -284,14 +294,16 @@ def _load_cert_chain(ctx: ssl.SSLContext, path: str, password: str | None) -> No
         ) from None
 
 
-def load_client_config(path: str | os.PathLike[str]) -> ClientConfig:
-    """Read a Kafka client properties file (``--command-config``).
+def load_client_config(path: str | os.PathLike[str],
+                       overrides: Mapping[str, str] | None = None) -> ClientConfig:
+    """Read a Kafka client properties file (``--command-config``), with ``overrides``
+    (a command line's options) over its keys.
 
     Relative paths resolve against the file's directory; the keys it does not use are
     named in one warning line (never with their values)."""
     source = os.fspath(path)
     try:
-        props = read_properties(path)
+        props = {**read_properties(path), **(overrides or {})}
         ignored = CLIENT_CONFIG.ignored_keys(props)
         base_dir = os.path.dirname(os.path.abspath(source))
         config = client_config_from_properties(CLIENT_CONFIG.resolve_paths(props, base_dir))
@@ -337,12 +349,14 @@ def _value(props: Mapping[str, str], name: str) -> object:
 
 
 def _sasl(props: Mapping[str, str]) -> dict:
-    names = ", ".join(_SCRAM_NAMES)
+    names = ", ".join((*_SCRAM_NAMES, OAUTHBEARER))
     raw = _value(props, "sasl.mechanism")
     if raw is None:
         raise ClientConfigError(
             "sasl.mechanism", f"is required for SASL protocols: use one of {names}"
         )
+    if str(raw).upper() == OAUTHBEARER:
+        return {"oauth_token_file": _token_file(_value(props, _TOKEN_URL))}
     mechanism = ScramMechanism.from_name(str(raw).upper())
     jaas_text = _value(props, "sasl.jaas.config")
     if jaas_text is None:
@@ -371,6 +385,25 @@ def _sasl(props: Mapping[str, str]) -> dict:
         "password": password,
         "token_auth": tokenauth,
     }
+
+
+def oauth_overrides(token_file: str) -> dict[str, str]:
+    """The client keys that make a login OAUTHBEARER with the JWT in ``token_file``."""
+    return {"sasl.mechanism": OAUTHBEARER,
+            _TOKEN_URL: "file:" + urllib.parse.quote(os.path.abspath(token_file))}
+
+
+def _token_file(url: object) -> str:
+    """The path in a ``file:`` token URL (the only kind tokensvc's clients read)."""
+    text = str(url or "")
+    if not text.startswith("file:"):
+        raise ClientConfigError(
+            _TOKEN_URL, "OAUTHBEARER needs file:/path of a JWT (tokensvc's clients read the "
+            "token from a file; the agent also takes --oauthbearer-token-file)")
+    path = urllib.parse.unquote(urllib.parse.urlsplit(text).path)
+    if not path:
+        raise ClientConfigError(_TOKEN_URL, f"{text!r} names no file")
+    return path
 
 
 def _pem_from(props: Mapping[str, str], inline_key: str, location_key: str) -> str | None:

@@ -23,6 +23,7 @@ from typing import Any
 from tokensvc.admin.results import AdminError
 from tokensvc.client_config import ClientConfig
 from tokensvc.core.errors import Errors
+from tokensvc.oauth.exchange import MECHANISM, client_first_message, client_reply
 from tokensvc.protocol import (
     SUPPORTED,
     ApiKey,
@@ -260,6 +261,9 @@ class BrokerConnection:
 
     def _login(self, deadline: float) -> None:
         config = self.config
+        if config.oauth_token_file is not None:
+            self._login_oauth(config.oauth_token_file, deadline)
+            return
         assert config.sasl_mechanism is not None and config.username is not None
         mechanism = config.sasl_mechanism.mechanism_name
         who = f"{'token' if config.token_auth else 'user'} {config.username!r}"
@@ -297,6 +301,33 @@ class BrokerConnection:
         lifetime = final.get("SessionLifetimeMs") or 0
         if lifetime > 0:
             # Re-login a little before the broker would drop the session.
+            self.session_deadline = time.monotonic() + lifetime / 1000 * 0.9
+
+    def _login_oauth(self, path: str, deadline: float) -> None:
+        """OAUTHBEARER with the JWT now in ``path`` (read at every login: a kubelet or a
+        CI system replaces it before it expires)."""
+        who = f"the JWT of {path}"
+        try:
+            with open(path, encoding="ascii") as f:
+                token = f.read().strip()
+            first = client_first_message(token)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise AdminError(Errors.SASL_AUTHENTICATION_FAILED,
+                             f"cannot read a JWT from {path}: {getattr(exc, 'strerror', None) or exc}"
+                             ) from None
+        hs = self.request(ApiKey.SASL_HANDSHAKE, {"Mechanism": MECHANISM}, deadline, 1)
+        if hs["ErrorCode"] != Errors.NONE:
+            offered = ", ".join(hs["Mechanisms"]) or "none"
+            raise AdminError(hs["ErrorCode"], f"{MECHANISM} is not enabled on {self.address} "
+                             f"(it offers: {offered})")
+        answer = self._authenticate(first, deadline, who)
+        reply = client_reply(answer["AuthBytes"] or b"")
+        if reply is not None:  # the error challenge: acknowledge, read the reason
+            self._authenticate(reply, deadline, who)
+            raise AdminError(Errors.SASL_AUTHENTICATION_FAILED,
+                             f"authentication as {who} at {self.address} failed")
+        lifetime = answer.get("SessionLifetimeMs") or 0
+        if lifetime > 0:
             self.session_deadline = time.monotonic() + lifetime / 1000 * 0.9
 
     def _authenticate(self, auth_bytes: bytes, deadline: float, who: str) -> dict[str, Any]:

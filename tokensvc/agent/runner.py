@@ -158,7 +158,9 @@ class Agent:
         self._rng = rng
         self.stop = stop or threading.Event()
         username = options.config.username or ""
-        self.me = KafkaPrincipal.user(username)
+        # An OAUTHBEARER agent is the principal its mapping gives it: the owner it names.
+        self.me = (options.owner if options.config.oauth_token_file is not None
+                   and options.owner is not None else KafkaPrincipal.user(username))
         self.owner = options.owner or self.me
         renewers = list(options.renewers)
         if self.owner != self.me and self.me not in renewers:

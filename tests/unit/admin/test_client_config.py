@@ -176,14 +176,31 @@ def test_unknown_login_module_is_a_clear_error() -> None:
     assert SECRET not in str(info.value)
 
 
-@pytest.mark.parametrize("mechanism", ["PLAIN", "GSSAPI", "OAUTHBEARER"])
-def test_non_scram_mechanisms_are_refused(mechanism: str) -> None:
+@pytest.mark.parametrize("mechanism", ["PLAIN", "GSSAPI"])
+def test_other_mechanisms_are_refused(mechanism: str) -> None:
     props = sasl_props(f'{SCRAM} required username="a" password="b";', sasl_mechanism=mechanism)
     with pytest.raises(ClientConfigError) as info:
         client_config_from_properties(props)
     assert str(info.value) == (
-        f"sasl.mechanism: '{mechanism}' is not one of SCRAM-SHA-256, SCRAM-SHA-512"
+        f"sasl.mechanism: '{mechanism}' is not one of SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER"
     )
+
+
+def test_oauthbearer_reads_its_jwt_from_a_file_url() -> None:
+    config = client_config_from_properties({
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+        "sasl.oauthbearer.token.endpoint.url": "file:/var/run/secrets/tokens/kafka%20token"})
+    assert config.oauth_token_file == "/var/run/secrets/tokens/kafka token"
+    assert config.sasl_mechanism is None and config.password is None
+
+
+@pytest.mark.parametrize("url", [None, "https://idp.example/token", "file:"])
+def test_oauthbearer_without_a_token_file_is_refused(url: str | None) -> None:
+    props = {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER"}
+    if url is not None:
+        props["sasl.oauthbearer.token.endpoint.url"] = url
+    with pytest.raises(ClientConfigError, match="sasl.oauthbearer.token.endpoint.url"):
+        client_config_from_properties(props)
 
 
 def test_sasl_needs_a_mechanism_and_a_jaas_config() -> None:
