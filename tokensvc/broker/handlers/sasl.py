@@ -1,5 +1,8 @@
 """SaslHandshake and SaslAuthenticate: SCRAM logins for users and tokens.
 
+OAUTHBEARER (KIP-768) shares the handshake and the response; its steps are
+:mod:`tokensvc.broker.handlers.oauthbearer`'s (a JWT, mapped to a principal).
+
 Owns the link between a connection's :class:`Session` and a
 :class:`ScramServer`: mechanism selection, session lifetime (KIP-368), the
 failed-authentication delay, and the authentication audit events. Every SCRAM
