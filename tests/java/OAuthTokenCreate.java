@@ -2,8 +2,9 @@
 // client-credentials grant at the OpenID provider's token endpoint) and creates a
 // delegation token on that session.
 //
-//   java -cp ... OAuthTokenCreate BOOTSTRAP TOKEN_ENDPOINT_URL CLIENT_ID SCOPE
+//   java -cp ... OAuthTokenCreate BOOTSTRAP TOKEN_ENDPOINT_URL CLIENT_ID SCOPE CA_PEM
 //
+// CA_PEM: the PEM CA of the provider's HTTPS certificate (the login's ssl.* JAAS options).
 // The client secret comes from the environment (OAUTH_CLIENT_SECRET), never the command
 // line. Prints one line: "created <tokenId> <ownerType>:<ownerName> <issue> <max>", or
 // "failed <exception class>: <message>" and exits 1.
@@ -30,7 +31,8 @@ public final class OAuthTokenCreate {
         props.put("sasl.jaas.config",
             "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required"
                 + " clientId=\"" + args[2] + "\" clientSecret=\"" + System.getenv("OAUTH_CLIENT_SECRET")
-                + "\" scope=\"" + args[3] + "\";");
+                + "\" scope=\"" + args[3] + "\""
+                + " ssl.truststore.type=\"PEM\" ssl.truststore.location=\"" + args[4] + "\";");
         props.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, "20000");
         props.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, "30000");
         try (Admin admin = Admin.create(props)) {

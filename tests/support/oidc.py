@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import urllib.parse
@@ -31,6 +32,7 @@ from joserfc import jwt
 from joserfc.jwk import ECKey, RSAKey
 
 from tests.support.wait import wait_for
+from tokensvc import devcerts
 
 OIDC_PROVIDER_VERSION = "9.13.3"
 LAUNCHER = Path(__file__).with_name("oidc_provider.mjs")
@@ -69,13 +71,17 @@ def rsa_signing_key(kid: str) -> RSAKey:
 
 
 class OidcProvider:
-    """A running node-oidc-provider with one confidential client per ``clients`` entry."""
+    """A running node-oidc-provider with one confidential client per ``clients`` entry,
+    on HTTPS (a CA of its own: :attr:`ca`) unless ``tls`` is False."""
 
     def __init__(self, directory: Path, *, clients: dict[str, str], audience: str,
-                 scope: str = "kafka", ttl_seconds: int = 60) -> None:
+                 scope: str = "kafka", ttl_seconds: int = 60, tls: bool = True) -> None:
         self.directory = directory
         self.port = _free_port()
-        self.issuer = f"http://127.0.0.1:{self.port}"
+        certs = devcerts.generate(directory / "provider-tls") if tls else None
+        self.ca: Path | None = certs.ca if certs is not None else None
+        self._context = ssl.create_default_context(cafile=str(self.ca)) if self.ca else None
+        self.issuer = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self.jwks_url = f"{self.issuer}/jwks"
         self.token_url = f"{self.issuer}/token"
         self.audience = audience
@@ -86,7 +92,8 @@ class OidcProvider:
         self._write_keys()
         config = {"issuer": self.issuer, "port": self.port, "jwks_file": str(self._jwks_file),
                   "audience": audience, "scope": scope, "ttl_seconds": ttl_seconds,
-                  "clients": [{"client_id": c, "client_secret": s} for c, s in clients.items()]}
+                  "clients": [{"client_id": c, "client_secret": s} for c, s in clients.items()],
+                  "tls_pem": str(certs.broker) if certs is not None else None}
         config_file = directory / "provider.json"
         config_file.write_text(json.dumps(config))
         home = install_oidc_provider()
@@ -130,7 +137,7 @@ class OidcProvider:
                                        "scope": self.scope}).encode()
         request = urllib.request.Request(self.token_url, data=data,
                                          headers={"Authorization": f"Basic {basic}"})
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=10, context=self._context) as response:
             return json.load(response)
 
     def access_token(self, client_id: str) -> str:

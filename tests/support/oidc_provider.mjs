@@ -5,13 +5,16 @@
 //   node oidc_provider.mjs CONFIG.json
 //
 // CONFIG: {"issuer", "port", "jwks_file", "audience", "scope", "ttl_seconds",
-//          "clients": [{"client_id", "client_secret"}]}
+//          "clients": [{"client_id", "client_secret"}], "tls_pem"}
+// With "tls_pem" (a PEM file holding the server's key and certificate chain) it serves
+// HTTPS, as a real provider does; else plain HTTP.
 // The JWKS file holds the private signing keys; the first RS256 key signs. On SIGHUP the
 // file is read again and a new provider takes over on the same socket: that is how a test
 // rotates the signing key (new key first, old key still published). Prints one line,
 // "listening <port>", once it serves, and "keys <kid,...>" after each (re)load.
 import fs from 'node:fs';
 import http from 'node:http';
+import https from 'node:https';
 import Provider from 'oidc-provider';
 
 const config = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
@@ -52,7 +55,10 @@ function build() {
 }
 
 let handler = build();
-const server = http.createServer((req, res) => handler(req, res));
+const serve = (req, res) => handler(req, res);
+const server = config.tls_pem
+  ? https.createServer({ key: fs.readFileSync(config.tls_pem), cert: fs.readFileSync(config.tls_pem) }, serve)
+  : http.createServer(serve);
 server.listen(config.port, '127.0.0.1', () => {
   process.stdout.write(`listening ${server.address().port}\n`);
 });

@@ -104,6 +104,7 @@ def oauth_world(tmp_path_factory: pytest.TempPathFactory,
         cluster = module_cluster_factory(brokers=3, overrides={
             "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
             "sasl.oauthbearer.jwks.endpoint.url": provider.jwks_url,
+            "sasl.oauthbearer.jwks.endpoint.ca.location": str(provider.ca),
             "sasl.oauthbearer.expected.issuer": provider.issuer,
             "sasl.oauthbearer.expected.audience": AUDIENCE,
             "sasl.oauthbearer.principal.mappings.file": str(mappings),
@@ -143,6 +144,7 @@ def _confluent(cluster: LocalCluster, provider: OidcProvider, broker_id: int,
         "sasl.oauthbearer.client.secret": SECRET,
         "sasl.oauthbearer.token.endpoint.url": provider.token_url,
         "sasl.oauthbearer.scope": "kafka",
+        "https.ca.location": str(provider.ca),
     })
 
 
@@ -232,7 +234,7 @@ def test_java_client_logs_in_and_creates_a_token_owned_by_the_mapped_principal(
     ran = subprocess.run(
         [java, *JVM_FLAGS, f"-Dorg.apache.kafka.sasl.oauthbearer.allowed.urls={provider.token_url}",
          "-cp", classpath, "OAuthTokenCreate", cluster.info["bootstrap_servers"],
-         provider.token_url, CLIENT, "kafka"],
+         provider.token_url, CLIENT, "kafka", str(provider.ca)],
         check=False, capture_output=True, text=True, timeout=120,
         env={**os.environ, "OAUTH_CLIENT_SECRET": SECRET})
     assert ran.returncode == 0, (ran.stdout, ran.stderr[-3000:])
