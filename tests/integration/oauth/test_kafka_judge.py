@@ -28,6 +28,9 @@ from tests.support.oauth_wire import OAuthWire
 from tests.support.oidc import FileIssuer
 from tokensvc.core.errors import Errors
 
+pytestmark = pytest.mark.heavy(minutes=1)  # a Kafka broker (Maven on first use)
+
+
 MAPPINGS = """
 [[mapping]]
 name = "any-service-account"

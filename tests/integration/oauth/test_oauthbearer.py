@@ -42,6 +42,9 @@ from tokensvc.cluster import LocalCluster
 from tokensvc.core.errors import Errors
 from tokensvc.protocol import ApiKey
 
+pytestmark = pytest.mark.heavy(minutes=2)  # an OpenID provider (npm on first use), 3 brokers, a JVM
+
+
 BROKERS = (1, 2, 3)
 AUDIENCE = "urn:tokensvc"
 CLIENT, SECRET = "etl-client", "etl-client-secret-0123456789"
@@ -267,7 +270,7 @@ def test_service_account_creates_a_token_owned_by_its_mapped_principal(oauth_wor
     with OAuthWire(broker_address(cluster, broker_id)) as wire:
         outcome = wire.login(token)
         assert outcome.error_code == 0, outcome.error_message
-        assert 0 < outcome.session_lifetime_ms <= 600_000
+        assert 590_000 < outcome.session_lifetime_ms <= 600_000  # to the JWT's exp
         created = _create(wire, MaxLifetimeMs=7 * 86_400_000,
                           Labels=[{"Key": "job", "Value": "nightly"},
                                   {"Key": "namespace", "Value": "spoofed"}])
@@ -282,6 +285,22 @@ def test_service_account_creates_a_token_owned_by_its_mapped_principal(oauth_wor
     wait_for(lambda: audit_events(cluster, type="token", action="create", reason="oauth_policy",
                                   requester="User:payments-etl", owner="User:someone-else"),
              10, "the policy refusal's audit event")
+
+
+def test_a_session_ends_at_its_jwts_expiry(oauth_world):
+    """KIP-368: past the JWT's exp, a request other than a re-authentication ends the
+    connection (no request is served on an expired identity)."""
+    cluster, k8s = oauth_world["cluster"], oauth_world["k8s"]
+    token = k8s.service_account_token("payments", "etl", lifetime_s=3)
+    with OAuthWire(broker_address(cluster, 2)) as wire:
+        outcome = wire.login(token)
+        assert outcome.error_code == 0 and outcome.session_lifetime_ms <= 3000
+        assert wire.request(ApiKey.DESCRIBE_CLUSTER, 0, {
+            "IncludeClusterAuthorizedOperations": False})["ErrorCode"] == 0
+        deadline = time.monotonic() + outcome.session_lifetime_ms / 1000 + 0.2
+        wait_for(lambda: time.monotonic() > deadline, 5, "the JWT's expiry")
+        with pytest.raises(ConnectionError):
+            wire.request(ApiKey.DESCRIBE_CLUSTER, 0, {"IncludeClusterAuthorizedOperations": False})
 
 
 # -- the refusal list ---------------------------------------------------------------------------
