@@ -29,6 +29,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from tokensvc.core.clock import Clock
 from tokensvc.oauth import mappings as mapping_file
@@ -36,6 +37,9 @@ from tokensvc.oauth.jwks import FileJwks, HttpsJwks, JwksError, KeySource, key_s
 from tokensvc.oauth.mappings import Identity, Mappings, MappingsError
 from tokensvc.oauth.refusals import OAuthRefusal
 from tokensvc.oauth.validator import IssuerPolicy, inspect, verify
+
+if TYPE_CHECKING:
+    from tokensvc.core.config import BrokerConfig
 
 log = logging.getLogger("tokensvc.oauth")
 
@@ -59,20 +63,21 @@ class OAuthSettings:
     ca_file: str | None = None
 
     @classmethod
-    def from_config(cls, config: object) -> OAuthSettings:
-        c = config
+    def from_config(cls, config: BrokerConfig) -> OAuthSettings:
+        if config.sasl_oauthbearer_principal_mappings_file is None:
+            raise OAuthConfigError("sasl.oauthbearer.principal.mappings.file is not set")
         return cls(
-            mappings_file=c.sasl_oauthbearer_principal_mappings_file,  # type: ignore[attr-defined]
-            jwks_url=c.sasl_oauthbearer_jwks_endpoint_url,  # type: ignore[attr-defined]
-            expected_issuer=c.sasl_oauthbearer_expected_issuer,  # type: ignore[attr-defined]
-            expected_audiences=c.sasl_oauthbearer_expected_audience,  # type: ignore[attr-defined]
-            sub_claim=c.sasl_oauthbearer_sub_claim_name,  # type: ignore[attr-defined]
-            scope_claim=c.sasl_oauthbearer_scope_claim_name,  # type: ignore[attr-defined]
-            clock_skew_s=c.sasl_oauthbearer_clock_skew_seconds,  # type: ignore[attr-defined]
-            refresh_ms=c.sasl_oauthbearer_jwks_endpoint_refresh_ms,  # type: ignore[attr-defined]
-            backoff_ms=c.sasl_oauthbearer_jwks_endpoint_retry_backoff_ms,  # type: ignore[attr-defined]
-            backoff_max_ms=c.sasl_oauthbearer_jwks_endpoint_retry_backoff_max_ms,  # type: ignore[attr-defined]
-            ca_file=c.sasl_oauthbearer_jwks_endpoint_ca_location,  # type: ignore[attr-defined]
+            mappings_file=config.sasl_oauthbearer_principal_mappings_file,
+            jwks_url=config.sasl_oauthbearer_jwks_endpoint_url,
+            expected_issuer=config.sasl_oauthbearer_expected_issuer,
+            expected_audiences=config.sasl_oauthbearer_expected_audience,
+            sub_claim=config.sasl_oauthbearer_sub_claim_name,
+            scope_claim=config.sasl_oauthbearer_scope_claim_name,
+            clock_skew_s=config.sasl_oauthbearer_clock_skew_seconds,
+            refresh_ms=config.sasl_oauthbearer_jwks_endpoint_refresh_ms,
+            backoff_ms=config.sasl_oauthbearer_jwks_endpoint_retry_backoff_ms,
+            backoff_max_ms=config.sasl_oauthbearer_jwks_endpoint_retry_backoff_max_ms,
+            ca_file=config.sasl_oauthbearer_jwks_endpoint_ca_location,
         )
 
 
