@@ -23,6 +23,7 @@ from typing import Any
 from tokensvc.admin.results import AdminError
 from tokensvc.client_config import ClientConfig
 from tokensvc.core.errors import Errors
+from tokensvc.oauth.client import TokenUnavailable, read_token_file
 from tokensvc.oauth.exchange import MECHANISM, client_first_message, client_reply
 from tokensvc.protocol import (
     SUPPORTED,
@@ -261,8 +262,8 @@ class BrokerConnection:
 
     def _login(self, deadline: float) -> None:
         config = self.config
-        if config.oauth_token_file is not None:
-            self._login_oauth(config.oauth_token_file, deadline)
+        if config.oauth_token_file is not None or config.oauth_client is not None:
+            self._login_oauth(deadline)
             return
         assert config.sasl_mechanism is not None and config.username is not None
         mechanism = config.sasl_mechanism.mechanism_name
@@ -303,18 +304,20 @@ class BrokerConnection:
             # Re-login a little before the broker would drop the session.
             self.session_deadline = time.monotonic() + lifetime / 1000 * 0.9
 
-    def _login_oauth(self, path: str, deadline: float) -> None:
-        """OAUTHBEARER with the JWT now in ``path`` (read at every login: a kubelet or a
-        CI system replaces it before it expires)."""
-        who = f"the JWT of {path}"
+    def _login_oauth(self, deadline: float) -> None:
+        """OAUTHBEARER with the JWT a file holds now (read at every login: a kubelet or a
+        CI system replaces it before it expires), or one of a client-credentials grant."""
+        path, grant = self.config.oauth_token_file, self.config.oauth_client
+        if path is not None:
+            who = f"the JWT of {path}"
+        else:
+            assert grant is not None
+            who = f"OAuth client {grant.client_id!r}"
         try:
-            with open(path, encoding="ascii") as f:
-                token = f.read().strip()
-            first = client_first_message(token)
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise AdminError(Errors.SASL_AUTHENTICATION_FAILED,
-                             f"cannot read a JWT from {path}: {getattr(exc, 'strerror', None) or exc}"
-                             ) from None
+            first = client_first_message(read_token_file(path) if path is not None
+                                         else grant.token())
+        except (TokenUnavailable, ValueError) as exc:
+            raise AdminError(Errors.SASL_AUTHENTICATION_FAILED, str(exc)) from None
         hs = self.request(ApiKey.SASL_HANDSHAKE, {"Mechanism": MECHANISM}, deadline, 1)
         if hs["ErrorCode"] != Errors.NONE:
             offered = ", ".join(hs["Mechanisms"]) or "none"

@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,6 +46,7 @@ from tokensvc.protocol import ApiKey
 pytestmark = pytest.mark.heavy(minutes=2)  # an OpenID provider (npm on first use), 3 brokers, a JVM
 
 
+ROOT = Path(__file__).resolve().parents[3]
 BROKERS = (1, 2, 3)
 AUDIENCE = "urn:tokensvc"
 CLIENT, SECRET = "etl-client", "etl-client-secret-0123456789"
@@ -252,6 +254,30 @@ def test_java_client_logs_in_and_creates_a_token_owned_by_the_mapped_principal(
     logins = wait_for(lambda: [e for b in BROKERS for e in _oauth_events(cluster, b, "success")
                                if e["client_id"] == "java-oauth"], 10, "the Java client's logins")
     assert all(e["principal"] == "User:etl-client" for e in logins)
+
+
+def test_the_cli_logs_in_with_a_client_credentials_grant(oauth_world, tmp_path):
+    """tokensvc's own client takes Kafka's client-credentials form of the command config
+    (token endpoint, OAuthBearerLoginModule with clientId and clientSecret)."""
+    cluster, provider = oauth_world["cluster"], oauth_world["provider"]
+    config = tmp_path / "client.properties"
+    config.write_text(
+        "security.protocol=SASL_PLAINTEXT\n"
+        "sasl.mechanism=OAUTHBEARER\n"
+        f"sasl.oauthbearer.token.endpoint.url={provider.token_url}\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule "
+        f'required clientId="{CLIENT}" clientSecret="{SECRET}" scope="kafka" '
+        f'ssl.truststore.location="{provider.ca}";\n')
+    ran = subprocess.run(
+        [sys.executable, "-m", "cli.delegation_token", "--create", "--output", "json",
+         "--bootstrap-server", cluster.info["bootstrap_servers"], "--command-config", str(config),
+         "--timeout", "20"],
+        check=False, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert ran.returncode == 0, ran.stderr
+    created = json.loads(ran.stdout)
+    assert (created["owner"], created["requester"]) == ("User:etl-client", "User:etl-client")
+    assert created["labels"] == {"idp": "oidc", "client": CLIENT}
+    assert SECRET not in ran.stdout + ran.stderr
 
 
 # -- a Kubernetes service account: mapping and token policy ----------------------------------
