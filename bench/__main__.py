@@ -37,6 +37,10 @@ BENCHMARKS = (
     "bench.b11_agent",
     "bench.b12_revoke",
     "bench.b13_stalls",
+    # Beside Kafka: Apache Kafka brokers from Maven Central on the same ZooKeeper.
+    "bench.b14_kafka_login",
+    "bench.b15_kafka_revoke",
+    "bench.b16_kafka_start",
     "bench.b6_audit_report",  # last: the heaviest, and it needs no broker
 )
 AUTHZ_ID = "authz"

@@ -36,7 +36,7 @@ from tokensvc.admin import AdminClient
 from tokensvc.admin.connection import BrokerConnection
 from tokensvc.agent.clients import CredentialsWatcher, follow_admin
 from tokensvc.client_config import ClientConfig, client_config_from_properties
-from zk.server import free_port
+from tokensvc.jvm import free_port
 
 ID = "B11"
 TITLE = "token agent: time without a valid credential over many replacements"

@@ -61,12 +61,12 @@ from tokensvc.core.cache import TokenCache
 from tokensvc.core.clock import SystemClock
 from tokensvc.core.keys import MasterKeys, key_id
 from tokensvc.core.token import TokenInformation
+from tokensvc.jvm import free_port
 from tokensvc.protocol import frame
 from tokensvc.protocol.api import ApiKey
 from tokensvc.scram.client import ScramClient
 from tokensvc.scram.formatter import ScramMechanism
 from tokensvc.scram.server import ScramServer
-from zk.server import free_port
 
 ID = "B1"
 TITLE = "token SCRAM logins/s, one broker, loopback"

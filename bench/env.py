@@ -189,3 +189,40 @@ def summary(values: list[float]) -> dict[str, Any]:
         "p99_ms": pct(99),
         "max_ms": round(ordered[-1] * 1000, 3),
     }
+
+
+@dataclass
+class BesideKafka:
+    """tokensvc's 3 brokers and 2 Apache Kafka brokers on one ZooKeeper (B14, B15)."""
+
+    handle: ClusterHandle
+
+    @property
+    def cluster(self) -> LocalCluster:
+        return self.handle.cluster
+
+    def kafka_addresses(self) -> list[str]:
+        return [b["listener"] for b in self.cluster.info["kafka"]["brokers"]]
+
+    def tokensvc_addresses(self) -> list[str]:
+        return [self.handle.address(b) for b in self.cluster.broker_ids()]
+
+
+def beside_kafka(ctx: BenchContext) -> BesideKafka:
+    """The shared set-up of tokensvc beside Kafka: ``kafka.zookeeper.shared=true`` on
+    three tokensvc brokers, two Kafka 3.9 brokers (no failed-login delay on either side:
+    the benchmarks poll logins until they first succeed)."""
+
+    def start(stack: contextlib.ExitStack) -> BesideKafka:
+        cluster = LocalCluster.up(
+            ctx.directory("beside-kafka"), brokers=3, kafka_brokers=2, die_with_parent=True,
+            overrides=broker_overrides(ctx, {"delegation.token.max.per.owner": "100000"}),
+            kafka_overrides={"connection.failed.authentication.delay.ms": "0"},
+            insecure_zookeeper=ctx.insecure_zookeeper, timeout=180,
+        )
+        stack.callback(cluster.down)
+        admin = cluster.info["admin"]
+        return BesideKafka(ClusterHandle(cluster, cluster.zk_settings(), admin["username"],
+                                         admin["password"]))
+
+    return ctx.shared("beside-kafka", start, users=("B14", "B15"))

@@ -26,7 +26,7 @@ from zk.server import DEFAULT_HEAP_MB, parse_heap_mb
 
 @click.group("cluster")
 def cluster() -> None:
-    """Run a local tokensvc cluster (ZooKeeper + brokers) on 127.0.0.1."""
+    """Run a local tokensvc cluster (ZooKeeper + brokers, Kafka brokers beside) on 127.0.0.1."""
 
 
 def _parse_overrides(values: tuple[str, ...]) -> dict[str, str]:
@@ -110,11 +110,40 @@ def usage_text(info: dict[str, Any], directory: Path) -> str:
             f"  {_command('tokensvc')} tokens export --zookeeper {zk['connect']} \\",
             f"      --zk-tls-config-file {zk['client_config']}",
         ]
+    lines += _kafka_usage(info, directory)
     lines += [
         "",
         f"Stop it with: {_command('tokensvc')} cluster down --dir {directory}",
     ]
     return "\n".join(lines)
+
+
+def _kafka_usage(info: dict[str, Any], directory: Path) -> list[str]:
+    """How to use the Apache Kafka brokers of ``--kafka-brokers``, with a token."""
+    kafka = info.get("kafka")
+    if not kafka:
+        return []
+    bootstrap = kafka["bootstrap_servers"]
+    tokens = info["bootstrap_servers"] or bootstrap
+    bin_dir = directory / "kafka-bin"
+    props = kafka["token_properties"]
+    lines = ["", f"Apache Kafka brokers (ZooKeeper mode) beside it: {bootstrap}"]
+    for broker in kafka["brokers"]:
+        lines.append(f"  Kafka broker {broker['id']}: pid {broker['pid']}, log {broker['log']}")
+    return [
+        *lines,
+        "",
+        "Produce and consume on them with a delegation token (its login, tokenauth=true,",
+        f"is in {props}; Kafka's tools are in {bin_dir}):",
+        f"  echo hello | {bin_dir / 'kafka-console-producer.sh'} --bootstrap-server {bootstrap} \\",
+        f"      --producer.config {props} --topic demo",
+        f"  {bin_dir / 'kafka-console-consumer.sh'} --bootstrap-server {bootstrap} \\",
+        f"      --consumer.config {props} --topic demo --from-beginning --max-messages 1",
+        "",
+        "A token of your own (then put its id and HMAC in a copy of that file):",
+        f"  {_command('kafka-delegation-token')} --bootstrap-server {tokens} \\",
+        f"      --command-config {info['admin']['properties']} --create --max-life-time-period -1",
+    ]
 
 
 def _wait_for_signal(announce: str) -> None:
@@ -155,6 +184,10 @@ def _wait_for_signal(announce: str) -> None:
                    "is live, see docs/operations.md. Ignored with --zookeeper.")
 @click.option("--zookeeper-nodes", default=1, show_default=True, type=click.IntRange(1, 7),
               help="Nodes of the managed ZooKeeper: 1, or an ensemble of 3, 5 or 7.")
+@click.option("--kafka-brokers", default=0, show_default=True, type=click.IntRange(0, 9),
+              help="Also start this many Apache Kafka 3.9 brokers (ZooKeeper mode, ids 101..) "
+                   "on the same ZooKeeper, sharing it with tokensvc (docs/kafka.md); the "
+                   "Kafka jars come from Maven Central on first use.")
 @click.option("--insecure-zookeeper", is_flag=True,
               help="Start the managed ZooKeeper open, as earlier releases did: a plain "
                    "client port, no client certificates, no SASL, world-writable znodes. "
@@ -168,6 +201,7 @@ def up(
     foreground: bool,
     zookeeper_heap_mb: int,
     zookeeper_nodes: int,
+    kafka_brokers: int,
     insecure_zookeeper: bool,
 ) -> None:
     """Start ZooKeeper and BROKERS brokers; return once every broker answers."""
@@ -178,6 +212,7 @@ def up(
             path, brokers=brokers, zookeeper=zookeeper, overrides=parsed, tls=tls,
             die_with_parent=foreground, zookeeper_heap_mb=zookeeper_heap_mb,
             zookeeper_nodes=zookeeper_nodes, insecure_zookeeper=insecure_zookeeper,
+            kafka_brokers=kafka_brokers,
         )
     except ClusterError as exc:
         raise click.ClickException(str(exc)) from None

@@ -1,4 +1,6 @@
-"""The live-broker registry (``/brokers/ids/<id>``) and the cluster id (``/cluster/id``).
+"""The live-broker registry (``/brokers/ids/<id>``, or ``/tokensvc/brokers/ids/<id>``
+beside a Kafka cluster: :class:`zk.layout.Coordination`) and the cluster id
+(``/cluster/id``).
 
 Owns: this broker's ephemeral registration (Kafka's version-5 JSON), a watched cache of
 every live broker's registration, and creating or reading the cluster id.
@@ -14,8 +16,8 @@ it re-reads the list (the cache may have missed changes). ``close()`` stops foll
 deletes this broker's registration if its session owns it. The kazoo client belongs to
 the caller.
 
-Must not: block kazoo's event thread, or write anything but ``/brokers/ids/<own id>`` and
-``/cluster/id``.
+Must not: block kazoo's event thread, or write anything but this broker's registration
+and the cluster id (beside Kafka: never ``/cluster/id``, only tokensvc's own).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from kazoo.client import KazooClient, KazooState
 
 from tokensvc.core.clock import Clock, SystemClock
 from zk import layout
-from zk.errors import StoreError, ZnodeExists, zk_call
+from zk.errors import StoreError, ZnodeExists, ZnodeMissing, zk_call
 from zk.reads import pipelined
 from zk.token_store import delete_own_ephemeral
 from zk.worker import SerialWorker
@@ -53,8 +55,10 @@ def new_cluster_id() -> str:
 class BrokerRegistry:
     """Register this broker and follow the others; see the module docstring."""
 
-    def __init__(self, client: KazooClient, *, clock: Clock | None = None) -> None:
+    def __init__(self, client: KazooClient, *, clock: Clock | None = None,
+                 paths: layout.Coordination = layout.ALONE) -> None:
         self._client = client
+        self._paths = paths
         self._clock = clock or SystemClock()
         self._worker = SerialWorker("broker-registry")
         self._lock = threading.Lock()
@@ -78,7 +82,7 @@ class BrokerRegistry:
         ``endpoints`` maps listener name -> (security protocol, host, port).
         """
         self._own = (int(broker_id), dict(endpoints), rack)
-        zk_call("create /brokers/ids", lambda: self._client.ensure_path(layout.BROKER_IDS))
+        self._ensure_root()
         self._create_own()
         self._listen()
         self._worker.start()
@@ -87,7 +91,7 @@ class BrokerRegistry:
         if self._own is None:
             return
         broker_id, endpoints, rack = self._own
-        path = layout.broker_path(broker_id)
+        path = self._paths.broker_path(broker_id)
         data = layout.encode_broker(endpoints, self._clock.now_ms(), rack=rack)
         try:
             zk_call(
@@ -114,7 +118,7 @@ class BrokerRegistry:
         if self._started:
             return
         self._started = True
-        zk_call("create /brokers/ids", lambda: self._client.ensure_path(layout.BROKER_IDS))
+        self._ensure_root()
         self._listen()
         self._refresh()
         self._worker.start()
@@ -134,24 +138,44 @@ class BrokerRegistry:
         self._worker.close()
         if self._own is None:
             return
-        path = layout.broker_path(self._own[0])
+        path = self._paths.broker_path(self._own[0])
         delete_own_ephemeral(self._client, path)
+
+    def _ensure_root(self) -> None:
+        root = self._paths.broker_ids
+        zk_call(f"create {root}", lambda: self._client.ensure_path(root))
 
     # --- cluster id --------------------------------------------------------------------
 
     def cluster_id(self) -> str:
-        """The cluster id in ``/cluster/id``; created (22 random URL-safe chars) if absent."""
-        zk_call("create /cluster", lambda: self._client.ensure_path(layout.CLUSTER))
+        """The cluster id in ``/cluster/id``; created (22 random URL-safe chars) if absent.
+
+        Beside Kafka (the paths say ``/cluster/id`` is not ours to write) it is only read:
+        Kafka's first broker creates it. Until then, tokensvc reports an id of its own,
+        kept in ``/tokensvc/cluster/id``."""
+        if not self._paths.cluster_id_writable:
+            try:
+                data, _stat = zk_call("read /cluster/id",
+                                      lambda: self._client.get(layout.CLUSTER_ID))
+                return layout.decode_cluster_id(data)
+            except ZnodeMissing:
+                log.warning("no Kafka cluster id in /cluster/id yet (no Kafka broker has "
+                            "started on this ensemble and chroot); using tokensvc's own in %s",
+                            layout.OWN_CLUSTER_ID)
+                return self._read_or_create_id(layout.OWN_CLUSTER_ID)
+        return self._read_or_create_id(layout.CLUSTER_ID)
+
+    def _read_or_create_id(self, path: str) -> str:
+        parent = path.rsplit("/", 1)[0]
+        zk_call(f"create {parent}", lambda: self._client.ensure_path(parent))
         try:
             zk_call(
-                "create /cluster/id",
-                lambda: self._client.create(
-                    layout.CLUSTER_ID, layout.encode_cluster_id(new_cluster_id())
-                ),
+                f"create {path}",
+                lambda: self._client.create(path, layout.encode_cluster_id(new_cluster_id())),
             )
         except ZnodeExists:
             pass
-        data, _stat = zk_call("read /cluster/id", lambda: self._client.get(layout.CLUSTER_ID))
+        data, _stat = zk_call(f"read {path}", lambda: self._client.get(path))
         return layout.decode_cluster_id(data)
 
     # --- kazoo callbacks (kazoo's thread: never block) ----------------------------------
@@ -208,10 +232,10 @@ class BrokerRegistry:
         callback = self._on_children if watch else None
         names = zk_call(
             "list brokers",
-            lambda: self._client.get_children(layout.BROKER_IDS, watch=callback),
+            lambda: self._client.get_children(self._paths.broker_ids, watch=callback),
         )
         ids = sorted(int(n) for n in names if n.isdigit())
-        values = pipelined(self._client.get_async, [layout.broker_path(i) for i in ids],
+        values = pipelined(self._client.get_async, [self._paths.broker_path(i) for i in ids],
                            "read brokers", timeout_s=None)
         found: dict[int, dict[str, Any]] = {}
         for broker_id, value in zip(ids, values):

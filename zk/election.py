@@ -1,5 +1,18 @@
 """Controller election through the ephemeral ``/controller`` znode, as Kafka does it.
 
+Where: :class:`zk.layout.Coordination` gives the paths. Alone on its ensemble tokensvc uses
+Kafka's ``/controller`` and ``/controller_epoch``; beside a Kafka cluster
+(``kafka.zookeeper.shared=true``) it uses ``/tokensvc/controller`` and
+``/tokensvc/controller_epoch``, so Kafka's controller election never sees a tokensvc broker
+(Kafka's stops as soon as ``/controller`` names any broker id). Below, ``/controller`` and
+``/controller_epoch`` stand for whichever pair the paths name.
+
+Eligibility: ``eligible()`` (default: always) is asked before every attempt to win and
+whenever this broker finds it holds the role; a broker that may not be controller (its
+clock is beyond ``max.clock.skew.ms``: the broker passes its clock gate's verdict) does not
+run, and a controller that may no longer be one resigns at once, so a healthy broker takes
+over. :meth:`reconsider` is how the caller says the answer may have changed.
+
 Owns: winning, watching and giving up controllership, the ``/controller_epoch`` counter,
 and the *guard* that keeps a deposed controller from writing.
 
@@ -39,8 +52,8 @@ How it works (kazoo-recipe style, lifecycle start()/close()):
 * ``close()`` deletes ``/controller`` if this session owns it, so another broker takes
   over at once instead of after the session timeout.
 
-Must not: write anything but ``/controller`` and ``/controller_epoch``, or block kazoo's
-event thread. The kazoo client belongs to the caller and stays open after close().
+Must not: write anything but its ``/controller`` and ``/controller_epoch``, or block
+kazoo's event thread. The kazoo client belongs to the caller and stays open after close().
 """
 
 from __future__ import annotations
@@ -78,8 +91,12 @@ class ControllerElection:
         *,
         on_change: ChangeListener | None = None,
         clock: Clock | None = None,
+        paths: layout.Coordination = layout.ALONE,
+        eligible: Callable[[], bool] | None = None,
     ) -> None:
         self._client = client
+        self._paths = paths
+        self._eligible = eligible or (lambda: True)
         self._broker_id = int(broker_id)
         self._on_change = on_change
         self._clock = clock or SystemClock()
@@ -149,8 +166,14 @@ class ControllerElection:
             self._resign()
 
     def _resign(self) -> None:
-        if delete_own_ephemeral(self._client, layout.CONTROLLER):
+        if delete_own_ephemeral(self._client, self._paths.controller):
             log.info("broker %d resigned as controller", self._broker_id)
+
+    def reconsider(self) -> None:
+        """Ask ``eligible()`` again (its answer changed): an ineligible controller resigns
+        at once, so another broker wins; an eligible broker runs again if there is no
+        controller."""
+        self._refresh_soon()
 
     # --- kazoo callbacks (kazoo's thread: never block) ----------------------------------
 
@@ -198,18 +221,27 @@ class ControllerElection:
         while not self._worker.closed:
             try:
                 data, stat = zk_call(
-                    "read /controller",
-                    lambda: self._client.get(layout.CONTROLLER, watch=self._on_watch),
+                    f"read {self._paths.controller}",
+                    lambda: self._client.get(self._paths.controller, watch=self._on_watch),
                 )
             except ZnodeMissing:
+                if not self._eligible():
+                    self._stand_aside()
+                    return
                 self._try_win()
                 continue
             try:
                 controller = layout.decode_controller(data)
             except layout.LayoutError as exc:
-                log.warning("unreadable %s: %s", layout.CONTROLLER, exc)
+                log.warning("unreadable %s: %s", self._paths.controller, exc)
                 controller = None
             mine = controller == self._broker_id and stat.ephemeralOwner == self._session_id()
+            if mine and not self._eligible():
+                with self._lock:
+                    self._guard = None
+                    self._epoch = None
+                self._resign()
+                continue
             with self._lock:
                 self._controller_id = controller
                 if not mine:
@@ -218,19 +250,31 @@ class ControllerElection:
             self._report_soon()
             return
 
+    def _stand_aside(self) -> None:
+        # No controller, and this broker may not be one: no controller known until another
+        # broker wins (its znode fires the watch armed by the read) or this one is eligible
+        # again (reconsider()).
+        with self._lock:
+            self._controller_id = None
+            self._guard = None
+            self._epoch = None
+        self._report_soon()
+
     def _try_win(self) -> None:
         self._ensure_epoch()
         data, stat = zk_call(
-            "read /controller_epoch", lambda: self._client.get(layout.CONTROLLER_EPOCH)
+            f"read {self._paths.controller_epoch}",
+            lambda: self._client.get(self._paths.controller_epoch),
         )
         epoch = layout.decode_controller_epoch(data) + 1
         tx = self._client.transaction()
         tx.create(
-            layout.CONTROLLER,
+            self._paths.controller,
             layout.encode_controller(self._broker_id, self._clock.now_ms()),
             ephemeral=True,
         )
-        tx.set_data(layout.CONTROLLER_EPOCH, layout.encode_controller_epoch(epoch), stat.version)
+        tx.set_data(self._paths.controller_epoch, layout.encode_controller_epoch(epoch),
+                    stat.version)
         results = zk_call("run for controller", tx.commit)
         if isinstance(results[0], NodeExistsError) or isinstance(results[1], BadVersionError):
             return  # someone else won; the caller reads and watches their znode
@@ -238,7 +282,7 @@ class ControllerElection:
         if failure is not None:
             raise StoreError(f"run for controller: ZooKeeper error {failure.__class__.__name__}")
         with self._lock:
-            self._guard = (layout.CONTROLLER_EPOCH, results[1].version)
+            self._guard = (self._paths.controller_epoch, results[1].version)
             self._epoch = epoch
             self._controller_id = self._broker_id
         log.info("broker %d is the controller (epoch %d)", self._broker_id, epoch)
@@ -257,9 +301,10 @@ class ControllerElection:
     def _ensure_epoch(self) -> None:
         try:
             zk_call(
-                "create /controller_epoch",
+                f"create {self._paths.controller_epoch}",
                 lambda: self._client.create(
-                    layout.CONTROLLER_EPOCH, layout.encode_controller_epoch(0)
+                    self._paths.controller_epoch, layout.encode_controller_epoch(0),
+                    makepath=True,
                 ),
             )
         except ZnodeExists:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tokensvc.core import collector
@@ -44,6 +45,21 @@ CLUSTER_ID = f"{CLUSTER}/id"
 # each broker writes to read ZooKeeper's time (its mtime) and report its clock offset.
 TOKENSVC = "/tokensvc"
 CLOCK = f"{TOKENSVC}/clock"
+
+# Kafka's coordination znodes. Beside a Kafka cluster (``kafka.zookeeper.shared=true``)
+# tokensvc creates, writes and deletes none of them; it only reads /cluster/id.
+KAFKA_COORDINATION_ROOTS = (
+    CONTROLLER,
+    CONTROLLER_EPOCH,
+    BROKERS,
+    CLUSTER,
+    "/feature",
+    "/admin",
+    "/isr_change_notification",
+    "/migration",
+)
+# A Kafka ZooKeeper-to-KRaft migration in progress (Kafka's MigrationZNode).
+MIGRATION = "/migration"
 
 TOKEN_VERSION = 3
 CONTROLLER_VERSION = 1
@@ -144,7 +160,41 @@ def token_change_sequence(name: str) -> int | None:
 
 
 def broker_path(broker_id: int) -> str:
-    return f"{BROKER_IDS}/{int(broker_id)}"
+    return ALONE.broker_path(broker_id)
+
+
+@dataclass(frozen=True)
+class Coordination:
+    """Where tokensvc's brokers elect their controller and register themselves.
+
+    ``ALONE`` is Kafka's own layout (tokensvc has the ensemble to itself, and Kafka's tools
+    read its controller and brokers); ``BESIDE_KAFKA`` moves all three under ``/tokensvc``
+    so a Kafka cluster on the same ensemble and chroot never sees tokensvc's brokers as
+    its own. ``cluster_id_writable``: whether tokensvc may create ``/cluster/id``."""
+
+    controller: str
+    controller_epoch: str
+    broker_ids: str
+    cluster_id_writable: bool
+
+    def broker_path(self, broker_id: int) -> str:
+        return f"{self.broker_ids}/{int(broker_id)}"
+
+
+ALONE = Coordination(CONTROLLER, CONTROLLER_EPOCH, BROKER_IDS, cluster_id_writable=True)
+BESIDE_KAFKA = Coordination(
+    f"{TOKENSVC}/controller",
+    f"{TOKENSVC}/controller_epoch",
+    f"{TOKENSVC}/brokers/ids",
+    cluster_id_writable=False,
+)
+# Beside Kafka, the cluster id tokensvc reports until a Kafka broker has written /cluster/id.
+OWN_CLUSTER_ID = f"{TOKENSVC}/cluster/id"
+
+
+def coordination(kafka_shared: bool) -> Coordination:
+    """The coordination paths of a broker with ``kafka.zookeeper.shared`` as given."""
+    return BESIDE_KAFKA if kafka_shared else ALONE
 
 
 def clock_path(broker_id: int) -> str:

@@ -1,10 +1,12 @@
-"""A real ZooKeeper server managed by tokensvc, on loopback.
+"""A real ZooKeeper server managed by tokensvc, on loopback: ZooKeeper's own configuration.
 
-Owns: finding Java and the ZooKeeper jars that the pyspark wheel ships, writing
-a node's ``zoo.cfg`` and ``myid``, starting ``QuorumPeerMain`` as a child
-process, waiting until the node serves, and stopping or killing it. A
-:class:`ZooKeeperEnsemble` runs three (or N) such nodes as one quorum so tests
-can kill single nodes.
+Owns: which of the jars the pyspark wheel ships make ZooKeeper's classpath, a node's
+``zoo.cfg``, ``myid``, JAAS and log4j2 files, the TLS and SASL settings of a secured
+node, the quorum's, the four-letter words, waiting until a node serves, and an
+ensemble of nodes. Java, the command line, ports and the process itself (start, stop,
+kill, pause) come from the JVM room (:mod:`tokensvc.jvm`), as for every JVM tokensvc
+runs. A :class:`ZooKeeperEnsemble` runs three (or N) nodes as one quorum so tests can
+kill single nodes.
 
 It never downloads anything and never listens beyond 127.0.0.1, except on the
 addresses an ensemble is given (the partition harness's network namespaces,
@@ -41,25 +43,18 @@ an election on a working network still ends on the first exchange of votes.
 
 JVM flags: every node this module starts also gets the flags of the environment variable
 :data:`JVMFLAGS_ENV` (split as a shell would), after its own, as ZooKeeper's
-``zkServer.sh`` takes ``JVMFLAGS``. The test suite uses it to start its hundreds of
+``zkServer.sh`` takes ``JVMFLAGS`` (:class:`tokensvc.jvm.JavaCommand`). The test suite uses it to start its hundreds of
 short-lived servers with a class-data archive and the client compiler only
 (tests/support/jvm_start.py), which halves each start's CPU.
 """
 
 from __future__ import annotations
 
-import ctypes
 import datetime
-import glob
-import importlib.util
 import os
 import re
-import shlex
-import shutil
-import signal
 import socket
 import ssl
-import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -69,6 +64,18 @@ from typing import Self
 
 from cryptography import x509
 
+from tokensvc.jvm import (
+    JavaCommand,
+    JvmError,
+    SupervisedProcess,
+    classpath,
+    env_flags,
+    free_port,
+    installed_jars,
+    port_in_use,
+    require_java,
+)
+
 # Extra JVM flags for every node started here (see the module's doc).
 JVMFLAGS_ENV = "TOKENSVC_ZOOKEEPER_JVMFLAGS"
 # The longest a node looking for a leader waits before it sends its vote again.
@@ -77,32 +84,33 @@ MAX_VOTE_INTERVAL_MS = 2000
 
 def extra_jvm_flags(environ: Mapping[str, str] = os.environ) -> list[str]:
     """The flags of :data:`JVMFLAGS_ENV`, split as a shell would; none when unset."""
-    return shlex.split(environ.get(JVMFLAGS_ENV, ""))
+    return env_flags(JVMFLAGS_ENV, environ)
 
 
-# Jars of pyspark/jars/ that QuorumPeerMain needs (prefixes of file names).
-_JAR_PREFIXES = (
-    "zookeeper-",
-    "zookeeper-jute-",
-    "slf4j-api-",
-    "log4j-api-",
-    "log4j-core-",
-    "log4j-slf4j2-impl-",
-    "audience-annotations-",
-    "netty-handler-4",
-    "netty-transport-4",
-    "netty-common-",
-    "netty-buffer-",
-    "netty-codec-4",
-    "netty-resolver-4",
-    "netty-transport-native-unix-common-",
+# The artifacts of pyspark/jars/ that QuorumPeerMain needs.
+_ARTIFACTS = (
+    "zookeeper",
+    "zookeeper-jute",
+    "slf4j-api",
+    "log4j-api",
+    "log4j-core",
+    "log4j-slf4j2-impl",
+    "audience-annotations",
+    "netty-handler",
+    "netty-transport",
+    "netty-common",
+    "netty-buffer",
+    "netty-codec",
+    "netty-resolver",
+    "netty-transport-native-unix-common",
     # The Netty connection factory of a TLS client port asks for epoll (it falls back
     # to NIO without the native library, which the classes jar alone does not load).
-    "netty-transport-classes-epoll-",
-    "metrics-core-",
-    "commons-io-",
-    "snappy-java-",
+    "netty-transport-classes-epoll",
+    "metrics-core",
+    "commons-io",
+    "snappy-java",
 )
+_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 
 _LOG4J2 = """\
 status = error
@@ -153,7 +161,7 @@ def parse_heap_mb(text: str) -> int:
     return heap
 
 
-class ZooKeeperStartError(RuntimeError):
+class ZooKeeperStartError(JvmError):
     """ZooKeeper could not be started; the message says why and what to do."""
 
 
@@ -302,66 +310,17 @@ def _jaas_quote(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def find_java() -> str:
-    java = shutil.which("java")
-    if java is None:
-        home = os.environ.get("JAVA_HOME")
-        if home and os.access(os.path.join(home, "bin", "java"), os.X_OK):
-            return os.path.join(home, "bin", "java")
-        raise ZooKeeperStartError(
-            "Java was not found on PATH (nor in JAVA_HOME): install Java 17 or newer, "
-            "for example `apt-get install openjdk-17-jre-headless`"
-        )
-    return java
-
-
-def java_major_version(java: str) -> int:
-    out = subprocess.run(
-        [java, "-version"], capture_output=True, text=True, timeout=30, check=False
-    )
-    text = out.stderr + out.stdout
-    for token in text.replace('"', " ").split():
-        head = token.split(".")[0]
-        if head.isdigit() and ("." in token or token.isdigit()):
-            return int(head)
-    raise ZooKeeperStartError(f"could not read the Java version from: {text.strip()!r}")
-
-
 def zookeeper_classpath() -> str:
     """The classpath of the ZooKeeper server jars shipped inside the pyspark wheel."""
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or not spec.submodule_search_locations:
-        raise ZooKeeperStartError("pyspark is not installed: run the README's set-up command")
-    jars_dir = Path(next(iter(spec.submodule_search_locations))) / "jars"
-    jars = []
-    for prefix in _JAR_PREFIXES:
-        found = sorted(p for p in glob.glob(str(jars_dir / f"{prefix}*.jar")))
-        if prefix == "zookeeper-":
-            found = [p for p in found if "jute" not in os.path.basename(p)]
-        if not found and prefix.startswith("zookeeper"):
-            raise ZooKeeperStartError(f"no {prefix}*.jar in {jars_dir}: is pyspark complete?")
-        jars.extend(found[-1:])
-    return os.pathsep.join(jars)
+    try:
+        jars = installed_jars("pyspark", "jars", _ARTIFACTS, required=("zookeeper", "zookeeper-jute"))
+    except JvmError as exc:
+        raise ZooKeeperStartError(str(exc)) from None
+    return classpath(jars)
 
 
 # ZooKeeper's usual ports, for nodes that each have an address of their own.
 CLIENT_PORT, QUORUM_PORT, ELECTION_PORT = 2181, 2888, 3888
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return True
-        return False
 
 
 def four_letter_word(
@@ -395,12 +354,6 @@ def _write_secret(path: Path, text: str) -> None:
     os.chmod(path, 0o600)
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    os.setsid()
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 @dataclass
 class ZooKeeperNode:
     """One ZooKeeper server process (standalone, or a member of an ensemble)."""
@@ -422,7 +375,7 @@ class ZooKeeperNode:
     audit: bool = False
     # TLS-only client port, client certificates, SASL enforced; None: plain, open.
     security: ZkServerSecurity | None = None
-    process: subprocess.Popen | None = None
+    process: SupervisedProcess | None = None
 
     @property
     def connect(self) -> str:
@@ -488,26 +441,20 @@ class ZooKeeperNode:
 
     def spawn(self) -> None:
         """Start the process without waiting for it to serve."""
-        if self.process is not None and self.process.poll() is None:
+        if self.process is not None and self.process.running:
             return
-        cmd = self.command()
-        with open(self.data_dir / "zookeeper.out", "ab") as out:
-            # preexec_fn runs only prctl/setsid, both async-signal-safe.
-            self.process = subprocess.Popen(
-                cmd,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                preexec_fn=_die_with_parent if self.die_with_parent else os.setsid,  # noqa: PLW1509
-            )
+        self.process = SupervisedProcess(self.command(), self.data_dir / "zookeeper.out",
+                                         die_with_parent=self.die_with_parent)
+        self.process.spawn()
 
     def command(self) -> list[str]:
         """Write this node's configuration and return the command that runs it (for
         :meth:`spawn`, and for ``tokensvc zookeeper``, which execs it under a service
         manager)."""
-        java = find_java()
-        if java_major_version(java) < 11:
-            raise ZooKeeperStartError(f"{java} is older than Java 11; install Java 17")
+        try:
+            java = require_java(11)
+        except JvmError as exc:
+            raise ZooKeeperStartError(str(exc)) from None
         # With a prefix the port is in another network namespace: it cannot be probed here.
         if not self.prefix and port_in_use(self.client_port, self.host):
             raise ZooKeeperStartError(
@@ -516,26 +463,28 @@ class ZooKeeperNode:
         if self.security is not None:
             self.security.check_stores()
         cfg = self._write_config()
-        jaas = (
-            [f"-Djava.security.auth.login.config={self.jaas_path}"] if self.security is not None else []
-        )
-        return [
-            *self.prefix,
-            java,
-            f"-Xmx{self.heap_mb}m",
-            "-XX:+UseSerialGC",
-            # Its collections, for the operator (docs/operations.md): five files of 10 MB.
-            f"-Xlog:gc:file={self.data_dir / 'gc.log'}:time,uptime:filecount=5,filesize=10m",
-            "-Dzookeeper.admin.enableServer=false",
-            f"-Dzookeeper.fastleader.maxNotificationInterval={MAX_VOTE_INTERVAL_MS}",
-            f"-Dlog4j2.configurationFile={self.data_dir / 'log4j2.properties'}",
-            *jaas,
-            *extra_jvm_flags(),
-            "-cp",
-            zookeeper_classpath(),
-            "org.apache.zookeeper.server.quorum.QuorumPeerMain",
-            str(cfg),
-        ]
+        properties = {
+            "zookeeper.admin.enableServer": "false",
+            "zookeeper.fastleader.maxNotificationInterval": str(MAX_VOTE_INTERVAL_MS),
+            "log4j2.configurationFile": str(self.data_dir / "log4j2.properties"),
+        }
+        if self.security is not None:
+            properties["java.security.auth.login.config"] = str(self.jaas_path)
+        return JavaCommand(
+            java=java,
+            main=_MAIN,
+            classpath=[zookeeper_classpath()],
+            args=[str(cfg)],
+            heap_mb=self.heap_mb,
+            flags=[
+                "-XX:+UseSerialGC",
+                # Its collections, for the operator (docs/operations.md): five files of 10 MB.
+                f"-Xlog:gc:file={self.data_dir / 'gc.log'}:time,uptime:filecount=5,filesize=10m",
+            ],
+            system_properties=properties,
+            flags_env=JVMFLAGS_ENV,
+            prefix=self.prefix,
+        ).argv()
 
     def four_letter_word(self, word: str, timeout: float = 1.0) -> str:
         """Ask this node a four-letter word, over TLS with the probe's certificate when
@@ -586,7 +535,7 @@ class ZooKeeperNode:
             if self.process is not None and self.process.poll() is not None:
                 raise ZooKeeperStartError(
                     f"ZooKeeper on port {self.client_port} exited with status "
-                    f"{self.process.returncode}; see {self.data_dir / 'zookeeper.out'}"
+                    f"{self.process.poll()}; see {self.data_dir / 'zookeeper.out'}"
                 )
             if (self.serving(min(self.probe_timeout, max(0.1, deadline - time.monotonic())))
                     and self.is_ours()):
@@ -607,60 +556,27 @@ class ZooKeeperNode:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM, then SIGKILL if it does not exit in time."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout)
+        if self.process is not None:
+            self.process.stop(timeout)
         self.process = None
 
     def kill(self) -> None:
         """SIGKILL: a crash, as fault tests need."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
+        if self.process is not None:
             self.process.kill()
-            self.process.wait(10)
         self.process = None
 
     def pause(self, timeout: float = 5.0) -> None:
-        """SIGSTOP, then wait (at most ``timeout``) until every thread of the process is
-        stopped. The signal stops a thread only when it next leaves the kernel: one busy
-        on another core, or finishing a system call, could otherwise still answer a
-        request sent after this returns (a create answered by a paused server was seen
-        once in a full run of the suite)."""
-        if self.process is None:
-            return
-        self.process.send_signal(signal.SIGSTOP)
-        deadline = time.monotonic() + timeout
-        while not _all_threads_stopped(self.process.pid) and time.monotonic() < deadline:
-            time.sleep(0.001)
+        """SIGSTOP, returning once every thread of the process is stopped (at most
+        ``timeout``): a request sent after this returns is never answered until
+        :meth:`resume` (a create answered by a paused server was seen once in a full
+        run of the suite before it waited for every thread)."""
+        if self.process is not None:
+            self.process.pause(timeout)
 
     def resume(self) -> None:
         if self.process is not None:
-            self.process.send_signal(signal.SIGCONT)
-
-
-def _all_threads_stopped(pid: int) -> bool:
-    """Whether every thread of ``pid`` is in the stopped state (``/proc``); a process
-    that is gone counts as stopped."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return True
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/stat", encoding="ascii") as stat:
-                state = stat.read().rsplit(")", 1)[1].split()[0]
-        except OSError:  # the thread ended meanwhile
-            continue
-        if state not in ("T", "t"):
-            return False
-    return True
+            self.process.resume()
 
 
 class ManagedZooKeeper(ZooKeeperNode):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tests.support.wait import wait_for
 from tokensvc.cluster import LocalCluster
-from zk.server import free_port
+from tokensvc.jvm import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = "User:etl-job"

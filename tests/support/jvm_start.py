@@ -45,16 +45,19 @@ import time
 from pathlib import Path
 
 from tokensvc import devcerts
+from tokensvc.jvm import find_java
 from zk.server import (
     JVMFLAGS_ENV,
     ManagedZooKeeper,
     ZkServerSecurity,
-    find_java,
     zookeeper_classpath,
 )
 
 FAST_COMPILE = "-XX:TieredStopAtLevel=1"
 NO_FSYNC = "-Dzookeeper.forceSync=no"
+# Kafka brokers and tools in the tests: the client compiler and the serial collector (a
+# broker of a test lives a minute; G1's threads and C2 never pay back on two cores).
+KAFKA_FLAGS = f"{FAST_COMPILE} -XX:+UseSerialGC"
 
 
 def _archive_path(cache: Path) -> Path:

@@ -399,6 +399,7 @@ class AdminClient:
         # One key for this call, sent with every attempt: a tokensvc broker applies the
         # write once however often it is retried (e.g. after an answer lost to a reset).
         request_key = uuid.uuid4().hex
+        last_code: int | None = None
         while True:
             try:
                 conn = self._connection(deadline)
@@ -416,12 +417,19 @@ class AdminClient:
                 if not _retriable(code):
                     raise_for(code, response.get("ErrorMessage"), what)
                 unreachable, last = None, f"{Errors(code).name} from {conn.address}"
+                last_code = code
+                if code == Errors.REQUEST_TIMED_OUT and len(self.bootstrap) > 1:
+                    # A broker that refuses retriably for a reason of its own (its clock,
+                    # its view of ZooKeeper, its audit log) may refuse every retry: the
+                    # next attempt goes to another bootstrap server.
+                    self._drop(conn.address)
             if time.monotonic() + backoff >= deadline:
                 if unreachable is not None:
                     raise unreachable
                 raise AdminError(
                     Errors.REQUEST_TIMED_OUT,
-                    f"{what} did not complete within {self.timeout_s:g}s (last: {last})",
+                    f"{what} did not complete within {self.timeout_s:g}s (last: {last})"
+                    + _RETRIABLE_CAUSES.get(last_code, ""),
                 )
             time.sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF_S)
@@ -461,6 +469,21 @@ class AdminClient:
         self.close()
         if address in self.bootstrap:
             self._next = (self.bootstrap.index(address) + 1) % len(self.bootstrap)
+
+
+# What a broker means by a retriable refusal that lasted until the deadline: the causes it
+# logs (the Kafka response of a token write carries no message to say which).
+_RETRIABLE_CAUSES: dict[int | None, str] = {
+    Errors.REQUEST_TIMED_OUT: (
+        "; a broker refuses this way while its clock is beyond max.clock.skew.ms from the "
+        "cluster's time (its log says 'refusing token logins and token writes (clock_skew)'), "
+        "its view of ZooKeeper is older than zookeeper.max.staleness.ms, or its required "
+        "audit log cannot be written"),
+    Errors.NOT_CONTROLLER: (
+        "; no broker acts as the controller: the brokers may have lost ZooKeeper, or every "
+        "broker's clock is beyond max.clock.skew.ms (a broker with a wrong clock does not "
+        "stand for controller)"),
+}
 
 
 def _retriable(code: int) -> bool:

@@ -31,7 +31,8 @@ TOKEN_ACTIONS = frozenset({"create", "renew", "expire", "describe", "revoke"})
 # Why a token request was special: a revocation's reason, or the per-owner limit.
 TOKEN_REASONS = frozenset({"revoked_by_id", "revoked_by_owner", "revoked_by_label",
                            "owner_deleted", "owner_limit", "owner_near_limit",
-                           "invalid_labels", "clock_skew", "oauth_policy"})
+                           "invalid_labels", "clock_skew", "kraft_migration",
+                           "oauth_policy"})
 # Fields whose value is a token's labels or a label selector: a JSON object whose keys
 # are label keys (tokensvc.core.labels), not field names, so the secret guard judges only
 # their values (a label named "key-owner" is not a key).

@@ -77,6 +77,8 @@ from zk.credential_sync import CredentialSync, UserCredentialCache
 from zk.election import ControllerElection
 from zk.errors import StoreUnavailable
 from zk.expiry import ExpirySweeper
+from zk.kraft import KraftMigrationWatch
+from zk.layout import coordination
 from zk.notifications import VersionWaiter
 from zk.requests import RequestKeyExistsError, RequestRecords, valid_request_key
 from zk.token_store import TokenStore
@@ -342,6 +344,7 @@ class BrokerParts:
     records: RequestRecords
     registry: BrokerRegistry
     election: ControllerElection
+    migration: KraftMigrationWatch | None
     token_sync: TokenSync
     credential_sync: CredentialSync
     acl_sync: AclSync | None
@@ -355,6 +358,21 @@ class BrokerParts:
     acl_check: ZnodeAclCheck
     dispatcher: Dispatcher
     server: BrokerServer
+
+
+def _sweep_allowed(gate: ClockGate | None,
+                   migrating: Callable[[], bool] | None) -> Callable[[], bool] | None:
+    """Whether the expiry sweep may delete tokens now: on a trusted clock, and never once
+    a Kafka KRaft migration has started (Kafka's controller owns the tokens then)."""
+    if gate is None and migrating is None:
+        return None
+
+    def allowed() -> bool:
+        if migrating is not None and migrating():
+            return False
+        return gate is None or gate.trusted()
+
+    return allowed
 
 
 async def _clock_gate(config: BrokerConfig, clock: Clock, zk: Any) -> ClockGate | None:
@@ -422,12 +440,24 @@ async def _assemble(
     credential_store = CredentialStore(zk)
     acl_store = AclStore(zk)
     records = RequestRecords(zk)
-    registry = BrokerRegistry(zk)
+    paths = coordination(config.kafka_zookeeper_shared)
+    registry = BrokerRegistry(zk, paths=paths)
+    migration = KraftMigrationWatch(zk) if config.kafka_zookeeper_shared else None
+    if migration is not None:
+        await asyncio.to_thread(migration.start)
     await asyncio.to_thread(token_store.ensure_paths)
     await asyncio.to_thread(records.ensure_paths)
     cluster_id = config.cluster_id or await asyncio.to_thread(registry.cluster_id)
 
-    election = ControllerElection(zk, config.broker_id, on_change=on_controller_change)
+    election = ControllerElection(
+        zk, config.broker_id, on_change=on_controller_change, paths=paths,
+        # A broker whose clock is off does not stand for controller, and resigns if it
+        # is one: the others go on writing (issue #50).
+        eligible=gate.trusted if gate is not None else None,
+    )
+    if gate is not None:
+        gate.add_listener(lambda _state: election.reconsider())
+    migrating = (lambda: migration.started) if migration is not None else None
 
     def is_controller() -> bool:
         return election.is_controller
@@ -467,7 +497,7 @@ async def _assemble(
     )
 
     def refuse(services: Services, ctx: Any, handler: Any, body: dict) -> dict | None:
-        return clock_refusal(gate, services, ctx, handler, body)
+        return clock_refusal(gate, services, ctx, handler, body, migrating)
 
     ledger = WriteLedger(
         HANDLERS,
@@ -540,7 +570,7 @@ async def _assemble(
         interval_ms=config.delegation_token_expiry_check_interval_ms,
         on_removed=on_removed,
         purge=purge,
-        trusted=gate.trusted if gate is not None else None,
+        trusted=_sweep_allowed(gate, migrating),
         apply_committed=token_sync.apply_committed,
     )
     acl_check = ZnodeAclCheck(zk, interval_s=config.zookeeper_acl_check_interval_ms / 1000.0)
@@ -553,6 +583,7 @@ async def _assemble(
         clock_gate=gate,
         is_controller=is_controller,
         forwarding=forwarding,
+        migrating=migrating,
     )
 
     async def raw_sasl(session: Session, payload: bytes) -> bytes:
@@ -586,6 +617,7 @@ async def _assemble(
         records=records,
         registry=registry,
         election=election,
+        migration=migration,
         token_sync=token_sync,
         credential_sync=credential_sync,
         acl_sync=acl_sync,

@@ -176,7 +176,7 @@ class Broker:
             await asyncio.to_thread(part.close)
         if parts is not None:
             for follower in (parts.registry, parts.acl_sync, parts.credential_sync,
-                             parts.token_sync):
+                             parts.token_sync, parts.migration):
                 if follower is not None:
                     await asyncio.to_thread(follower.close)
         if self._zk is not None:

@@ -14,6 +14,8 @@ current; a request whose connection was revoked meanwhile is not served.
 One clock (issue #36): while the :class:`~tokensvc.broker.gates.clockskew.ClockGate`
 does not trust the clock, token writes are refused here on a non-controller and in the
 ledger on the controller (:func:`clock_refusal`), audited with reason ``clock_skew``.
+Beside Kafka, once a KRaft migration has started, token writes are refused the same way
+(POLICY_VIOLATION, reason ``kraft_migration``).
 
 Must not: read ZooKeeper or touch sockets; it knows the parts it was built with, never
 the broker object.
@@ -44,11 +46,22 @@ from tokensvc.protocol import encode_response
 log = logging.getLogger("tokensvc.broker")
 
 
+KRAFT_MIGRATION = "kraft_migration"
+
+
 def clock_refusal(gate: ClockGate | None, services: Services, ctx: RequestContext,
-                  handler: Any, body: dict) -> dict | None:
-    """The answer to a token write while the clock is not trusted (audited, reason
-    ``clock_skew``), or None: serve it."""
-    if gate is None or ctx.api_key not in token_handlers.TOKEN_WRITE_ACTIONS:
+                  handler: Any, body: dict,
+                  migrating: Callable[[], bool] | None = None) -> dict | None:
+    """The answer to a token write while a Kafka KRaft migration has started
+    (``migrating()``: POLICY_VIOLATION, audit reason ``kraft_migration``) or while the
+    clock is not trusted (audited, reason ``clock_skew``), or None: serve it."""
+    if ctx.api_key not in token_handlers.TOKEN_WRITE_ACTIONS:
+        return None
+    if migrating is not None and migrating():
+        token_handlers.audit_refused_write(services, ctx, Errors.POLICY_VIOLATION,
+                                           KRAFT_MIGRATION)
+        return handler.error_for(ctx.api_version, Errors.POLICY_VIOLATION, body)
+    if gate is None:
         return None
     refused = gate.refusal()
     if refused is None:
@@ -71,8 +84,10 @@ class Dispatcher:
         clock_gate: ClockGate | None,
         is_controller: Callable[[], bool],
         forwarding: Callable[[], bool],
+        migrating: Callable[[], bool] | None = None,
     ) -> None:
         self._config = config
+        self._migrating = migrating
         self._services = services
         self._audit = services.audit
         self._ledger = ledger
@@ -111,7 +126,8 @@ class Dispatcher:
                 if not self._is_controller():
                     refused = handler.precheck(services, ctx, body) if handler.precheck else None
                     if refused is None:
-                        refused = clock_refusal(self._clock_gate, services, ctx, handler, body)
+                        refused = clock_refusal(self._clock_gate, services, ctx, handler, body,
+                                                self._migrating)
                     if refused is not None:
                         return encode_response(ctx.header, refused), refused.get("ErrorCode", 0)
                     if not self._forwarding():  # still starting: the client retries

@@ -5,6 +5,7 @@ and the probe live in the sibling modules; this one puts them in order.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -14,8 +15,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
+from tokensvc.admin.client import AdminClient
+from tokensvc.client_config import load_client_config
 from tokensvc.cluster.errors import ClusterError
 from tokensvc.cluster.files import _write_private, check_overrides, load_info
+from tokensvc.cluster.kafka import (
+    kafka_info,
+    kafka_secret_key,
+    make_kafka_brokers,
+    start_kafka_brokers,
+    write_token_properties,
+    write_tool_scripts,
+)
 from tokensvc.cluster.layout import (
     CLUSTER_FILE,
     MANAGED_KEYS,
@@ -39,10 +50,14 @@ from tokensvc.cluster.zookeeper import (
     _secure_zookeeper_files,
     _write_zk_client_config,
 )
+from tokensvc.core.config import KAFKA_SHARED
 from tokensvc.core.configdef import ConfigError
 from tokensvc.core.zk_security import ZK_KEY_NAMES
+from tokensvc.kafka import KafkaBroker
+from tokensvc.properties import read_properties
 from zk.brokers import BrokerRegistry
 from zk.client import ZkSettings, open_client, settings_from_file
+from zk.layout import Coordination, coordination
 from zk.server import (
     DEFAULT_HEAP_MB,
     ManagedZooKeeper,
@@ -82,6 +97,7 @@ class LocalCluster:
         self.info = info
         self._zookeeper = zookeeper
         self._die_with_parent = die_with_parent
+        self._kafka: list[KafkaBroker] = []
         self._brokers = {
             b["id"]: _Broker(b["id"], Path(b["config"]), Path(b["log"]),
                              prefix=tuple(b.get("prefix", ())))
@@ -115,6 +131,9 @@ class LocalCluster:
         zookeeper_nodes: int = 1,
         broker_env: Mapping[int, Mapping[str, str]] | None = None,
         one_by_one: bool = False,
+        kafka_brokers: int = 0,
+        kafka_reauth_ms: int | None = None,
+        kafka_overrides: Mapping[str, str] | None = None,
     ) -> LocalCluster:
         """Start ZooKeeper (unless ``zookeeper`` is a connect string) and ``brokers`` brokers
         in ``directory``; return once all answer. ``die_with_parent`` ties every process to
@@ -127,10 +146,20 @@ class LocalCluster:
         broker id). ``one_by_one`` starts each broker once the one before it answers
         (each loads its cache alone: at a million tokens, three first listings at once
         can outlast ZooKeeper's request cap on a small host); ``timeout`` is then per
-        broker."""
-        if brokers < 1:
+        broker.
+
+        ``kafka_brokers`` Apache Kafka 3.9 brokers (ids 101, 102, ...: see
+        :mod:`tokensvc.cluster.kafka`) start once tokensvc's answer, on the same ZooKeeper
+        with the same master key; tokensvc's brokers then get
+        ``kafka.zookeeper.shared=true``. ``kafka_reauth_ms`` is their
+        ``connections.max.reauth.ms``; ``kafka_overrides`` are keys of their
+        ``server.properties``, applied last. With ``brokers=0`` only ZooKeeper, the users
+        and the Kafka brokers start."""
+        if brokers < 0 or brokers + kafka_brokers < 1:
             raise ClusterError("a cluster needs at least one broker")
         overrides = dict(overrides or {})
+        if kafka_brokers and brokers:
+            overrides.setdefault(KAFKA_SHARED, "true")
         managed = sorted(MANAGED_KEYS & overrides.keys())
         if managed:
             raise ClusterError(
@@ -179,6 +208,9 @@ class LocalCluster:
                     cluster._spawn(broker_id)
                 cluster._save()
                 cluster._wait_ready(list(cluster._brokers), timeout)
+            if kafka_brokers:
+                cluster._start_kafka(kafka_brokers, overrides, kafka_reauth_ms, timeout,
+                                     kafka_overrides or {})
         except BaseException:
             if cluster is not None:
                 cluster.down()
@@ -234,9 +266,21 @@ class LocalCluster:
         pids = zk.get("pids") or ([zk["pid"]] if zk["pid"] is not None else [])
         return [p for p in pids if _alive(p, str(self.directory / "zookeeper"))]
 
+    def kafka_brokers(self) -> list[KafkaBroker]:
+        """The Kafka brokers this object started (empty for a cluster opened from its
+        directory)."""
+        return list(self._kafka)
+
+    def kafka_pids(self) -> list[int]:
+        """The pids of the cluster's Kafka brokers that run."""
+        if self._kafka:
+            return [b.pid for b in self._kafka if b.pid is not None]
+        entries = (self.info.get("kafka") or {}).get("brokers", [])
+        return [e["pid"] for e in entries if e["pid"] is not None and _alive(e["pid"], e["config"])]
+
     def running_pids(self) -> list[int]:
         pids = [self.broker_pid(b) for b in self.broker_ids()] + self.zookeeper_pids()
-        return [p for p in pids if p is not None]
+        return [p for p in pids if p is not None] + self.kafka_pids()
 
     # -- broker lifecycle -------------------------------------------------------------------
 
@@ -283,7 +327,9 @@ class LocalCluster:
         self.start_broker(broker_id, timeout)
 
     def down(self, grace: float = STOP_GRACE_S) -> None:
-        """Stop every broker, then the managed ZooKeeper. Idempotent."""
+        """Stop the Kafka brokers, every tokensvc broker, then the managed ZooKeeper.
+        Idempotent."""
+        self._stop_kafka(grace)
         for broker_id in self.broker_ids():
             self.stop_broker(broker_id, grace)
         zk = self.info["zookeeper"]
@@ -305,6 +351,45 @@ class LocalCluster:
 
     # -- internals -------------------------------------------------------------------------
 
+    def _start_kafka(self, count: int, overrides: Mapping[str, str], reauth_ms: int | None,
+                     timeout: float, kafka_overrides: Mapping[str, str]) -> None:
+        """Start ``count`` Kafka brokers, record them, and leave what a person needs to
+        try them: Kafka's tools as scripts and a client login with a fresh token."""
+        admin = self.info["admin"]
+        self._kafka = make_kafka_brokers(
+            self.directory, count, self.zk_settings(), (admin["username"], admin["password"]),
+            kafka_secret_key(self.directory, overrides),
+            die_with_parent=self._die_with_parent, reauth_ms=reauth_ms,
+            overrides=kafka_overrides)
+        try:
+            for broker in self._kafka:
+                broker.spawn()
+        finally:
+            self.info["kafka"] = kafka_info(self._kafka)
+            self._save()
+        start_kafka_brokers(self._kafka, timeout)
+        write_tool_scripts(self.directory)
+        bootstrap = self.info["bootstrap_servers"] or self.info["kafka"]["bootstrap_servers"]
+        with AdminClient(bootstrap, load_client_config(admin["properties"])) as client:
+            token = client.create_token(max_lifetime_ms=-1)
+        self.info["kafka"]["token_properties"] = str(write_token_properties(
+            self.directory, token.token_id, base64.b64encode(token.hmac).decode()))
+        self._save()
+
+    def _stop_kafka(self, grace: float) -> None:
+        kafka = self.info.get("kafka")
+        if not kafka:
+            return
+        if self._kafka:
+            for broker in self._kafka:
+                broker.stop(grace)
+        else:
+            for entry in kafka["brokers"]:
+                stop_process(entry["pid"], entry["config"], grace)
+        for entry in kafka["brokers"]:
+            entry["pid"] = None
+        self._save()
+
     def _spawn(self, broker_id: int) -> None:
         broker = self._brokers[broker_id]
         env = dict(os.environ, PYTHONUNBUFFERED="1", **(broker.env or {}))
@@ -322,10 +407,15 @@ class LocalCluster:
             )
         self.broker_info(broker_id)["pid"] = broker.process.pid
 
+    def coordination(self, broker_id: int) -> Coordination:
+        """Where broker ``broker_id`` registers and elects (its ``kafka.zookeeper.shared``)."""
+        props = read_properties(self.broker_info(broker_id)["config"])
+        return coordination(props.get(KAFKA_SHARED, "").strip().lower() == "true")
+
     def _wait_unregistered(self, broker_id: int, timeout: float) -> None:
         client = open_client(self.zk_settings())
         try:
-            registry = BrokerRegistry(client)
+            registry = BrokerRegistry(client, paths=self.coordination(broker_id))
             deadline = time.monotonic() + timeout
             while broker_id in registry.brokers():
                 if time.monotonic() > deadline:

@@ -26,14 +26,12 @@ from tokensvc.cluster.layout import (
 )
 from tokensvc.cluster.zookeeper import _protect_root, _zookeeper_info
 from tokensvc.core.configdef import ConfigError
+from tokensvc.jvm import free_port
 from tokensvc.properties import properties_text
 from zk.client import ZooKeeperUnavailable, settings_from_file
 from zk.credential_store import bootstrap_user
 from zk.errors import StoreError
-from zk.server import (
-    ManagedZooKeeper,
-    free_port,
-)
+from zk.server import ManagedZooKeeper
 
 
 def _free_ports(count: int, taken: set[int]) -> list[int]:

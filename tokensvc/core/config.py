@@ -67,6 +67,7 @@ MASTER_KEY_ALIAS = "delegation.token.master.key"
 SECRET_KEY_FILE = "delegation.token.secret.key.file"
 SECRET_KEY_ENV = "delegation.token.secret.key.env"
 SECRET_KEY_PREVIOUS = "delegation.token.secret.key.previous"
+KAFKA_SHARED = "kafka.zookeeper.shared"
 
 _LISTENER = r"(?P<name>[A-Za-z0-9_.-]+)://(?P<host>\[[^\]]*\]|[^:/\[\]]*):(?P<port>\d+)"
 _HOST_PORT = r"(?P<host>\[[^\]]*\]|[^:/\[\]]+):(?P<port>\d+)"
@@ -125,6 +126,13 @@ _KEYS = [
               "NTP-synchronised host drifts and what a measurement adds (half a ZooKeeper "
               "round trip), tighter than Kerberos's 5 minutes, and small against token "
               "lifetimes. -1: never refuse (the corrected clock is still used)."),
+    ConfigKey(KAFKA_SHARED, Type.BOOLEAN, False, None, H,
+              "Share the ZooKeeper ensemble (and chroot) with the brokers of an Apache Kafka "
+              "3.x cluster in ZooKeeper mode: tokensvc elects its controller and registers its "
+              "brokers under `/tokensvc`, never writes Kafka's `/controller`, "
+              "`/controller_epoch`, `/brokers` or `/cluster/id`, refuses previous master keys, "
+              "and stops writing tokens when a KRaft migration starts "
+              "(see [kafka.md](kafka.md))."),
     ConfigKey("zookeeper.acl.check.interval.ms", Type.LONG, 300_000, at_least(1000), L,
               "How often the broker reads back the ACLs of the sensitive znodes and of every "
               "root it writes under; an open one is logged and counted in "
@@ -369,6 +377,7 @@ class BrokerConfig:
     zookeeper_digest: str | None = field(repr=False)
     zookeeper_max_staleness_ms: int
     max_clock_skew_ms: int
+    kafka_zookeeper_shared: bool
     zookeeper_security: ZkSecurity
     zookeeper_acl_check_interval_ms: int
     sasl_enabled_mechanisms: tuple[str, ...]
@@ -518,6 +527,15 @@ def _build(values: Mapping[str, object], resolved: Mapping[str, str]) -> BrokerC
             "ssl.keystore.location", f"is required by the {ssl_listeners[0].name} listener"
         )
 
+    if values[KAFKA_SHARED] and str(values[SECRET_KEY_PREVIOUS] or "").strip(" ,"):
+        # A Kafka broker knows one delegation.token.secret.key: a token made under a key
+        # tokensvc still accepts as "previous" would log in here and nowhere on Kafka.
+        raise ConfigError(
+            SECRET_KEY_PREVIOUS,
+            f"cannot be used with {KAFKA_SHARED}=true: Kafka brokers know only "
+            f"{SECRET_KEY}, so tokens made under a previous key would not log in on them "
+            "(rotate as docs/kafka.md says)",
+        )
     if values["audit.required"] and not values["audit.log.dir"]:
         raise ConfigError("audit.required", "is true but audit.log.dir is not set")
     session_timeout = values["zookeeper.session.timeout.ms"]

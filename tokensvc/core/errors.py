@@ -75,7 +75,10 @@ _MESSAGES = {
     Errors.INVALID_CONFIG: "invalid configuration",
     Errors.NOT_CONTROLLER: "this broker is not the controller",
     Errors.INVALID_REQUEST: "the request is invalid",
-    Errors.POLICY_VIOLATION: "refused by a policy (e.g. delegation.token.max.per.owner)",
+    Errors.POLICY_VIOLATION: (
+        "refused by a policy (delegation.token.max.per.owner, or beside Kafka: a "
+        "ZooKeeper-to-KRaft migration has started and token writes have stopped)"
+    ),
     Errors.SECURITY_DISABLED: "security features are disabled",
     Errors.SASL_AUTHENTICATION_FAILED: "authentication failed",
     Errors.DELEGATION_TOKEN_AUTH_DISABLED: "delegation tokens are disabled on this cluster",

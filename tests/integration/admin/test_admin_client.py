@@ -28,8 +28,8 @@ from tokensvc.client_config import ClientConfig, load_client_config
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.errors import Errors
 from tokensvc.core.principal import KafkaPrincipal
+from tokensvc.jvm import free_port
 from tokensvc.scram.formatter import ScramMechanism
-from zk.server import free_port
 
 T = TypeVar("T")
 SHA512 = ScramMechanism.SCRAM_SHA_512

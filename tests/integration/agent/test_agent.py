@@ -49,7 +49,7 @@ from tokensvc.agent.clients import (
 from tokensvc.agent.credentials import CredentialsError, parse
 from tokensvc.client_config import client_config_from_properties
 from tokensvc.cluster import LocalCluster
-from zk.server import free_port
+from tokensvc.jvm import free_port
 
 EXPIRY_MS, MAX_MS = 20_000, 60_000
 

@@ -20,7 +20,7 @@ import pytest
 from tests.support.agent import AgentProcess
 from tests.support.wait import wait_for
 from tokensvc.cluster import LocalCluster
-from zk.server import free_port
+from tokensvc.jvm import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 SPARK_CLASS = str(Path(sys.executable).parent / "spark-class")

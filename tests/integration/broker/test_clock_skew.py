@@ -24,7 +24,6 @@ messages are read with the project's own wire client.
 from __future__ import annotations
 
 import base64
-import glob
 import json
 import time
 from pathlib import Path
@@ -34,6 +33,7 @@ from kafka import KafkaAdminClient
 from kafka.errors import KafkaTimeoutError
 
 from tests.support.client import WireClient
+from tests.support.faketime import faketime_env
 from tests.support.local_cluster import ClusterFactory, broker_address, broker_metric
 from tests.support.wait import poll_until
 from tokensvc.broker.writes.channel import ChannelAuthError
@@ -52,21 +52,10 @@ BOUND_ABOVE_10_MIN = "900000"
 SKEW_LOG_LINE = "refusing token logins and token writes (clock_skew)"
 
 
-def _faketime_env(offset: str) -> dict[str, str]:
-    found = sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1"))
-    assert found, "libfaketime is not installed: ./dev installs it (apt-get install faketime)"
-    # DONT_FAKE_MONOTONIC: asyncio's clock and the clock samples' timeline stay true.
-    # FAKETIME_FORCE_MONOTONIC_FIX=0: libfaketime's rewrite of condition-variable timeouts
-    # otherwise slows every GIL hand-over (asyncio.to_thread: 27 ms instead of 0.4 ms, a
-    # broker start of 20 s instead of 2 s).
-    return {"LD_PRELOAD": found[0], "FAKETIME": offset, "DONT_FAKE_MONOTONIC": "1",
-            "FAKETIME_FORCE_MONOTONIC_FIX": "0"}
-
-
 @pytest.fixture(scope="module")
 def cluster(module_cluster_factory: ClusterFactory) -> LocalCluster:
     return module_cluster_factory(brokers=3, overrides={"max.clock.skew.ms": BOUND_ABOVE_10_MIN},
-                                  broker_env={SKEWED: _faketime_env("-10m")})
+                                  broker_env={SKEWED: faketime_env("-10m")})
 
 
 def _admin(cluster: LocalCluster, broker_id: int) -> WireClient:
@@ -165,7 +154,7 @@ def _restart_skewed(cluster: LocalCluster, offset: str, **props: str | None) -> 
     cluster.stop_broker(SKEWED)
     _set_properties(cluster, SKEWED, **props)
     size = _log_size(cluster, SKEWED)
-    cluster.start_broker(SKEWED, env=_faketime_env(offset))
+    cluster.start_broker(SKEWED, env=faketime_env(offset))
     return size
 
 

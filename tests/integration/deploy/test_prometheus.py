@@ -35,7 +35,7 @@ from tokensvc.admin import AdminClient, AdminError
 from tokensvc.admin.connection import BrokerConnection
 from tokensvc.client_config import client_config_from_properties, load_client_config
 from tokensvc.cluster import LocalCluster
-from zk.server import free_port
+from tokensvc.jvm import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 DEPLOY = ROOT / "deploy"

@@ -16,12 +16,13 @@ from kazoo.client import KazooClient
 from cli.users_cmd import users as users_cli
 from tests.support.wait import poll_until
 from tests.support.zkclient import client_factory
+from tokensvc.jvm import free_port
 from tokensvc.scram.formatter import ScramCredential, ScramMechanism, derive_credential
 from zk.client import ZkSettings, open_client
 from zk.credential_store import CHANGES_PATH, CredentialStore
 from zk.credential_sync import CredentialSync, UserCredentialCache
 from zk.errors import NotControllerError, StoreError
-from zk.server import ManagedZooKeeper, free_port
+from zk.server import ManagedZooKeeper
 
 SHA256 = ScramMechanism.SCRAM_SHA_256
 SHA512 = ScramMechanism.SCRAM_SHA_512

@@ -26,10 +26,10 @@ from tests.support.local_cluster import admin_client, broker_metric
 from tokensvc import devcerts
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.zk_security import jaas_client_section
+from tokensvc.jvm import free_port
 from tokensvc.properties import properties_text, read_properties
 from zk import znode_acls
 from zk.client import open_client
-from zk.server import free_port
 
 ATTACK_TIMEOUT_S = 2.5
 pytestmark = pytest.mark.heavy(minutes=3)  # a secure cluster of one node, one of an ensemble

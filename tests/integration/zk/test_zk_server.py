@@ -8,15 +8,14 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
+from tokensvc.jvm import free_port
 from zk.server import (
     DEFAULT_HEAP_MB,
     MAX_VOTE_INTERVAL_MS,
     ManagedZooKeeper,
     ZooKeeperEnsemble,
     ZooKeeperStartError,
-    find_java,
     four_letter_word,
-    free_port,
     parse_heap_mb,
 )
 
@@ -107,11 +106,11 @@ def test_a_server_on_the_port_that_is_not_ours_does_not_pass_for_it(tmp_path):
         other.stop()
 
 
-def test_missing_java_is_a_clear_error(monkeypatch):
+def test_missing_java_is_a_clear_start_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     monkeypatch.delenv("JAVA_HOME", raising=False)
     with pytest.raises(ZooKeeperStartError, match="Java was not found"):
-        find_java()
+        ManagedZooKeeper(tmp_path / "zk").start()
 
 
 def test_data_survives_a_restart_on_the_same_port(tmp_path):

@@ -460,6 +460,23 @@ def test_previous_keys_without_current_key_are_refused() -> None:
     )
 
 
+def test_previous_keys_beside_kafka_are_refused_in_one_line_naming_both_keys() -> None:
+    error = refused(
+        "delegation.token.secret.key.previous",
+        kafka__zookeeper__shared="true",
+        delegation__token__secret__key__previous="old-master-key",
+    )
+    message = str(error)
+    assert "kafka.zookeeper.shared" in message and "\n" not in message
+    assert "old-master-key" not in message and "the-master-key" not in message
+
+
+def test_beside_kafka_is_off_by_default_and_takes_a_boolean() -> None:
+    assert build().kafka_zookeeper_shared is False
+    assert build(kafka__zookeeper__shared="true").kafka_zookeeper_shared is True
+    refused("kafka.zookeeper.shared", kafka__zookeeper__shared="sometimes")
+
+
 # -- secrets stay secret ---------------------------------------------------------------------
 
 

@@ -24,6 +24,8 @@ verdict.
   the controller's ledger) a token create, renew or expire; the expiry sweep asks
   :meth:`ClockGate.trusted` and skips its round. User logins and everything else are
   served: nothing else decides by the clock.
+- **Listeners** (:meth:`ClockGate.add_listener`) hear each change of verdict: the
+  controller election stands aside while the verdict is not WITHIN (issue #50).
 - **Logging**: one line per change of verdict (and one at the first verdict), and one
   when samples start or stop failing; never one per request.
 
@@ -99,6 +101,7 @@ class ClockGate:
         self._state_lock = threading.Lock()
         self._background: asyncio.Task | None = None
         self._sampling = True
+        self._listeners: list[Callable[[ClockState], None]] = []
         self.rounds = 0
         self.failed_samples = 0
         self.refusals = 0
@@ -113,6 +116,11 @@ class ClockGate:
         if state is not self._state:
             self._changed(state, offset)
         return state
+
+    def add_listener(self, listener: Callable[[ClockState], None]) -> None:
+        """Call ``listener(state)`` after each change of verdict (on the thread that saw
+        it: the loop's, or a request's); it must not block."""
+        self._listeners.append(listener)
 
     def trusted(self) -> bool:
         """True when decisions may be taken on the clock (the verdict is WITHIN)."""
@@ -147,6 +155,8 @@ class ClockGate:
                 return
             first = self._state is None
             self._state = state
+        for listener in self._listeners:
+            listener(state)
         if state is ClockState.WITHIN:
             if offset is None:  # no bound (-1) and nothing measured yet
                 log.info("clock not measured yet; max.clock.skew.ms=-1: nothing is refused")

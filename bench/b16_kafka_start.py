@@ -1,0 +1,91 @@
+"""B16: an Apache Kafka broker's start with 10,000 and 100,000 tokens in ZooKeeper.
+
+Measured: a managed ZooKeeper of its own; per size (none, 10,000 and 100,000 tokens;
+``--quick``: none, 1,000 and 10,000), the tokens are written straight into a chroot of
+their own (Kafka's znode, no change notifications: what a Kafka broker finds at start),
+with the admin user a Kafka broker logs in to the others as. One Kafka 3.9 broker
+(ZooKeeper mode) is then started on the chroot and timed until it is ready (its listener
+accepts connections and it is registered) and until a token login works on it. A Kafka
+broker loads every token at start and derives, for each, a SCRAM-SHA-256 and a
+SCRAM-SHA-512 credential (4,096 PBKDF2 iterations each) before it serves; the figure is
+the start with the largest size, the reference the start with none. B4 is tokensvc's
+own cold start, which derives nothing at load.
+
+Target: none. The figure says what a Kafka cluster's token population costs each of its
+brokers at every start (docs/kafka.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from bench import env, zkraw
+from bench.common import try_login
+from bench.suite import BenchContext, Outcome, ratio
+from tokensvc.kafka import KafkaBroker
+from zk.client import ZkSettings
+from zk.credential_store import bootstrap_user
+from zk.server import ManagedZooKeeper
+
+ID = "B16"
+TITLE = "an Apache Kafka broker's start with N tokens in ZooKeeper"
+ADMIN = ("bench-admin", "bench-admin-password")
+
+
+def _start(ctx: BenchContext, connect: str, name: str, token_id: str | None,
+           password: str | None) -> dict:
+    broker = KafkaBroker(ctx.directory(name), 1, ZkSettings(connect), admin=ADMIN,
+                         secret_key=ctx.master_key, heap_mb=1024)
+    began = time.monotonic()
+    broker.start(timeout=1800)
+    ready_s = time.monotonic() - began
+    login_s = None
+    try:
+        if token_id is not None and password is not None:
+            salted: dict = {}
+            deadline = time.monotonic() + 600
+            while not asyncio.run(try_login(broker.bootstrap, token_id, password, salted)):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"a token never logged in on the Kafka broker ({name})")
+                time.sleep(0.1)
+            login_s = time.monotonic() - began
+    finally:
+        broker.stop()
+    return {"ready_s": round(ready_s, 2),
+            "first_token_login_s": round(login_s, 2) if login_s is not None else None}
+
+
+def run(ctx: BenchContext) -> Outcome:
+    sizes = (0, 1_000, 10_000) if ctx.quick else (0, 10_000, 100_000)
+    results: dict[int, dict] = {}
+    with contextlib.ExitStack() as stack:
+        server = ManagedZooKeeper(ctx.directory("b16-zk"), die_with_parent=True)
+        server.start()
+        stack.callback(server.stop)
+        for size in sizes:
+            connect = f"{server.connect}/b16-{size}"
+            bootstrap_user(ZkSettings(connect), *ADMIN)
+            tokens = env.make_tokens(ctx.master_key, size)
+            began = time.monotonic()
+            zkraw.write_tokens(connect, tokens)
+            written_s = time.monotonic() - began
+            last = tokens[-1].token_id if tokens else None
+            result = _start(ctx, connect, f"b16-kafka-{size}", last,
+                            env.token_password(ctx, last) if last else None)
+            result["written_s"] = round(written_s, 1)
+            results[size] = result
+    largest = results[sizes[-1]]["ready_s"]
+    empty = results[0]["ready_s"]
+    per_token_ms = ((largest - empty) / sizes[-1] * 1000) if sizes[-1] else None
+    return Outcome(
+        ID, TITLE,
+        measured=largest, unit=f"s ready with {sizes[-1]:,} tokens",
+        reference=empty, reference_unit="s ready with none",
+        reference_label="the same broker on an empty chroot",
+        ratio=ratio(largest, empty),
+        targets=[],
+        details={"by_size": {str(k): v for k, v in results.items()},
+                 "ms_per_token": round(per_token_ms, 3) if per_token_ms else None},
+    )

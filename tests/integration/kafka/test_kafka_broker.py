@@ -1,0 +1,145 @@
+"""Real Apache Kafka 3.9 brokers (ZooKeeper mode) started by tokensvc's code, and Kafka's
+own tools against them.
+
+One module-scoped local cluster: the managed ZooKeeper, secured as always (TLS only,
+client certificates, SASL, ACLs), its admin user written by tokensvc's code, and two
+Kafka brokers (ids 101 and 102) with the brokers' ZooKeeper identity; no tokensvc broker
+runs (until tokensvc shares a ZooKeeper with Kafka, its controller election and
+registry would stand in Kafka's way). Each test then checks a result with tokensvc's own
+code: the ZooKeeper layout (token and credential znodes Kafka wrote), its admin client
+(logins on the Kafka brokers).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.local_cluster import user_config
+from tokensvc.admin.client import AdminClient
+from tokensvc.client_config import load_client_config
+from tokensvc.cluster import LocalCluster
+from tokensvc.kafka import run_tool
+from tokensvc.scram.formatter import ScramMechanism
+from zk import layout
+from zk.client import open_client
+from zk.credential_store import CredentialStore
+
+KAFKA_IDS = [101, 102]
+TOOL_TIMEOUT_S = 180.0
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> LocalCluster:
+    began = time.monotonic()
+    with LocalCluster.up(tmp_path_factory.mktemp("kafka-cluster"), brokers=0, kafka_brokers=2,
+                         die_with_parent=True, timeout=180) as local:
+        print(f"ZooKeeper and 2 Kafka brokers up in {time.monotonic() - began:.1f}s")
+        yield local
+
+
+@pytest.fixture(scope="module")
+def zk(cluster: LocalCluster):
+    client = open_client(cluster.zk_settings())
+    yield client
+    client.stop()
+    client.close()
+
+
+def _admin_args(cluster: LocalCluster) -> list[str]:
+    return ["--bootstrap-server", cluster.info["kafka"]["bootstrap_servers"],
+            "--command-config", cluster.info["admin"]["properties"]]
+
+
+def _tool(script: str, *args: str, stdin: str | None = None) -> str:
+    result = run_tool(script, list(args), timeout=TOOL_TIMEOUT_S, stdin=stdin)
+    assert result.returncode == 0, f"{script} exited {result.returncode}: {result.stderr[-3000:]}"
+    return result.stdout
+
+
+def test_only_the_kafka_brokers_are_registered_and_one_is_controller(cluster: LocalCluster,
+                                                                     zk) -> None:
+    assert sorted(int(i) for i in zk.get_children(layout.BROKER_IDS)) == KAFKA_IDS
+    controller = json.loads(zk.get(layout.CONTROLLER)[0])
+    assert controller["brokerid"] in KAFKA_IDS
+    recorded = cluster.info["kafka"]
+    assert [b["id"] for b in recorded["brokers"]] == KAFKA_IDS
+    assert recorded["bootstrap_servers"] == ",".join(b["listener"] for b in recorded["brokers"])
+    assert sorted(cluster.kafka_pids()) == sorted(b["pid"] for b in recorded["brokers"])
+    for entry in recorded["brokers"]:
+        assert "started (kafka.server.KafkaServer)" in Path(entry["log"]).read_text()
+
+
+def test_kafka_sets_the_brokers_acl_on_what_it_creates(zk) -> None:
+    # zookeeper.set.acl=true with the brokers' SASL identity: Kafka's znodes are the
+    # brokers' to write, and world-readable like tokensvc's.
+    acls, _ = zk.get_acls(layout.BROKER_IDS)
+    schemes = {(acl.id.scheme, acl.perms) for acl in acls}
+    assert ("sasl", 31) in schemes
+    assert ("world", 1) in schemes
+
+
+def test_a_topic_with_two_replicas_is_on_both_kafka_brokers(cluster: LocalCluster) -> None:
+    _tool("kafka-topics.sh", *_admin_args(cluster), "--create", "--topic", "two-replicas",
+          "--partitions", "2", "--replication-factor", "2")
+    described = _tool("kafka-topics.sh", *_admin_args(cluster), "--describe",
+                      "--topic", "two-replicas")
+    replicas = re.findall(r"Replicas: ([\d,]+)", described)
+    assert len(replicas) == 2, described
+    assert all(sorted(int(r) for r in found.split(",")) == KAFKA_IDS for found in replicas)
+
+
+def test_kafka_delegation_tokens_create_writes_a_token_tokensvc_reads(cluster: LocalCluster,
+                                                                     zk) -> None:
+    out = _tool("kafka-delegation-tokens.sh", *_admin_args(cluster), "--create",
+                "--max-life-time-period", "-1", "--renewer-principal", "User:alice")
+    token_id = re.search(r"Created delegation token with tokenId : (\S+)", out).group(1)
+    token = layout.decode_token(zk.get(layout.token_path(token_id))[0])
+    assert token.token_id == token_id
+    assert str(token.owner) == "User:admin"
+    assert [str(r) for r in token.renewers] == ["User:alice"]
+
+
+def test_kafka_configs_creates_a_scram_user_who_logs_in_on_kafka(cluster: LocalCluster,
+                                                                 zk) -> None:
+    _tool("kafka-configs.sh", *_admin_args(cluster), "--alter", "--entity-type", "users",
+          "--entity-name", "alice", "--add-config", "SCRAM-SHA-512=[password=alice-secret]")
+    assert ScramMechanism.SCRAM_SHA_512 in CredentialStore(zk).get("alice")
+    bootstrap = cluster.info["kafka"]["bootstrap_servers"]
+    with AdminClient(bootstrap, user_config("alice", "alice-secret"), timeout_s=30) as alice:
+        assert sorted(n.broker_id for n in alice.describe_cluster().brokers) == KAFKA_IDS
+    with AdminClient(bootstrap, user_config("alice", "wrong"), timeout_s=10) as intruder, \
+            pytest.raises(Exception, match="SASL_AUTHENTICATION_FAILED|[Aa]uthentication"):
+        intruder.describe_cluster()
+
+
+def test_the_printed_produce_and_consume_work_with_the_token(cluster: LocalCluster) -> None:
+    # What `./dev run --kafka-brokers N` prints: Kafka's console tools from the cluster's
+    # kafka-bin/, logged in with the delegation token of kafka-token.properties.
+    directory = cluster.directory
+    token_props = cluster.info["kafka"]["token_properties"]
+    bootstrap = cluster.info["kafka"]["bootstrap_servers"]
+    config = load_client_config(token_props)
+    assert config.token_auth
+    with AdminClient(bootstrap, config, timeout_s=30) as token_session:
+        described = token_session.describe_cluster()
+    assert sorted(n.broker_id for n in described.brokers) == KAFKA_IDS
+    assert described.controller_id in KAFKA_IDS
+    produced = subprocess.run(
+        [str(directory / "kafka-bin" / "kafka-console-producer.sh"), "--bootstrap-server",
+         bootstrap, "--producer.config", token_props, "--topic", "demo"],
+        input="hello from a token\n", capture_output=True, text=True, timeout=TOOL_TIMEOUT_S,
+        check=False)
+    assert produced.returncode == 0, produced.stderr[-3000:]
+    consumed = subprocess.run(
+        [str(directory / "kafka-bin" / "kafka-console-consumer.sh"), "--bootstrap-server",
+         bootstrap, "--consumer.config", token_props, "--topic", "demo", "--from-beginning",
+         "--max-messages", "1", "--timeout-ms", "60000"],
+        capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, check=False)
+    assert consumed.returncode == 0, consumed.stderr[-3000:]
+    assert consumed.stdout.splitlines() == ["hello from a token"]
