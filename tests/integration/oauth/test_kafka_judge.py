@@ -1,8 +1,11 @@
-"""Issue 52, Kafka as the judge: an Apache Kafka 3.9 broker with Kafka's own
+"""Issue 52, Kafka as the judge, on the beside-Kafka set-up (one secured ZooKeeper, one
+chroot, one master key): an Apache Kafka 3.9 broker with Kafka's own
 ``OAuthBearerValidatorCallbackHandler`` and a tokensvc broker, configured with the same
 Kafka keys for the same issuer (a Kubernetes-like one, its JWKS in a file), get the same
 JWTs over the same raw OAUTHBEARER exchange. Every JWT of the refusal list that Kafka's
-keys can express gets the same verdict from both; a good token is accepted by both.
+keys can express gets the same verdict from both; a good token is accepted by both. A
+delegation token a service account creates on tokensvc through OAUTHBEARER then logs in
+on the Kafka broker (SCRAM, ``tokenauth=true``) as its mapped owner.
 
 Where tokensvc is stricter on purpose, the test says so rather than hiding it: a JWT over
 16 KB (Kafka takes any up to ``sasl.server.max.receive.size``), and an identity no mapping
@@ -22,15 +25,21 @@ import pytest
 from joserfc import jwt
 from joserfc.jwk import ECKey
 
-from tests.support.kafka_oauth_broker import KafkaOAuthBroker
-from tests.support.local_cluster import ClusterFactory, broker_address
 from tests.support.oauth_wire import OAuthWire
 from tests.support.oidc import FileIssuer
+from tests.support.wait import retry
+from tokensvc.admin import AdminClient, AdminError
+from tokensvc.client_config import ClientConfig
+from tokensvc.cluster import LocalCluster
 from tokensvc.core.errors import Errors
+from tokensvc.protocol import ApiKey
+from tokensvc.scram.formatter import ScramMechanism
 
-pytestmark = pytest.mark.heavy(minutes=1)  # a Kafka broker (Maven on first use)
+pytestmark = pytest.mark.heavy(minutes=2)  # ZooKeeper, a tokensvc and a Kafka broker
 
 
+VALIDATOR = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
+LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 MAPPINGS = """
 [[mapping]]
 name = "any-service-account"
@@ -41,8 +50,7 @@ principal = "User:{{ns}}-{{sa}}"
 
 
 @pytest.fixture(scope="module")
-def judges(tmp_path_factory: pytest.TempPathFactory, module_cluster_factory: ClusterFactory,
-           zk_chroot_factory) -> Iterator[dict]:
+def judges(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     directory = tmp_path_factory.mktemp("kafka-judge")
     k8s = FileIssuer(directory)
     mappings = directory / "mappings.toml"
@@ -52,19 +60,25 @@ def judges(tmp_path_factory: pytest.TempPathFactory, module_cluster_factory: Clu
         "sasl.oauthbearer.expected.issuer": k8s.issuer,
         "sasl.oauthbearer.expected.audience": k8s.audience,
     }
-    cluster = module_cluster_factory(brokers=1, overrides={
-        **keys,
-        "sasl.enabled.mechanisms": "SCRAM-SHA-512,OAUTHBEARER",
-        "sasl.oauthbearer.principal.mappings.file": str(mappings),
-        "connection.failed.authentication.delay.ms": "0",
-    })
-    kafka = KafkaOAuthBroker(directory, zk_chroot_factory(),
-                             jwks_url=keys["sasl.oauthbearer.jwks.endpoint.url"],
-                             issuer=k8s.issuer, audience=k8s.audience)
-    try:
-        yield {"k8s": k8s, "tokensvc": broker_address(cluster, 1), "kafka": kafka.address}
-    finally:
-        kafka.close()
+    listener = "listener.name.sasl_plaintext.oauthbearer"
+    with LocalCluster.up(
+        directory / "cluster", brokers=1, kafka_brokers=1, die_with_parent=True, timeout=180,
+        overrides={**keys, "sasl.enabled.mechanisms": "SCRAM-SHA-512,OAUTHBEARER",
+                   "sasl.oauthbearer.principal.mappings.file": str(mappings),
+                   "connection.failed.authentication.delay.ms": "0"},
+        kafka_overrides={**keys, "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
+                         f"{listener}.sasl.server.callback.handler.class": VALIDATOR,
+                         f"{listener}.sasl.jaas.config": f"{LOGIN_MODULE} required ;",
+                         "connection.failed.authentication.delay.ms": "0"},
+    ) as cluster:
+        yield {"k8s": k8s, "cluster": cluster,
+               "tokensvc": _address(cluster.info["brokers"][0]["listeners"]["SASL_PLAINTEXT"]),
+               "kafka": _address(cluster.info["kafka"]["brokers"][0]["listener"])}
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host, int(port)
 
 
 def _b64(data: bytes) -> str:
@@ -134,3 +148,26 @@ def test_where_tokensvc_is_stricter_than_kafka(judges):
     for token in (oversized, unmapped):
         assert _verdict(judges["kafka"], token)[0] is True
         assert _verdict(judges["tokensvc"], token)[0] is False
+
+
+def test_a_token_created_through_oauthbearer_logs_in_on_the_kafka_broker(judges):
+    cluster, k8s = judges["cluster"], judges["k8s"]
+    with OAuthWire(judges["tokensvc"]) as wire:
+        assert wire.login(k8s.service_account_token("payments", "etl")).error_code == 0
+        created = wire.request(ApiKey.CREATE_DELEGATION_TOKEN, 3, {
+            "OwnerPrincipalType": None, "OwnerPrincipalName": None, "Renewers": [],
+            "MaxLifetimeMs": -1})
+    assert created["ErrorCode"] == 0
+    assert (created["PrincipalType"], created["PrincipalName"]) == ("User", "payments-etl")
+    token = ClientConfig(security_protocol="SASL_PLAINTEXT",
+                         sasl_mechanism=ScramMechanism.SCRAM_SHA_512,
+                         username=created["TokenId"],
+                         password=base64.b64encode(created["Hmac"]).decode(), token_auth=True)
+    kafka = cluster.info["kafka"]["bootstrap_servers"]
+
+    def describes_on_kafka() -> int:
+        # The Kafka broker learns the token from ZooKeeper's change notification.
+        with AdminClient(kafka, token, timeout_s=10) as client:
+            return len(client.describe_cluster().brokers)
+
+    assert retry(describes_on_kafka, 20.0, errors=(AdminError,)) >= 1
