@@ -25,9 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.spark_support import SPARK_CONF_DIR_ENV, spark_conf_dir
-from tests.support.jvm_start import FAST_COMPILE, KAFKA_FLAGS, zookeeper_flags
-from tokensvc.kafka import broker as kafka_broker
-from tokensvc.kafka import tools as kafka_tools
+from tests.support.jvm_start import FAST_COMPILE, use_kafka_archives, zookeeper_flags
 from zk.server import JVMFLAGS_ENV, ManagedZooKeeper
 
 _chroots = itertools.count(1)
@@ -40,7 +38,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
     * ZooKeeper: a class-data archive, the client compiler and no fsync of the
       transaction log (``jvm_start``).
-    * Kafka brokers and Kafka's tools: the client compiler and the serial collector.
     * Spark jobs run as processes: settings for small inputs (``SPARK_CONF_DIR``,
       ``tests/spark_support.py``).
     * Spark drivers (``spark-submit`` reads ``SPARK_SUBMIT_OPTS``; pyspark starts its
@@ -54,8 +51,6 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if JVMFLAGS_ENV not in os.environ:
         os.environ[JVMFLAGS_ENV] = zookeeper_flags()
-    os.environ.setdefault(kafka_broker.JVMFLAGS_ENV, KAFKA_FLAGS)
-    os.environ.setdefault(kafka_tools.JVMFLAGS_ENV, KAFKA_FLAGS)
     os.environ.setdefault("SPARK_SUBMIT_OPTS", FAST_COMPILE)
     os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", FAST_COMPILE)  # standalone master, worker
     if SPARK_CONF_DIR_ENV not in os.environ:
@@ -100,6 +95,14 @@ def zookeeper() -> ManagedZooKeeper:
     server.start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_jvm() -> None:
+    """Kafka brokers and tools started by this worker get the client compiler, the serial
+    collector and class-data archives (``tests/support/jvm_start.py``; built by the first
+    worker that needs them). Ask for it in every fixture that starts Kafka JVMs."""
+    use_kafka_archives()
 
 
 @pytest.fixture(scope="session")

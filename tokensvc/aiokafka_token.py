@@ -14,9 +14,9 @@ wraps ``authenticator_scram``: for a connection whose password is a ``TokenHmac`
 returns a :class:`TokenScramAuthenticator`, which runs tokensvc's
 :class:`~tokensvc.scram.client.ScramClient` with the extension; for any other password
 it returns what aiokafka made before, so ordinary user logins behave exactly as without
-it. The wrapped method is a name of aiokafka's connection class, not a documented hook:
-the versions setup.cfg allows (0.12 to 0.14) all have it, and :func:`install` raises
-when it is missing rather than leave token logins unsent.
+it. The wrapped method is a name of aiokafka's connection class, not a documented hook
+(tested with aiokafka 0.14); :func:`install` raises when it is missing rather than
+leave token logins unsent.
 
 tokensvc brokers with ``delegation.token.implicit.login.enable=true`` (the default) also
 accept a token login without the extension, so plain aiokafka settings (token id and
@@ -102,8 +102,8 @@ def install() -> None:
         if current is _token_aware_scram:
             return
         if current is None:
-            raise RuntimeError("this aiokafka has no AIOKafkaConnection.authenticator_scram: "
-                               "tokensvc.aiokafka_token supports aiokafka 0.12 to 0.14")
+            raise RuntimeError("this aiokafka has no AIOKafkaConnection.authenticator_scram, "
+                               "which tokensvc.aiokafka_token wraps (tested with 0.14)")
         _aiokafka_scram[:] = [current]
         AIOKafkaConnection.authenticator_scram = _token_aware_scram
 

@@ -6,7 +6,8 @@ relative paths against the file's own directory, reads the master key from
 ``delegation.token.secret.key.file`` (refusing a file that group or others may
 access) or from the environment variable named by ``delegation.token.secret.key.env``,
 reads the ZooKeeper JAAS file (``zookeeper.sasl.jaas.file``, private like the key file),
-and checks that the SSL files exist. :func:`load_zk_security` reads the same ZooKeeper
+checks that the SSL files exist, and reads the ZooKeeper key and trust stores (JKS,
+PKCS12 or PEM, :mod:`zk.tls`) so that a wrong password or type stops the start. :func:`load_zk_security` reads the same ZooKeeper
 keys for a tool's ``--zk-tls-config-file``. It returns the checked configuration with the
 notices the broker logs once at start: the keys it ignores (names only) and that
 tokens are disabled.
@@ -39,6 +40,7 @@ from tokensvc.core.zk_security import (
     zk_security_from_values,
 )
 from tokensvc.properties import read_properties
+from zk.tls import check_stores
 
 TOKENS_DISABLED = (
     "delegation.token.secret.key is empty: delegation tokens are disabled "
@@ -89,6 +91,7 @@ def _load(props: dict[str, str], source: str, env: Mapping[str, str]) -> LoadedB
     if props.get(JAAS_FILE, "").strip():
         resolved[JAAS_FILE] = read_private_text(props[JAAS_FILE].strip(), JAAS_FILE)
     config = BrokerConfig.from_properties(props, resolved=resolved)
+    _check_zk_stores(config.zookeeper_security)
     notices = []
     if ignored:
         notices.append(
@@ -97,6 +100,11 @@ def _load(props: dict[str, str], source: str, env: Mapping[str, str]) -> LoadedB
     if not config.master_keys.enabled:
         notices.append(TOKENS_DISABLED)
     return LoadedBrokerConfig(config, source, tuple(notices))
+
+
+def _check_zk_stores(security: ZkSecurity) -> None:
+    if security.tls is not None:
+        check_stores(security.tls)
 
 
 def _readable_file(location: str) -> bool:
@@ -149,6 +157,8 @@ def load_zk_security(path: str | os.PathLike[str]) -> tuple[dict[str, object], Z
         jaas = None
         if values[JAAS_FILE] is not None:
             jaas = read_private_text(str(values[JAAS_FILE]), JAAS_FILE)
-        return values, zk_security_from_values(values, jaas)
+        security = zk_security_from_values(values, jaas)
+        _check_zk_stores(security)
+        return values, security
     except ConfigError as exc:
         raise exc if exc.source else exc.in_file(source) from None

@@ -2,7 +2,8 @@
 
 Owns: parsing a Kafka-style ``zookeeper.connect`` (``h:p,h:p/chroot``), creating
 the chroot when missing, session/connection timeouts, how the session proves who it
-is (TLS with a client certificate, SASL DIGEST-MD5, the legacy digest: a
+is (TLS with a client certificate, through the context and handler of :mod:`zk.tls`,
+SASL DIGEST-MD5, the legacy digest: a
 :class:`tokensvc.core.zk_security.ZkSecurity`), and the ACL of every znode the client
 creates: :class:`AclClient` asks the declared table (:mod:`zk.znode_acls`) for the ACL
 of each path it creates, through ``create``, ``ensure_path`` and transactions alike,
@@ -54,9 +55,11 @@ from kazoo.protocol.serialization import Connect, GetChildren2
 from kazoo.protocol.states import ZnodeStat
 from kazoo.retry import KazooRetry
 
-from tokensvc.core.zk_security import JAAS_FILE, KEYSTORE, SSL_ENABLE, ZkSecurity
+from tokensvc.core.configdef import ConfigError
+from tokensvc.core.zk_security import JAAS_FILE, KEYSTORE, SSL_ENABLE, TRUSTSTORE, ZkSecurity
 from zk import znode_acls
 from zk.poll_handler import PollHandler
+from zk.tls import TlsPollHandler, client_context
 
 log = logging.getLogger("zk.client")
 
@@ -188,7 +191,7 @@ def _refusal_ends_the_session(client: KazooClient) -> None:
     handler._authenticate_with_sasl = _authenticate_with_sasl
 
 
-def _make(settings: ZkSettings, hosts: str) -> AclClient:
+def _make(settings: ZkSettings, hosts: str, context: ssl.SSLContext | None) -> AclClient:
     security = settings.security
     options: dict = {}
     if security.digest:
@@ -199,16 +202,14 @@ def _make(settings: ZkSettings, hosts: str) -> AclClient:
             "username": security.sasl.username,
             "password": security.sasl.password,
         }
-    if security.tls is not None:
-        tls = security.tls
-        options.update(use_ssl=True, ca=tls.truststore, verify_certs=True,
-                       check_hostname=tls.check_hostname)
-        if tls.keystore:
-            options.update(certfile=tls.keystore, keyfile=tls.keystore,
-                           keyfile_password=tls.key_password)
+    # One poll(2) per wait (zk/poll_handler.py); TLS connections with the prepared
+    # context (zk/tls.py), so kazoo is given no store files.
+    handler = PollHandler() if context is None else TlsPollHandler(context)
+    if context is not None:
+        options.update(use_ssl=True, check_hostname=context.check_hostname)
     return AclClient(
         hosts=hosts,
-        handler=PollHandler(),  # one poll(2) per wait (zk/poll_handler.py)
+        handler=handler,
         logger=_StartLogger(),
         timeout=settings.session_timeout_ms / 1000.0,
         connection_retry=KazooRetry(max_tries=-1, delay=0.1, max_delay=1.0),
@@ -229,23 +230,20 @@ def _host_ports(hosts: str) -> list[tuple[str, int]]:
 def _tls_context(settings: ZkSettings) -> ssl.SSLContext:
     tls = settings.security.tls
     assert tls is not None
-    context = ssl.create_default_context(cafile=tls.truststore)
-    context.check_hostname = tls.check_hostname
-    if tls.keystore:
-        context.load_cert_chain(tls.keystore, tls.keystore, password=tls.key_password)
-    return context
+    try:
+        return client_context(tls)
+    except ConfigError as exc:
+        raise ZooKeeperUnavailable(f"cannot use the ZooKeeper TLS stores: {exc}") from None
+    except OSError as exc:  # ssl.SSLError included
+        raise ZooKeeperUnavailable(
+            f"cannot use the ZooKeeper TLS stores ({SSL_ENABLE}, {KEYSTORE}, {TRUSTSTORE}): "
+            f"{getattr(exc, 'reason', None) or exc.strerror or exc}"
+        ) from None
 
 
-def _tls_preflight(settings: ZkSettings, timeout: float) -> None:
+def _tls_preflight(settings: ZkSettings, context: ssl.SSLContext, timeout: float) -> None:
     """Fail fast, with the cause, when no ZooKeeper server completes a TLS handshake with
     these settings (kazoo retries a refused handshake until the timeout, silently)."""
-    try:
-        context = _tls_context(settings)
-    except (OSError, ssl.SSLError) as exc:
-        raise ZooKeeperUnavailable(
-            f"cannot use the ZooKeeper TLS files ({SSL_ENABLE}, {KEYSTORE}, truststore): "
-            f"{getattr(exc, 'strerror', None) or exc}"
-        ) from None
     causes = []
     for host, port in _host_ports(settings.hosts):
         try:
@@ -504,17 +502,19 @@ def _start_failure(exc: BaseException, settings: ZkSettings, where: str, timeout
 def open_client(settings: ZkSettings) -> KazooClient:
     """A started client rooted at the chroot (created if missing, with the table's ACL)."""
     timeout = settings.connection_timeout_ms / 1000.0
+    context = None
     if settings.security.tls is not None:
-        _tls_preflight(settings, timeout)
+        context = _tls_context(settings)
+        _tls_preflight(settings, context, timeout)
     if settings.chroot:
-        root = _make(settings, settings.hosts)
+        root = _make(settings, settings.hosts, context)
         _start(root, settings, settings.hosts, timeout)
         try:
             root.ensure_path(settings.chroot)
         finally:
             root.stop()
             root.close()
-    client = _make(settings, settings.hosts + settings.chroot)
+    client = _make(settings, settings.hosts + settings.chroot, context)
     client._tokensvc_negotiated = _NegotiatedTimeout(client)
     _start(client, settings, settings.connect, timeout)
     _log_session_timeout(client, settings)

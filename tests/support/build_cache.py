@@ -1,5 +1,5 @@
-"""Things the tests fetch or build once and keep: Maven artifacts with their runtime
-dependencies, a Java program compiled against them, a Go program built from its module.
+"""Things the tests build once and keep: a Java program compiled against jars (fetched
+through :mod:`tokensvc.jvm.jars`), a Go program built from its module.
 
 Each result lives in a directory of the cache (``tokensvc-cache`` in the virtualenv)
 named by a hash of what it was made from (the coordinates, the sources, the Java or Go
@@ -23,7 +23,6 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from xml.sax.saxutils import escape
 
 BUILD_TIMEOUT_S = 600.0  # a cold Maven or Go fetch on a slow link
 
@@ -78,34 +77,6 @@ def run_tool(argv: Sequence[str], cwd: Path, env: dict[str, str] | None = None) 
                          f"{ran.stdout[-4000:]}\n{ran.stderr[-4000:]}")
 
 
-def _pom(artifacts: Sequence[str]) -> str:
-    dependencies = []
-    for coordinate in artifacts:
-        group, artifact, version = coordinate.split(":")
-        dependencies.append(
-            f"<dependency><groupId>{escape(group)}</groupId><artifactId>{escape(artifact)}"
-            f"</artifactId><version>{escape(version)}</version></dependency>")
-    return ("<project xmlns=\"http://maven.apache.org/POM/4.0.0\"><modelVersion>4.0.0"
-            "</modelVersion><groupId>tokensvc.tests</groupId><artifactId>jars</artifactId>"
-            "<version>1</version><packaging>pom</packaging><dependencies>"
-            + "".join(dependencies) + "</dependencies></project>\n")
-
-
-def maven_jars(artifacts: Sequence[str]) -> list[Path]:
-    """The jars of ``artifacts`` (``group:artifact:version``) and of their runtime
-    dependencies, from Maven Central through ``mvn``."""
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise BuildError("Maven (mvn) is needed to fetch Kafka's jars: apt-get install maven")
-    pom = _pom(artifacts)
-
-    def fetch(scratch: Path) -> None:
-        (scratch / "pom.xml").write_text(pom)
-        run_tool([mvn, "-q", "-B", "dependency:copy-dependencies", "-DincludeScope=runtime",
-                  "-DoutputDirectory=lib"], scratch)
-
-    lib = cached("maven", digest(pom), fetch) / "lib"
-    return sorted(lib.glob("*.jar"))
 
 
 def _tool_version(argv: Sequence[str]) -> str:
@@ -142,7 +113,7 @@ def go_program(module: Path) -> Path:
 
     def build(scratch: Path) -> None:
         env = {**os.environ, "CGO_ENABLED": "0"}
-        run_tool([go, "build", "-mod=readonly", "-trimpath", "-o",
+        run_tool([go, "build", "-mod=readonly", "-o",
                   str(scratch / module.name), "."], module, env)
 
     return cached(f"go-{module.name}", key, build) / module.name

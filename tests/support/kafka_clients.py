@@ -38,10 +38,11 @@ from pathlib import Path
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError, SaslAuthenticationFailedError
 
-from tests.support.build_cache import go_program, java_program, maven_jars
+from tests.support.build_cache import go_program, java_program
 from tokensvc.jvm.java import find_java
+from tokensvc.kafka import kafka_clients_jars
 
-KAFKA_CLIENTS = ("org.apache.kafka:kafka-clients:3.9.1",)
+KAFKA_CLIENTS_VERSION = "3.9.1"
 ROOT = Path(__file__).resolve().parents[2]
 JAVA_SOURCE = ROOT / "tests" / "java" / "KafkaTokenClient.java"
 GO_MODULE = ROOT / "tests" / "go" / "kafkatoken"
@@ -82,7 +83,7 @@ def _values(client: str, count: int) -> tuple[str, list[str]]:
 
 def java_classpath() -> str:
     """KafkaTokenClient compiled against kafka-clients (built once, then cached)."""
-    return java_program(JAVA_SOURCE, maven_jars(KAFKA_CLIENTS))
+    return java_program(JAVA_SOURCE, kafka_clients_jars(KAFKA_CLIENTS_VERSION))
 
 
 def franz_go_binary() -> Path:
@@ -165,13 +166,15 @@ def kafka_python_produce_consume(bootstrap: str, token_id: str, hmac_b64: str, t
     timeout_ms = int(timeout_s * 1000)
     with _client_log("kafka.net.connection", logging.DEBUG) as log:
         try:
-            producer = KafkaProducer(acks="all", max_block_ms=timeout_ms, **login)
+            producer = KafkaProducer(acks="all", max_block_ms=timeout_ms,
+                                     bootstrap_timeout_ms=timeout_ms, **login)
             try:
                 for value in values:
                     producer.send(topic, value.encode()).get(timeout=timeout_s)
             finally:
                 producer.close(timeout=5)
-            consumer = KafkaConsumer(group_id=None, enable_auto_commit=False, **login)
+            consumer = KafkaConsumer(group_id=None, enable_auto_commit=False,
+                                     bootstrap_timeout_ms=timeout_ms, **login)
             try:
                 received = _kafka_python_read(consumer, topic, values, started + timeout_s)
             finally:
@@ -263,16 +266,16 @@ async def _aiokafka_round(bootstrap: str, token_id: str, hmac_b64: str, topic: s
              "client_id": "kafka-token-client",
              **token_login_config(token_id, hmac_b64, mechanism)}
     producer = AIOKafkaProducer(acks="all", **login)
-    await producer.start()
     try:
+        await producer.start()
         for value in values:
             await producer.send_and_wait(topic, value.encode())
         partitions = await producer.partitions_for(topic)
     finally:
         await producer.stop()
     consumer = AIOKafkaConsumer(group_id=None, enable_auto_commit=False, **login)
-    await consumer.start()
     try:
+        await consumer.start()
         assigned = [AioTopicPartition(topic, p) for p in sorted(partitions)]
         consumer.assign(assigned)
         await consumer.seek_to_beginning(*assigned)

@@ -192,6 +192,9 @@ class ConfigKey:
     path: PathKind | None = None
     default_doc: str | None = None
     """How the docs show the default, when the value alone would mislead."""
+    blank_is_value: bool = False
+    """A key present with a blank value means the empty string, not the default (as in
+    Kafka's ``zookeeper.ssl.endpoint.identification.algorithm=``)."""
 
     @property
     def attribute(self) -> str:
@@ -207,8 +210,11 @@ class ConfigKey:
         return self.type is Type.PASSWORD
 
     def parse(self, raw: str | None) -> object:
-        """The typed, validated value of ``raw`` (None or blank: the default)."""
+        """The typed, validated value of ``raw`` (None or blank: the default; blank is
+        ``""`` for a ``blank_is_value`` key)."""
         text = None if raw is None else raw.strip()
+        if text == "" and self.blank_is_value:
+            return ""
         if not text:
             if self.required:
                 raise ConfigError(self.name, "is required")

@@ -5,8 +5,17 @@ KIP-515's ``zookeeper.ssl.*``; and, where Kafka uses JVM system properties, keys
 same names: ``zookeeper.sasl.client``, ``zookeeper.sasl.clientconfig``, plus
 ``zookeeper.sasl.jaas.file`` for the file Kafka takes from
 ``-Djava.security.auth.login.config``), and :class:`ZkSecurity`, the checked result:
-the client certificate and trust store (PEM), the SASL DIGEST-MD5 login read from the
-JAAS file's client section, and the ACL decision.
+the client's key store and trust store (their files, types -- JKS, PKCS12 or PEM, as
+ZooKeeper's client reads them -- and passwords) and TLS versions, the SASL DIGEST-MD5
+login read from the JAAS file's client section, and the ACL decision.
+
+Every ``zookeeper.ssl.*`` key Kafka 3.9 declares is declared here with Kafka's meaning, so
+one file serves a Kafka broker and tokensvc alike. A store's type, when unset, follows
+the file name as ZooKeeper's ``KeyStoreFileType`` does (``.jks``, ``.p12``, ``.pem``;
+any other name is PEM, tokensvc's type before it read the others, where Kafka would stop).
+What tokensvc does not do -- BCFKS stores, ``zookeeper.ssl.cipher.suites``, revocation
+checks -- is refused at start, never ignored. The stores themselves are read at the edge
+(:mod:`zk.tls`).
 
 The broker's table (:data:`tokensvc.core.config.BROKER_CONFIG`) includes these keys;
 tools read the same keys from a properties file (``--zk-tls-config-file``) through
@@ -23,6 +32,7 @@ password in a repr or an error message.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,13 +46,22 @@ from tokensvc.core.configdef import (
     OneOf,
     PathKind,
     Type,
+    Validator,
 )
 
 SET_ACL = "zookeeper.set.acl"
 SSL_ENABLE = "zookeeper.ssl.client.enable"
 KEYSTORE = "zookeeper.ssl.keystore.location"
 KEYSTORE_PASSWORD = "zookeeper.ssl.keystore.password"
+KEYSTORE_TYPE = "zookeeper.ssl.keystore.type"
 TRUSTSTORE = "zookeeper.ssl.truststore.location"
+TRUSTSTORE_PASSWORD = "zookeeper.ssl.truststore.password"
+TRUSTSTORE_TYPE = "zookeeper.ssl.truststore.type"
+PROTOCOL = "zookeeper.ssl.protocol"
+ENABLED_PROTOCOLS = "zookeeper.ssl.enabled.protocols"
+CIPHER_SUITES = "zookeeper.ssl.cipher.suites"
+CRL = "zookeeper.ssl.crl.enable"
+OCSP = "zookeeper.ssl.ocsp.enable"
 ENDPOINT_ID = "zookeeper.ssl.endpoint.identification.algorithm"
 SASL_CLIENT = "zookeeper.sasl.client"
 SASL_SECTION = "zookeeper.sasl.clientconfig"
@@ -50,6 +69,28 @@ JAAS_FILE = "zookeeper.sasl.jaas.file"
 DIGEST = "zookeeper.digest"
 NETTY_SOCKET = "org.apache.zookeeper.ClientCnxnSocketNetty"
 DIGEST_LOGIN_MODULE = "org.apache.zookeeper.server.auth.DigestLoginModule"
+
+STORE_TYPES = ("JKS", "PKCS12", "PEM")
+# ZooKeeper's KeyStoreFileType: the type a file name implies when no type is set
+# (case-sensitive, as there). BCFKS is recognised so that it is refused by name.
+_TYPE_BY_EXTENSION = {".jks": "JKS", ".p12": "PKCS12", ".pem": "PEM", ".bcfks": "BCFKS"}
+TLS_VERSIONS = ("TLSv1.2", "TLSv1.3")
+
+
+class _Unsupported(Validator):
+    """A Kafka key tokensvc accepts only at its default (false, or unset): any other
+    value is refused with ``reason`` rather than silently ignored."""
+
+    def __init__(self, reason: str, allowed: str) -> None:
+        self.reason = reason
+        self.allowed = allowed
+
+    def __call__(self, key: str, value: object) -> None:
+        if value:
+            raise ConfigError(key, f"is not supported by tokensvc: {self.reason}")
+
+    def describe(self) -> str:
+        return self.allowed
 
 _H, _M, _L = Importance.HIGH, Importance.MEDIUM, Importance.LOW
 ZK_SECURITY_KEYS = [
@@ -71,23 +112,52 @@ ZK_SECURITY_KEYS = [
               "Accepted for Kafka configurations; tokensvc's client needs no socket class.",
               default_doc="unset"),
     ConfigKey(KEYSTORE, Type.STRING, None, None, _H,
-              "PEM file with the client's private key and certificate chain: the broker's "
+              "The client's key store: its private key and certificate chain, the broker's "
               "mTLS identity to ZooKeeper. Every broker must present the same subject (the "
-              "x509 identity the ACLs name).", path=PathKind.FILE),
-    ConfigKey(KEYSTORE_PASSWORD, Type.PASSWORD, None, None, _M,
-              "Password of an encrypted private key in the key store."),
-    ConfigKey("zookeeper.ssl.keystore.type", Type.STRING, "PEM", OneOf(("PEM",)), _M,
-              "Only PEM is supported."),
-    ConfigKey(TRUSTSTORE, Type.STRING, None, None, _H,
-              "PEM bundle of the CAs that sign ZooKeeper's server certificates.",
+              f"x509 identity the ACLs name). Its type is `{KEYSTORE_TYPE}`.",
               path=PathKind.FILE),
-    ConfigKey("zookeeper.ssl.truststore.password", Type.PASSWORD, None, None, _L,
-              "Accepted for Kafka configurations; a PEM trust store has no password."),
-    ConfigKey("zookeeper.ssl.truststore.type", Type.STRING, "PEM", OneOf(("PEM",)), _M,
-              "Only PEM is supported."),
-    ConfigKey(ENDPOINT_ID, Type.STRING, "HTTPS", OneOf(("HTTPS", "https", "")), _M,
-              "`HTTPS`: the server certificate must name the host connected to; empty: any "
-              "certificate the trust store signs."),
+    ConfigKey(KEYSTORE_PASSWORD, Type.PASSWORD, None, None, _M,
+              "Password of a JKS or PKCS12 key store (required), which is also its key's "
+              "password (ZooKeeper takes one password for both); for PEM, the password of "
+              "an encrypted private key (optional)."),
+    ConfigKey(KEYSTORE_TYPE, Type.STRING, None, OneOf(STORE_TYPES, ignore_case=True), _M,
+              "`JKS`, `PKCS12` or `PEM` (any case). PEM: the private key (PKCS#8 for Kafka's "
+              "reader; tokensvc also takes the traditional form) followed by the chain. "
+              "BCFKS is not supported.",
+              default_doc="from the file name as ZooKeeper's: `.jks`, `.p12`, `.pem`; "
+                          "other names PEM (Kafka: an error)"),
+    ConfigKey(TRUSTSTORE, Type.STRING, None, None, _H,
+              "The CAs that sign ZooKeeper's server certificates; only they are trusted. Its "
+              f"type is `{TRUSTSTORE_TYPE}`.", path=PathKind.FILE),
+    ConfigKey(TRUSTSTORE_PASSWORD, Type.PASSWORD, None, None, _M,
+              "Password of a JKS or PKCS12 trust store (required); a PEM trust store has "
+              "none and ignores it."),
+    ConfigKey(TRUSTSTORE_TYPE, Type.STRING, None, OneOf(STORE_TYPES, ignore_case=True), _M,
+              "`JKS`, `PKCS12` or `PEM` (any case): PEM is a bundle of CA certificates.",
+              default_doc="from the file name, as the key store's"),
+    ConfigKey(PROTOCOL, Type.STRING, None, OneOf(TLS_VERSIONS), _L,
+              f"The TLS version to use when `{ENABLED_PROTOCOLS}` is unset (then the only one "
+              "enabled, as in ZooKeeper's client).",
+              default_doc="unset: TLSv1.2 or TLSv1.3, the highest both sides speak "
+                          "(Kafka: TLSv1.2 only)"),
+    ConfigKey(ENABLED_PROTOCOLS, Type.LIST, (), OneOf(TLS_VERSIONS), _L,
+              f"The TLS versions enabled (comma-separated); it wins over `{PROTOCOL}`.",
+              default_doc="unset"),
+    ConfigKey(CIPHER_SUITES, Type.LIST, (),
+              _Unsupported("Python's TLS cannot take the JVM's cipher suite names; remove it "
+                           "(the defaults are the TLS library's secure suites)", "unset"), _L,
+              "Not supported: any value is refused at start.", default_doc="unset"),
+    ConfigKey(ENDPOINT_ID, Type.STRING, "HTTPS", OneOf(("HTTPS", ""), ignore_case=True), _M,
+              "`HTTPS` (any case): the server certificate must name the host connected to; "
+              "explicitly empty: any certificate the trust store signs (tests only).",
+              blank_is_value=True),
+    ConfigKey(CRL, Type.BOOLEAN, False,
+              _Unsupported("certificate revocation lists are not checked; remove it or set "
+                           "false", "`false`"), _L,
+              "Only `false`: tokensvc does not check revocation lists."),
+    ConfigKey(OCSP, Type.BOOLEAN, False,
+              _Unsupported("OCSP is not checked; remove it or set false", "`false`"), _L,
+              "Only `false`: tokensvc does not check OCSP."),
     ConfigKey(SASL_CLIENT, Type.BOOLEAN, True, None, _L,
               f"Log in with SASL when `{JAAS_FILE}` is set (ZooKeeper's system property of "
               "the same name)."),
@@ -114,12 +184,18 @@ ZK_CLIENT_CONFIG = ConfigDef([*_CONNECTION_KEYS, *ZK_SECURITY_KEYS])
 
 @dataclass(frozen=True)
 class ZkTlsFiles:
-    """The client side of mutual TLS with ZooKeeper (paths of PEM files)."""
+    """The client side of TLS with ZooKeeper: the key store (None: no client certificate)
+    and trust store files with their resolved types (``STORE_TYPES``) and passwords, and
+    the enabled TLS versions (empty: TLSv1.2 and TLSv1.3)."""
 
     keystore: str | None
     truststore: str | None
-    key_password: str | None = field(default=None, repr=False)
+    keystore_password: str | None = field(default=None, repr=False)
     check_hostname: bool = True
+    keystore_type: str = "PEM"
+    truststore_type: str = "PEM"
+    truststore_password: str | None = field(default=None, repr=False)
+    protocols: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -153,7 +229,10 @@ class ZkSecurity:
         """One line for the log: what is used, never a secret."""
         parts = []
         if self.tls is not None:
-            parts.append("TLS with a client certificate" if self.tls.keystore else "TLS")
+            stores = (f"{self.tls.keystore_type} key store, " if self.tls.keystore else "") + (
+                f"{self.tls.truststore_type} trust store")
+            parts.append(("TLS with a client certificate" if self.tls.keystore else "TLS")
+                         + f" ({stores})")
         if self.sasl is not None:
             parts.append(f"SASL {self.sasl.mechanism} as {self.sasl.username!r}")
         if self.digest is not None:
@@ -170,11 +249,25 @@ def zk_security_from_values(values: Mapping[str, object], jaas_text: str | None)
     if values[SSL_ENABLE]:
         if values[TRUSTSTORE] is None:
             raise ConfigError(TRUSTSTORE, f"is required by {SSL_ENABLE}=true")
+        keystore = values[KEYSTORE]
+        keystore_type = "PEM"
+        if keystore is not None:
+            keystore_type = store_type(values[KEYSTORE_TYPE], keystore, KEYSTORE, KEYSTORE_TYPE)
+            _password_for(keystore_type, values[KEYSTORE_PASSWORD], KEYSTORE_PASSWORD, "key")
+        truststore = str(values[TRUSTSTORE])
+        truststore_type = store_type(values[TRUSTSTORE_TYPE], truststore, TRUSTSTORE,
+                                     TRUSTSTORE_TYPE)
+        _password_for(truststore_type, values[TRUSTSTORE_PASSWORD], TRUSTSTORE_PASSWORD, "trust")
+        enabled = values[ENABLED_PROTOCOLS] or ((values[PROTOCOL],) if values[PROTOCOL] else ())
         tls = ZkTlsFiles(
-            keystore=values[KEYSTORE],
-            truststore=values[TRUSTSTORE],
-            key_password=values[KEYSTORE_PASSWORD],
+            keystore=keystore,
+            truststore=truststore,
+            keystore_password=values[KEYSTORE_PASSWORD],
             check_hostname=str(values[ENDPOINT_ID]).upper() == "HTTPS",
+            keystore_type=keystore_type,
+            truststore_type=truststore_type,
+            truststore_password=values[TRUSTSTORE_PASSWORD],
+            protocols=tuple(sorted(set(enabled))),
         )
     elif values[KEYSTORE] is not None:
         raise ConfigError(KEYSTORE, f"is set but {SSL_ENABLE} is false")
@@ -192,6 +285,25 @@ def zk_security_from_values(values: Mapping[str, object], jaas_text: str | None)
             f"{SSL_ENABLE}=true with {KEYSTORE} (mTLS)",
         )
     return ZkSecurity(set_acl=bool(set_acl), tls=tls, sasl=sasl, digest=values[DIGEST])
+
+
+def store_type(declared: object, location: str, location_key: str, type_key: str) -> str:
+    """A store's type: ``declared`` (any case) or, unset, the one its file name implies
+    as in ZooKeeper's ``KeyStoreFileType.fromFilename``; PEM for any other name."""
+    if declared:
+        return str(declared).upper()
+    found = _TYPE_BY_EXTENSION.get(posixpath.splitext(location)[1], "PEM")
+    if found not in STORE_TYPES:
+        raise ConfigError(location_key, f"{location} is a {found} store by its name; tokensvc "
+                                        f"reads {', '.join(STORE_TYPES)} (set {type_key})")
+    return found
+
+
+def _password_for(kind: str, password: object, key: str, store: str) -> None:
+    """A JKS or PKCS12 store needs its password (ZooKeeper would open it with an empty
+    one, and fail); PEM does not."""
+    if kind != "PEM" and not password:
+        raise ConfigError(key, f"is required for a {kind} {store} store")
 
 
 _SECTION = re.compile(r"(?ms)^\s*([A-Za-z0-9_.-]+)\s*\{(.*?)\}\s*;")

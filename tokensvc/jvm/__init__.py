@@ -7,7 +7,7 @@ tokensvc, and Kafka's command-line tools all start through this room.
   coordinates even when several processes ask at once.
 * :mod:`~tokensvc.jvm.command`: the command line (heap, the service's flags and system
   properties, the flags an environment variable adds, classpath, main class).
-* :mod:`~tokensvc.jvm.ports`: free ports, taken ports, whether a port answers.
+* :mod:`~tokensvc.jvm.ports`: free ports and taken ports.
 * :mod:`~tokensvc.jvm.process`: supervised child processes (die with the parent, log
   file, stop with grace, kill, pause and resume).
 
@@ -19,7 +19,7 @@ here: this room knows no service.
 from tokensvc.jvm.command import JavaCommand, classpath, env_flags
 from tokensvc.jvm.jars import Artifact, cache_dir, installed_jars, resolve
 from tokensvc.jvm.java import JvmError, find_java, java_major_version, require_java
-from tokensvc.jvm.ports import answers, free_port, port_in_use
+from tokensvc.jvm.ports import free_port, port_in_use
 from tokensvc.jvm.process import SupervisedProcess
 
 __all__ = [
@@ -27,7 +27,6 @@ __all__ = [
     "JavaCommand",
     "JvmError",
     "SupervisedProcess",
-    "answers",
     "cache_dir",
     "classpath",
     "env_flags",

@@ -6,14 +6,15 @@ Maven: :func:`resolve` writes a small pom naming the artifacts into a cache dire
 and runs ``mvn -q -B dependency:copy-dependencies`` there; the jars land in a directory
 named by a hash of the coordinates, complete or not at all (copied under another name,
 then renamed). A file lock makes the processes that resolve the same coordinates at
-once (pytest-xdist workers) do it once: the others wait and use the result. Later calls
+once (pytest-xdist workers) do it once: the others wait and use the result (one lock
+for all coordinates, as Maven's local repository is shared by every run). Later calls
 cost a directory listing. The cache is ``$TOKENSVC_CACHE_DIR/maven``, else under the
 virtualenv (``<venv>/tokensvc-cache/maven``), else ``~/.cache/tokensvc/maven``; Maven
 keeps its own downloads in its local repository (``~/.m2``) as usual.
 
-It never writes outside the cache, never runs ``mvn`` but for that one goal, and turns
-a missing ``mvn`` or a failed download into one :class:`~tokensvc.jvm.java.JvmError`
-line that says what to do.
+It writes only the cache (and Maven its local repository), runs ``mvn`` for that one
+goal only, and turns a missing ``mvn`` or a failed download into one
+:class:`~tokensvc.jvm.java.JvmError` line that says what to do.
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ def resolve(artifacts: Sequence[str | Artifact], *, cache: Path | None = None,
     root.mkdir(parents=True, exist_ok=True)
     target = root / key
     if not (target / _COMPLETE).exists():
-        with _locked(root / f"{key}.lock"):
+        # One lock for every resolve: Maven's local repository is shared too.
+        with _locked(root / "resolve.lock"):
             if not (target / _COMPLETE).exists():
                 _download(wanted, root, target, timeout)
     return sorted(target.glob("*.jar"))

@@ -26,12 +26,3 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
             return True
         return False
 
-
-def answers(address: str, timeout: float = 0.5) -> bool:
-    """Whether a TCP connection to ``host:port`` is accepted within ``timeout``."""
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout):
-            return True
-    except OSError:
-        return False

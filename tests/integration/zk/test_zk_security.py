@@ -22,6 +22,7 @@ from kazoo.client import KazooClient
 from kazoo.handlers.threading import KazooTimeoutError
 
 from tests.support.intruder import attempts_that_succeeded
+from tests.support.java_stores import write_java_stores
 from tests.support.local_cluster import admin_client, broker_metric
 from tokensvc import devcerts
 from tokensvc.cluster import LocalCluster
@@ -214,7 +215,7 @@ def wrong_jaas(tmp_path: Path) -> str:
 # The start-up refusals do not depend on the ensemble: one node covers them.
 @pytest.mark.parametrize("secure_cluster", [1], indirect=True, ids=["one-node"])
 @pytest.mark.parametrize("case", ["wrong SASL password", "no SASL login", "no client certificate",
-                                  "no TLS", "ACLs without an identity"])
+                                  "no TLS", "ACLs without an identity", "wrong JKS password"])
 def test_wrong_or_missing_credentials_stop_the_start_in_one_line(
         secure_cluster: LocalCluster, tmp_path: Path, case: str) -> None:
     changes = {
@@ -226,7 +227,7 @@ def test_wrong_or_missing_credentials_stop_the_start_in_one_line(
         "ACLs without an identity": {"zookeeper.ssl.client.enable": None,
                                      "zookeeper.ssl.keystore.location": None,
                                      "zookeeper.sasl.jaas.file": None},
-    }[case]
+    }.get(case)
     cause = {
         "wrong SASL password": "refused the SASL DIGEST-MD5 login of user 'tokensvc'",
         "no SASL login": "requires SASL authentication",
@@ -234,7 +235,19 @@ def test_wrong_or_missing_credentials_stop_the_start_in_one_line(
         "no TLS": "could not connect to ZooKeeper",
         "ACLs without an identity": "zookeeper.set.acl: is true but the broker has no "
                                     "ZooKeeper identity",
-    }[case]
+    }.get(case)
+    if case == "wrong JKS password":
+        # The cluster's client certificate in keytool's JKS store, opened with a wrong password.
+        tls = Path(secure_cluster.info["zookeeper"]["client_config"]).parent / "zookeeper-tls"
+        jks = write_java_stores(devcerts.ZkCertificates(tls, tls / "ca.pem", tls / "ca-key.pem",
+                                                        tls / "server.pem", tls / "client.pem"),
+                                tmp_path / "stores", kinds=("JKS",))
+        changes = {"zookeeper.ssl.keystore.location": str(jks.client_jks),
+                   "zookeeper.ssl.keystore.type": "JKS",
+                   "zookeeper.ssl.keystore.password": "not-the-password"}
+        cause = (f"zookeeper.ssl.keystore.location: {jks.client_jks}: wrong password, or a "
+                 "damaged store (check zookeeper.ssl.keystore.password)")
+    assert changes is not None and cause is not None
     # A refusal is ZooKeeper's answer: it may take a TLS handshake and a SASL exchange of
     # seconds on a busy machine (a full run once met the 6 s timeout before the answer).
     # Only "no TLS" ends with the timeout, kept short.
