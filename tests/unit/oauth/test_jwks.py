@@ -174,3 +174,28 @@ def test_concurrent_logins_share_one_fetch():
         assert fake.calls == 1
 
     asyncio.run(run())
+
+
+def test_the_refresher_fetches_every_refresh_period_and_retries_a_failed_fetch():
+    fake = FakeEndpoint(RSA)
+    source = HttpsJwks("https://issuer.example/jwks", refresh_ms=20, backoff_ms=5,
+                       backoff_max_ms=10, fetch=fake, wait_s=2)
+
+    async def run() -> None:
+        source.start()
+        try:
+            while fake.calls < 3:
+                await asyncio.sleep(0.005)
+            fake.down = True
+            down_at = fake.calls
+            while fake.calls < down_at + 3:  # retried with backoff while it is down
+                await asyncio.sleep(0.005)
+            assert source.keys is not None and "r1" in source.keys.by_kid  # last good set
+            fake.down = False
+            fake.keys.append(EC)
+            while source.keys is None or "e1" not in source.keys.by_kid:
+                await asyncio.sleep(0.005)
+        finally:
+            await source.close()
+
+    asyncio.run(asyncio.wait_for(run(), 10))
