@@ -6,8 +6,9 @@ Owns the ACL znodes and their bytes, as Kafka (ZooKeeper mode) writes them:
   ``/kafka-acl-extended/prefixed/<Type>/<name>`` (``<Type>`` is Kafka's PascalCase
   name: ``Topic``, ``Group``, ``Cluster``, ``TransactionalId``, ``DelegationToken``,
   ``User``; the name is used as it is, so ``User:bob`` is ``/kafka-acl/User/User:bob``);
-- data: ``{"version":1,"acls":[{"principal":"User:alice","permissionType":"Allow",
-  "operation":"Read","host":"*"}]}``; a resource with no ACL left has no znode;
+- data: ``{"acls":[{"principal":"User:alice","permissionType":"Allow","host":"*",
+  "operation":"Read"}],"version":1}`` (Kafka 3.9's key order); a resource with no ACL
+  left has no znode;
 - change notifications: ``/kafka-acl-changes/acl_changes_<seq>`` with payload
   ``<TYPE>:<name>`` for literal patterns, ``/kafka-acl-extended-changes/acl_changes_<seq>``
   with ``{"version":1,"resourceType":"<TYPE>","name":...,"patternType":"PREFIXED"}`` for
@@ -124,19 +125,21 @@ def _entry_order(entry: AccessControlEntry) -> tuple:
 
 
 def encode_acls(entries: Iterable[AccessControlEntry]) -> bytes:
-    """A resource znode's bytes (entries in a stable order)."""
+    """A resource znode's bytes: Kafka 3.9's key order (Java hash maps: ``acls`` before
+    ``version``; ``principal``, ``permissionType``, ``host``, ``operation``), entries in a
+    stable order (Kafka's is its set's hash order)."""
     return _dumps(
         {
-            "version": ACL_VERSION,
             "acls": [
                 {
                     "principal": e.principal,
                     "permissionType": e.permission_type.kafka_name,
-                    "operation": e.operation.kafka_name,
                     "host": e.host,
+                    "operation": e.operation.kafka_name,
                 }
                 for e in sorted(entries, key=_entry_order)
             ],
+            "version": ACL_VERSION,
         }
     )
 
@@ -222,15 +225,23 @@ class _Retry(Exception):
 class AclStore:
     """ACL znodes and their change notifications, on a started kazoo client.
 
-    Construction does no I/O; the parent znodes are created on first use.
+    The shape of every store: ``(client, *, request_timeout_s=10.0, multi_read=True)``,
+    the client as :attr:`client`. Construction does no I/O; the parent znodes are
+    created on first use.
     """
 
-    def __init__(self, client: KazooClient, request_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self, client: KazooClient, *, request_timeout_s: float = 10.0, multi_read: bool = True
+    ) -> None:
         self._client = client
         self._paths_ready = False
         # Every ZooKeeper call is capped at this, as token writes are: past it, a retriable
         # REQUEST_TIMED_OUT instead of a thread held for good by a partition.
-        self._reads = ZnodeReads(client, request_timeout_s)
+        self._reads = ZnodeReads(client, request_timeout_s, multi_read=multi_read)
+
+    @property
+    def client(self) -> KazooClient:
+        return self._client
 
     def ensure_paths(self) -> None:
         """Create the store roots, one child per resource type, and the change roots."""
@@ -469,11 +480,11 @@ class AclStore:
             for name in names
         ]
         paths = [resource_path(p) for p in patterns]
-        values = self._reads.pipelined(self._client.get_async, paths, "load ACLs")
+        values = self._reads.get_many(paths, "load ACLs", with_stat=False)
         acls: dict[ResourcePattern, set[AccessControlEntry]] = {}
         for pattern, path, value in zip(patterns, paths, values):
             if value is not None:
-                entries = decode_acls(value[0], path)
+                entries = decode_acls(value, path)
                 if entries:
                     acls[pattern] = entries
         return acls

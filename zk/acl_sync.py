@@ -16,16 +16,12 @@ notifications on the controller), or log ACL contents beyond resource names.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-
-from kazoo.client import KazooClient
 
 from tokensvc.authz.acl import PatternType, ResourcePattern
 from tokensvc.authz.authorizer import AclAuthorizer
-from tokensvc.core.clock import Clock, SystemClock
 from tokensvc.core.errors import KafkaError
 from zk.acl_store import ACL_ROOTS, AclDataError, AclStore, decode_change
-from zk.notifications import COUNT_MIN_AGE_MS, ChangeNotifications, NotificationRoot
+from zk.notifications import ChangeNotifications, NotificationRoot, OnResync, Purge
 
 # Named as before the sync was filed apart from the store: runbooks quote "zk.acl_store:".
 log = logging.getLogger("zk.acl_store")
@@ -48,33 +44,30 @@ class AclSync(ChangeNotifications):
     from what it has (it stays ready, as Kafka's ZooKeeper authorizer does).
 
     Stats: those of the recipe, and ``last_applied`` per pattern type.
+
+    The shape of every sync: ``(store, authorizer, *, purge=None, on_resync=None)``;
+    ``on_resync`` gets a :class:`zk.notifications.Resync` (``entries``: resources held).
     """
 
     def __init__(
         self,
-        client: KazooClient,
         store: AclStore,
         authorizer: AclAuthorizer,
         *,
-        clock: Clock | None = None,
-        is_purger: Callable[[], bool] | None = None,
-        max_pending: int | None = None,
-        count_min_age_ms: int | None = COUNT_MIN_AGE_MS,
+        purge: Purge | None = None,
+        on_resync: OnResync | None = None,
     ) -> None:
         self._store = store
         self._authorizer = authorizer
-        clock = clock or SystemClock()
         super().__init__(
-            client,
+            store.client,
             "acl-sync",
             list(ACL_ROOTS.values()),
             load=self._load_acls,
             apply=self._apply_acls,
-            is_purger=is_purger,
-            now_ms=clock.now_ms,
+            purge=purge,
+            on_resync=on_resync,
             recoverable=(KafkaError, AclDataError),
-            max_pending=max_pending,
-            count_min_age_ms=count_min_age_ms,
         )
 
     def start(self) -> None:
@@ -89,8 +82,10 @@ class AclSync(ChangeNotifications):
         applied = self.applied
         return {pt: applied[root.name] for pt, root in ACL_ROOTS.items()}
 
-    def _load_acls(self) -> None:
-        self._authorizer.load_resources(self._store.load_all())
+    def _load_acls(self) -> int:
+        resources = self._store.load_all()
+        self._authorizer.load_resources(resources)
+        return len(resources)
 
     def _apply_acls(self, root: NotificationRoot, notes: list[tuple[int, bytes]]) -> None:
         pattern_type = _PATTERN_OF_ROOT[root.name]

@@ -60,6 +60,7 @@ from zk.client import ZkSettings, open_client
 from zk.errors import UNAVAILABLE, NotControllerError, StoreError, ZnodeMissing, translate
 from zk.reads import ZnodeReads
 from zk.requests import RecordOp, RequestKeyExistsError
+from zk.token_store import TokenStore
 
 # (path, version) checked in the same transaction as a write: the controller's guard.
 Guard = tuple[str, int]
@@ -149,6 +150,12 @@ def credentials_from_config(config: Mapping[str, str]) -> Credentials:
     return creds
 
 
+def has_scram(config: Mapping[str, str]) -> bool:
+    """Whether a user config map holds a SCRAM credential (other keys -- quotas Kafka's
+    ``kafka-configs.sh`` wrote -- do not make a user)."""
+    return any(m.mechanism_name in config for m in ScramMechanism)
+
+
 def sequence_of(child: str) -> int | None:
     if not child.startswith(CHANGE_PREFIX):
         return None
@@ -157,14 +164,26 @@ def sequence_of(child: str) -> int | None:
 
 
 class CredentialStore:
-    """Reads and writes SCRAM user credentials under ``/config/users``."""
+    """Reads and writes SCRAM user credentials under ``/config/users``.
 
-    def __init__(self, client: KazooClient, request_timeout_s: float = 10.0) -> None:
+    The shape of every store: ``(client, *, request_timeout_s=10.0, multi_read=True)``,
+    the client as :attr:`client`. Construction does no I/O."""
+
+    def __init__(
+        self, client: KazooClient, *, request_timeout_s: float = 10.0, multi_read: bool = True
+    ) -> None:
         # Every ZooKeeper call is capped at this (the token store's rule): a partition
         # answers StoreUnavailable in time instead of holding a thread for good (outcome
         # unknown for a write: the ledger looks the request key up).
-        self._reads = ZnodeReads(client, request_timeout_s)
+        self._reads = ZnodeReads(client, request_timeout_s, multi_read=multi_read)
         self._client = client
+        # The cascade of a deleted user deletes its tokens as the token store does.
+        self._tokens = TokenStore(client, request_timeout_s=request_timeout_s,
+                                  multi_read=multi_read)
+
+    @property
+    def client(self) -> KazooClient:
+        return self._client
 
     # -- reads ---------------------------------------------------------------
 
@@ -182,10 +201,10 @@ class CredentialStore:
 
     def get_many(self, users: Sequence[str]) -> dict[str, Credentials]:
         """Each user's SCRAM credentials (empty when none), read with pipelined requests."""
-        values = self._reads.pipelined(
-            self._client.get_async, [user_path(user) for user in users], "read users")
+        values = self._reads.get_many([user_path(user) for user in users], "read users",
+                                      with_stat=False)
         return {
-            user: {} if value is None else credentials_from_config(decode_user_config(value[0]))
+            user: {} if value is None else credentials_from_config(decode_user_config(value))
             for user, value in zip(users, values)
         }
 
@@ -194,19 +213,19 @@ class CredentialStore:
         return sorted(self.load_all())
 
     def load_all(self) -> dict[str, Credentials]:
-        """Every user with a SCRAM credential. The reads are pipelined: one ``get_children``,
-        then the ``get`` requests sent a window at a time (:func:`zk.reads.pipelined`)."""
+        """Every user with a SCRAM credential: one ``get_children``, then the reads in
+        multi-read batches (:meth:`zk.reads.ZnodeReads.get_many`)."""
         try:
             children = self._children(USERS_PATH)
         except ZnodeMissing:
             return {}
-        values = self._reads.pipelined(
-            self._client.get_async, [f"{USERS_PATH}/{child}" for child in children], "load users")
+        values = self._reads.get_many([f"{USERS_PATH}/{child}" for child in children],
+                                      "load users", with_stat=False)
         result: dict[str, Credentials] = {}
         for child, value in zip(children, values):
             if value is None:
                 continue  # deleted between the listing and the read
-            creds = credentials_from_config(decode_user_config(value[0]))
+            creds = credentials_from_config(decode_user_config(value))
             if creds:
                 result[desanitize(child)] = creds
         return result
@@ -298,29 +317,16 @@ class CredentialStore:
                 continue
             config = decode_user_config(data)
             config.pop(change.mechanism.mechanism_name, None)
-            if not config:
+            if not has_scram(config):
                 doomed += cascade(change.user)
         return doomed
 
     def _delete_tokens(self, token_ids: Sequence[str], guard: Guard | None) -> list[int]:
-        """Delete ``token_ids`` (those still there) with their notifications, in one
-        guarded transaction; their notification sequences."""
-        present = [t for t in token_ids if self._exists(token_layout.token_path(t))]
-        if not present:
-            return []
-        txn = self._client.transaction()
-        if guard is not None:
-            txn.check(guard[0], guard[1])
-        for token_id in present:
-            txn.delete(token_layout.token_path(token_id))
-        for token_id in present:
-            txn.create(token_layout.token_change_create_path(), token_id.encode(), sequence=True)
-        results = self._reads.call("delete tokens", txn.commit_async)
-        if any(isinstance(r, Exception) for r in results):
-            if guard is not None and isinstance(results[0], (BadVersionError, NoNodeError)):
-                raise NotControllerError(f"guard {guard[0]} changed: not allowed to write tokens")
-            raise StoreError("a token of a deleted user changed during its deletion; retry")
-        return [int(path[-10:]) for path in results[len(results) - len(present):]]
+        """Delete ``token_ids`` (those still there) with their notifications, guarded, as
+        the token store deletes many (:meth:`zk.token_store.TokenStore.delete_many`);
+        their notification sequences."""
+        deleted = self._tokens.delete_many([(t, -1) for t in token_ids], guard=guard)
+        return [sequence for _, sequence in deleted]
 
     def _alter_once(
         self,
@@ -363,7 +369,7 @@ class CredentialStore:
                 effects[change.user] = changed
                 if changed:
                     writes.append((change.user, encode_user_config(config), version))
-                if changed and not config and cascade is not None:
+                if changed and not has_scram(config) and cascade is not None:
                     doomed += [t for t in cascade(change.user)
                                if self._exists(token_layout.token_path(t))]
             txn = self._client.transaction()

@@ -18,8 +18,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Mapping
 
-from kazoo.client import KazooClient
-
 from tokensvc.scram.formatter import ScramCredential, ScramMechanism
 from zk.credential_store import (
     CHANGE_PREFIX,
@@ -29,7 +27,7 @@ from zk.credential_store import (
     decode_change_user,
 )
 from zk.errors import StoreError
-from zk.notifications import COUNT_MIN_AGE_MS, ChangeNotifications, NotificationRoot
+from zk.notifications import ChangeNotifications, NotificationRoot, OnResync, Purge
 
 CREDENTIALS_ROOT = NotificationRoot("credentials", CHANGES_PATH, CHANGE_PREFIX)
 
@@ -119,35 +117,30 @@ class CredentialSync(ChangeNotifications):
     means (re-read the named user's znode, so applying it twice or late is harmless;
     notifications about other entities -- topics, clients -- are skipped). The
     controller purges ``/config/changes`` like every other change root.
+
+    The shape of every sync: ``(store, cache, *, purge=None, on_resync=None)``;
+    ``on_resync`` gets a :class:`zk.notifications.Resync` (``entries``: users held).
     """
 
     def __init__(
         self,
-        client: KazooClient,
         store: CredentialStore,
         cache: UserCredentialCache,
         *,
-        on_resync: Callable[[], None] | None = None,
-        is_purger: Callable[[], bool] | None = None,
-        now_ms: Callable[[], int] | None = None,
-        max_pending: int | None = None,
-        count_min_age_ms: int | None = COUNT_MIN_AGE_MS,
+        purge: Purge | None = None,
+        on_resync: OnResync | None = None,
     ) -> None:
         self._store = store
         self._cache = cache
-        self._on_credential_resync = on_resync
         super().__init__(
-            client,
+            store.client,
             "credential-sync",
             [CREDENTIALS_ROOT],
             load=self._load_users,
             apply=self._apply_users,
-            is_purger=is_purger,
-            now_ms=now_ms,
-            on_resync=self._resynced,
+            purge=purge,
+            on_resync=on_resync,
             recoverable=(StoreError,),
-            max_pending=max_pending,
-            count_min_age_ms=count_min_age_ms,
         )
 
     @property
@@ -158,12 +151,9 @@ class CredentialSync(ChangeNotifications):
         self._store.ensure_paths()
         super().start()
 
-    def _resynced(self, _duration_ms: int) -> None:
-        if self._on_credential_resync is not None:
-            self._on_credential_resync()
-
-    def _load_users(self) -> None:
+    def _load_users(self) -> int:
         self._cache.replace_all(self._store.load_all())
+        return len(self._cache)
 
     def _apply_users(self, _root: NotificationRoot, notes: list[tuple[int, bytes]]) -> None:
         users = list(dict.fromkeys(

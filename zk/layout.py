@@ -3,11 +3,15 @@
 Owns: every path tokensvc reads or writes for tokens, the controller, the broker
 registry and the brokers' clock probes (``/tokensvc/clock/<id>``, tokensvc's own), and
 the exact bytes stored there. The token JSON is Kafka's
-``DelegationTokenInfoZNode`` (version 3) plus two fields of ours, each written only when it
-is not empty: ``keyId`` and ``labels`` (a JSON object of the token's labels, sorted by key;
-Kafka's reader ignores fields it does not know). A token without labels is byte for byte
-what it was before labels existed; the controller, controller epoch, broker and cluster id znodes are
-encoded as Kafka encodes them, so Kafka's tools can read what tokensvc writes.
+``DelegationTokenInfoZNode`` (version 3) in the order Kafka 3.9 writes its seven fields
+and version (a Scala hash map's order, not the order of its source), plus two fields of
+ours after them, each written only when it is not empty: ``keyId`` and ``labels`` (a JSON
+object of the token's labels, sorted by key; Kafka's reader ignores fields it does not
+know). A token without them is byte for byte what a Kafka broker writes. Their copy apart,
+``/tokensvc/token_labels/<id>`` (:func:`encode_token_side`), is what a Kafka renewal --
+which rewrites the token znode with its seven fields only -- does not touch. The
+controller, controller epoch, broker and cluster id znodes are encoded as Kafka encodes
+them, so Kafka's tools can read what tokensvc writes.
 
 :func:`decode_tokens` is the cold-start path for many token znodes at once (one JSON
 parse per batch, shared key ids and renewer lists); it pauses Python's cyclic garbage
@@ -20,6 +24,7 @@ Must not: talk to ZooKeeper (this module is pure: bytes in, values out), read th
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from collections.abc import Mapping, Sequence
@@ -45,6 +50,9 @@ CLUSTER_ID = f"{CLUSTER}/id"
 # each broker writes to read ZooKeeper's time (its mtime) and report its clock offset.
 TOKENSVC = "/tokensvc"
 CLOCK = f"{TOKENSVC}/clock"
+# /tokensvc/token_labels/<token id>: a token's key id and labels, kept where a Kafka
+# broker's renewal (which rewrites the token znode with Kafka's seven fields) leaves them.
+TOKEN_LABELS = f"{TOKENSVC}/token_labels"
 
 # Kafka's coordination znodes. Beside a Kafka cluster (``kafka.zookeeper.shared=true``)
 # tokensvc creates, writes and deletes none of them; it only reads /cluster/id.
@@ -66,6 +74,7 @@ CONTROLLER_VERSION = 1
 BROKER_VERSION = 5
 CLUSTER_ID_VERSION = "1"
 CLOCK_VERSION = 1
+TOKEN_SIDE_VERSION = 1
 
 # Endpoint of a listener in a broker registration: (security protocol, host, port).
 Endpoint = tuple[str, str, int]
@@ -123,6 +132,11 @@ def token_path(token_id: str) -> str:
     if not token_id or "/" in token_id or token_id in (".", "..") or "\x00" in token_id:
         raise ValueError(f"token id {token_id!r} cannot be a znode name")
     return f"{TOKENS}/{token_id}"
+
+
+def token_side_path(token_id: str) -> str:
+    """``/tokensvc/token_labels/<id>``: the token's key id and labels, apart."""
+    return f"{TOKEN_LABELS}/{token_path(token_id).rsplit('/', 1)[1]}"
 
 
 def token_change_create_path() -> str:
@@ -210,21 +224,55 @@ def encode_token(info: TokenInformation) -> bytes:
 
     The HMAC is not part of :class:`TokenInformation`, so it can never reach ZooKeeper.
     """
+    # Kafka 3.9 builds an immutable Scala Map of these eight keys and Jackson writes it
+    # in the map's iteration order, which for these keys is always this one.
     value: dict[str, Any] = {
-        "version": TOKEN_VERSION,
-        "owner": sanitize(str(info.owner)),
-        "tokenRequester": sanitize(str(info.token_requester)),
-        "renewers": [sanitize(str(r)) for r in info.renewers],
         "issueTimestamp": info.issue_timestamp,
-        "maxTimestamp": info.max_timestamp,
-        "expiryTimestamp": info.expiry_timestamp,
+        "renewers": [sanitize(str(r)) for r in info.renewers],
+        "tokenRequester": sanitize(str(info.token_requester)),
         "tokenId": info.token_id,
+        "owner": sanitize(str(info.owner)),
+        "expiryTimestamp": info.expiry_timestamp,
+        "maxTimestamp": info.max_timestamp,
+        "version": TOKEN_VERSION,
     }
     if info.key_id:
         value["keyId"] = info.key_id
     if info.labels:
         value["labels"] = dict(info.labels)
     return _dumps(value)
+
+
+def has_side_fields(info: TokenInformation) -> bool:
+    """Whether the token carries a field of ours (key id, labels) a Kafka renewal drops."""
+    return bool(info.key_id or info.labels)
+
+
+def encode_token_side(info: TokenInformation) -> bytes:
+    """``/tokensvc/token_labels/<id>``: ``{"version":1,"keyId":...,"labels":{...}}`` (the
+    fields of ours the token znode carries; never an HMAC or a key)."""
+    return _dumps({"version": TOKEN_SIDE_VERSION, "keyId": info.key_id,
+                   "labels": dict(info.labels)})
+
+
+def decode_token_side(data: bytes | None) -> tuple[str, Labels]:
+    """The key id and labels a side znode keeps."""
+    what = "token labels"
+    obj = _loads_object(data, what)
+    version = _field(obj, "version", int, what)
+    if version != TOKEN_SIDE_VERSION:
+        raise LayoutError(f"{what} znode has unsupported version {version}")
+    key_id = _field(obj, "keyId", str, what)
+    return key_id, _labels(_field(obj, "labels", dict, what), what)
+
+
+def restore_side_fields(info: TokenInformation, side: bytes | None) -> TokenInformation:
+    """``info`` with the key id and labels of its side znode's bytes (``side``), when it
+    lost them (a Kafka renewal rewrote it) and they decode; else ``info`` itself."""
+    if side is None or has_side_fields(info):
+        return info
+    key_id, labels = decode_token_side(side)
+    return dataclasses.replace(info, key_id=key_id, labels=labels)
 
 
 def _labels(raw: object, what: str) -> Labels:

@@ -18,6 +18,14 @@ Lifecycle (kazoo-recipe style): :meth:`start` (blocking) lists every root, calls
 ``load()``, and follows the roots with children watches; :meth:`close` stops following
 and cancels pending waits. The kazoo client belongs to the caller.
 
+Hooks of a resync, for a user that can do better than ``load()`` (the token sync):
+``catch_up(listings)`` is handed each root's :class:`Listing` (names, purge mark,
+cversion) and either brings its cache up to date from the notifications it can still
+read (:meth:`ChangeNotifications.read_notifications`) and answers a :class:`CatchUp`, or
+answers None and ``load()`` runs; ``during_resync()`` is a context manager held around
+the whole resync, attempts that fail included. After each resync ``on_resync`` gets a
+:class:`Resync` (the one signature of every sync's callback).
+
 Reconnect policy:
 
 * SUSPENDED: nothing changes (the caches keep serving what they have).
@@ -31,15 +39,19 @@ Reconnect policy:
   applied version (see below), also means a full resync. Any ZooKeeper failure in the
   worker schedules a full resync, retried with a backoff up to 1 s until it succeeds.
 
-Purging (only where ``is_purger()`` is true: the controller). Every
-``purge_interval_s``, or as soon as a listing holds more than 1.5 x ``max_pending``
+Purging (only with a :class:`Purge` whose ``is_purger()`` is true: the controller).
+Every ``interval_s``, or as soon as a listing holds more than 1.5 x ``max_pending``
 notifications, the purger deletes notifications older than ``retention_ms`` (znode
-ctime) and the oldest beyond ``max_pending`` that are older than ``count_min_age_ms``
-(a minute: a follower busy with a burst of writes or a bulk load is never purged past,
-which would cost it a full resync). Before deleting it writes the highest
-sequence it deletes into the root znode's data (``{"purged_through": N}``): a follower
-whose last applied version is below that mark may have missed a change and resyncs.
-Kafka ignores the data of these parents, so the layout stays compatible.
+ctime against ``now_ms()``, the cluster's clock: never a host's wall clock) and the
+oldest beyond ``max_pending`` that are older than ``count_min_age_ms`` (a minute: a
+follower busy with a burst of writes or a bulk load is never purged past, which would
+cost it a full resync). ``max_pending=None`` purges by age only, exactly when Kafka's
+``ZkNodeChangeNotificationListener`` would (:meth:`Purge.kafka_only`, beside Kafka
+brokers). A notification already gone (a Kafka broker purged it first) is no error.
+Before deleting it writes the highest sequence it deletes into the root znode's data
+(``{"purged_through": N}``): a follower whose last applied version is below that mark
+may have missed a change and resyncs. Kafka ignores the data of these parents, so the
+layout stays compatible.
 
 The notifications of a listing are read with the one reader of many znodes
 (:meth:`zk.reads.ZnodeReads.get_many`: ZooKeeper's multi-read, a thousand notifications a
@@ -85,10 +97,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, InvalidStateError
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import KazooException
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
@@ -96,6 +109,7 @@ from zk.client import list_children
 from zk.errors import StoreError
 from zk.reads import ZnodeReads
 from zk.worker import SerialWorker
+from zk.writes import created_before, delete_all
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +123,6 @@ MAX_PENDING = 1_000
 COUNT_MIN_AGE_MS = 60_000
 PURGE_INTERVAL_S = 60.0
 _MAX_BACKOFF_S = 1.0
-_WINDOW = 2_000
-_STAT_WINDOW = 64
 
 # (root name, sequence number): what the controller reports and followers wait for.
 Version = tuple[str, int]
@@ -180,15 +192,80 @@ class FollowError(Exception):
     """ZooKeeper failed inside the recipe (the worker resyncs after it)."""
 
 
-# apply(root, [(sequence, data), ...]) with sequences ascending; load() reloads all.
+@dataclass(frozen=True)
+class Purge:
+    """Who purges a recipe's roots and by which clock: ``is_purger()`` (the broker is
+    the controller) and ``now_ms()``, the cluster's time (the broker's corrected clock,
+    measured against ZooKeeper's: notification ctimes are ZooKeeper's time). The rules:
+    age (``retention_ms``, Kafka's 15 minutes), and count (``max_pending``, None: none,
+    as Kafka; only notifications older than ``count_min_age_ms``, None: any age)."""
+
+    is_purger: Callable[[], bool]
+    now_ms: Callable[[], int]
+    retention_ms: int = RETENTION_MS
+    max_pending: int | None = MAX_PENDING
+    count_min_age_ms: int | None = COUNT_MIN_AGE_MS
+    interval_s: float = PURGE_INTERVAL_S
+
+    def kafka_only(self) -> Purge:
+        """The same purger purging only what Kafka's brokers would: by age, past 15 minutes."""
+        return Purge(self.is_purger, self.now_ms, retention_ms=RETENTION_MS, max_pending=None,
+                     interval_s=self.interval_s)
+
+
+# The rules of an explicit purge(now_ms) on a recipe built without a Purge (it never
+# purges on its own: is_purger is never true, and the clock is the caller's now_ms).
+DEFAULT_RULES = Purge(lambda: False, lambda: 0)
+
+
+@dataclass(frozen=True)
+class Resync:
+    """What ``on_resync`` is told after a resync: the recipe's ``name``, how many
+    ``entries`` its cache holds (tokens, users, ACL resources), how long it took, and
+    whether it ``caught_up`` from notifications instead of loading everything."""
+
+    name: str
+    entries: int
+    duration_ms: int
+    caught_up: bool = False
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One root as a resync listed it: its notification ``names`` in sequence order,
+    its purge ``mark`` (-1: never purged) and its ``cversion``."""
+
+    root: NotificationRoot
+    names: list[str]
+    mark: int
+    cversion: int
+
+    @property
+    def newest(self) -> int:
+        """The newest sequence a load after this listing reflects (the mark counts)."""
+        return max(sequence_of_created(self.names[-1]) if self.names else -1, self.mark)
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    """A ``catch_up`` hook's success: the ``entries`` its cache now holds and, per root
+    name, a sequence its cache reflects besides the listing's (the one it caught up
+    from)."""
+
+    entries: int
+    through: Mapping[str, int]
+
+
+# apply(root, [(sequence, data), ...]) with sequences ascending; load() reloads all and
+# answers how many entries the cache then holds.
 ApplyChanges = Callable[[NotificationRoot, list[tuple[int, bytes]]], None]
+OnResync = Callable[[Resync], None]
+CatchUpHook = Callable[[Mapping[str, Listing]], CatchUp | None]
 
 
 class ChangeNotifications:
-    """Follow ``roots``; see the module docstring for the contract.
-
-    ``max_pending`` None means ``MAX_PENDING``, so the followers built on it can pass
-    their own ``max_pending`` argument through as it came.
+    """Follow ``roots``; see the module docstring for the contract (``purge`` None:
+    this recipe never purges).
 
     Stats: ``resync_count``, ``last_resync_ms``, ``applied_changes``, ``listings``,
     ``listed_names`` (names in those listings), ``purged``.
@@ -200,16 +277,13 @@ class ChangeNotifications:
         name: str,
         roots: Sequence[NotificationRoot],
         *,
-        load: Callable[[], None],
+        load: Callable[[], int],
         apply: ApplyChanges,
-        is_purger: Callable[[], bool] | None = None,
-        now_ms: Callable[[], int] | None = None,
-        retention_ms: int = RETENTION_MS,
-        max_pending: int | None = None,
-        count_min_age_ms: int | None = COUNT_MIN_AGE_MS,
-        purge_interval_s: float = PURGE_INTERVAL_S,
-        on_resync: Callable[[int], None] | None = None,
+        purge: Purge | None = None,
+        on_resync: OnResync | None = None,
         recoverable: tuple[type[BaseException], ...] = (),
+        catch_up: CatchUpHook | None = None,
+        during_resync: Callable[[], AbstractContextManager[object]] | None = None,
     ) -> None:
         self._client = client
         self._reads = ZnodeReads(client, timeout_s=None, multi_read=True)
@@ -217,13 +291,10 @@ class ChangeNotifications:
         self.roots = {r.name: r for r in roots}
         self._load = load
         self._apply = apply
-        self._is_purger = is_purger or (lambda: False)
-        self._now_ms = now_ms or (lambda: int(time.time() * 1000))
-        self._retention_ms = retention_ms
-        self._max_pending = MAX_PENDING if max_pending is None else max_pending
-        self._count_min_age_ms = count_min_age_ms
-        self._purge_interval_s = purge_interval_s
+        self._purge = purge
         self._on_resync = on_resync
+        self._try_catch_up = catch_up
+        self._during_resync = during_resync or nullcontext
         self._recoverable = (KazooException, KazooTimeoutError, FollowError, StoreError,
                              *recoverable)
         self._worker = SerialWorker(f"{name}-notifications")
@@ -477,29 +548,33 @@ class ChangeNotifications:
         started = time.monotonic()
         with self._lock:
             self._dirty = False
-        # Note the newest notification of each root BEFORE loading: the load reflects
-        # at least those; anything newer is applied after it (again, harmlessly). The
-        # purge mark counts too: the notifications it covers were committed before it
-        # was read, so the load reflects them (after a quiet spell the listing may be
-        # empty, and a snapshot of this cache would otherwise name no sequence at all).
-        marks = {}
-        cversions = {}
-        for root in self.roots.values():
-            listed, stat = self._list(root)
-            mark = self.purge_mark(root, stat)
-            marks[root.name] = max(sequence_of_created(listed[-1]) if listed else -1, mark)
-            cversions[root.name] = stat.cversion  # type: ignore[attr-defined]
-        self._load()
-        for name, sequence in marks.items():
-            with self._lock:
-                self._last[name] = -1
-            self._advance(name, sequence)
-            self._listed_through(name, cversions[name])
+        with self._during_resync():
+            # List each root BEFORE loading: the load reflects at least its newest
+            # notification; anything newer is applied after it (again, harmlessly). The
+            # purge mark counts too: the notifications it covers were committed before it
+            # was read, so the load reflects them (after a quiet spell the listing may be
+            # empty, and a snapshot of this cache would otherwise name no sequence at all).
+            listings = {}
+            for root in self.roots.values():
+                names, stat = self._list(root)
+                listings[root.name] = Listing(root, names, self.purge_mark(root, stat),
+                                              stat.cversion)  # type: ignore[attr-defined]
+            caught = self._try_catch_up(listings) if self._try_catch_up is not None else None
+            entries = self._load() if caught is None else caught.entries
+            for name, listing in listings.items():
+                through = listing.newest
+                if caught is not None:
+                    through = max(through, caught.through.get(name, -1))
+                with self._lock:
+                    self._last[name] = -1
+                self._advance(name, through)
+                self._listed_through(name, listing.cversion)
         self.resync_count += 1
         self.last_resync_ms = int((time.monotonic() - started) * 1000)
-        log.info("%s resynchronised in %d ms", self.name, self.last_resync_ms)
+        if caught is None:
+            log.info("%s resynchronised in %d ms", self.name, self.last_resync_ms)
         if self._on_resync is not None:
-            self._on_resync(self.last_resync_ms)
+            self._on_resync(Resync(self.name, entries, self.last_resync_ms, caught is not None))
 
     def _apply_changes(self, root: NotificationRoot) -> None:
         self._last_listing[root.name] = time.monotonic()
@@ -516,7 +591,7 @@ class ChangeNotifications:
             return
         fresh = root.fresh(listed, last)
         if fresh:
-            notes = self._read(root, fresh)
+            notes = self.read_notifications(root, fresh)
             if notes is None:
                 log.info("%s: a notification was purged before it was read; resynchronising",
                          self.name)
@@ -528,35 +603,30 @@ class ChangeNotifications:
         self._listed_through(root.name, stat.cversion)  # type: ignore[attr-defined]
         # Purge in batches (above 1.5x the bound), not one znode per listing; the age
         # rule (stats) only on the periodic purge.
-        if self._is_purger():
-            if time.monotonic() - self._last_purge >= self._purge_interval_s:
-                self.purge(self._now_ms())
-            elif (len(listed) > self._max_pending + self._max_pending // 2
+        purge = self._purge
+        if purge is not None and purge.is_purger():
+            if time.monotonic() - self._last_purge >= purge.interval_s:
+                self.purge(purge.now_ms())
+            elif (purge.max_pending is not None
+                  and len(listed) > purge.max_pending + purge.max_pending // 2
                   and time.monotonic() >= self._count_purge_after[root.name]):
-                self.purged += self._purge_root(root, self._now_ms(), by_age=False,
+                self.purged += self._purge_root(root, purge, purge.now_ms(), by_age=False,
                                                 listed=root.sorted_children(listed))
 
     def _older_than(self, root: NotificationRoot, children: list[str], cutoff_ms: int
                     ) -> tuple[list[str], int | None]:
         """The leading children created before ``cutoff_ms`` (ctimes grow with the
-        sequence, so the first young one ends the scan), stat-ed in small windows, and
-        the creation time of that first young one (None: none was young)."""
-        old: list[str] = []
-        for lo in range(0, len(children), _STAT_WINDOW):
-            window = children[lo:lo + _STAT_WINDOW]
-            stats = [self._client.exists_async(f"{root.path}/{c}") for c in window]
-            for child, async_stat in zip(window, stats):
-                stat = async_stat.get()
-                if stat is not None and stat.ctime >= cutoff_ms:
-                    return old, stat.ctime
-                if stat is not None:
-                    old.append(child)
-        return old, None
+        sequence, so the first young one ends the scan), and the creation time of that
+        first young one (None: none was young)."""
+        old, young = created_before(self._client, [f"{root.path}/{c}" for c in children],
+                                    cutoff_ms, f"stat {root.path}", ordered=True)
+        return [path.rsplit("/", 1)[1] for path in old], young
 
-    def _read(
+    def read_notifications(
         self, root: NotificationRoot, names: list[tuple[int, str]]
     ) -> list[tuple[int, bytes]] | None:
-        """``(sequence, data)`` of each notification; None when one is gone (purged)."""
+        """``(sequence, data)`` of each ``(sequence, name)`` notification of ``root``,
+        read in multi-read batches; None when one is gone (purged meanwhile)."""
         values = self._reads.get_many([f"{root.path}/{c}" for _, c in names],
                                       f"read {root.path}", with_stat=False)
         if any(value is None for value in values):
@@ -566,49 +636,46 @@ class ChangeNotifications:
     # --- purging (the controller) ------------------------------------------------------
 
     def purge(self, now_ms: int) -> int:
-        """Delete, in every root, notifications older than the retention and the oldest
-        beyond ``max_pending``, after recording the purge mark. Returns how many."""
+        """Delete, in every root, notifications older than the retention (by ``now_ms``,
+        the cluster's time) and, with a count rule, the oldest beyond ``max_pending``,
+        after recording the purge mark. Returns how many. The rules are the recipe's
+        :class:`Purge`'s, or the default ones (:data:`DEFAULT_RULES`) for a recipe that
+        does not purge on its own."""
         self._last_purge = time.monotonic()
+        rules = self._purge if self._purge is not None else DEFAULT_RULES
         total = 0
         for root in self.roots.values():
-            total += self._purge_root(root, now_ms)
+            total += self._purge_root(root, rules, now_ms)
         self.purged += total
         return total
 
-    def _purge_root(self, root: NotificationRoot, now_ms: int, *, by_age: bool = True,
-                    listed: list[str] | None = None) -> int:
+    def _purge_root(self, root: NotificationRoot, purge: Purge, now_ms: int, *,
+                    by_age: bool = True, listed: list[str] | None = None) -> int:
         """Purge one root; ``listed``: its sorted names if the caller just listed them."""
         if listed is None:
             listed = root.sorted_children(self._client.get_children(root.path))
         if not listed:
             return 0
-        excess = max(0, len(listed) - self._max_pending)
+        excess = 0 if purge.max_pending is None else max(0, len(listed) - purge.max_pending)
         doomed = listed[:excess]
-        if doomed and self._count_min_age_ms is not None:
-            cutoff_ms = now_ms - self._count_min_age_ms
+        if doomed and purge.count_min_age_ms is not None:
+            cutoff_ms = now_ms - purge.count_min_age_ms
             doomed, young_ctime = self._older_than(root, doomed, cutoff_ms)
             if young_ctime is not None:
                 # Nothing from young_ctime on is old enough before then (capped: the
                 # server's clock may be ahead of ours; the periodic purge runs anyway).
-                wait_s = min((young_ctime - cutoff_ms) / 1000.0, self._purge_interval_s)
+                wait_s = min((young_ctime - cutoff_ms) / 1000.0, purge.interval_s)
                 self._count_purge_after[root.name] = time.monotonic() + wait_s
         if by_age:
-            doomed += self._older_than(root, listed[excess:],
-                                       now_ms - self._retention_ms)[0]
+            # Kafka's rule: now - ctime > retention, so a ctime of exactly now -
+            # retention stays.
+            doomed += self._older_than(root, listed[excess:], now_ms - purge.retention_ms)[0]
         if not doomed:
             return 0
         through = root.sequence(doomed[-1])
         self._client.set(root.path, json.dumps({"purged_through": through}).encode("utf-8"))
-        deleted = 0
-        for lo in range(0, len(doomed), _WINDOW):
-            pending = [self._client.delete_async(f"{root.path}/{c}") for c in doomed[lo:lo + _WINDOW]]
-            for async_result in pending:
-                try:
-                    async_result.get()
-                    deleted += 1
-                except NoNodeError:
-                    continue
-        return deleted
+        return delete_all(self._client, [f"{root.path}/{c}" for c in doomed],
+                          f"purge {root.path}")
 
 
 def all_of(futures: Sequence[Future]) -> Future:

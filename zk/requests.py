@@ -22,15 +22,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
 
 from zk import layout
 from zk.errors import StoreError, ZnodeExists, ZnodeMissing, zk_call
+from zk.writes import WINDOW, created_before, delete_all
 
 REQUESTS = f"{layout.DELEGATION_TOKEN}/requests"
 RETENTION_MS = 15 * 60 * 1000
 _KEY = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_WINDOW = 2_000
 
 
 def valid_request_key(key: str | None) -> bool:
@@ -112,17 +111,7 @@ class RequestRecords:
             keys = zk_call("list request records", lambda: self._client.get_children(REQUESTS))
         except ZnodeMissing:
             return 0
-        cutoff = now_ms - older_than_ms
-        deleted = 0
-        for lo in range(0, len(keys), _WINDOW):
-            paths = [f"{REQUESTS}/{k}" for k in keys[lo:lo + _WINDOW]]
-            stats = [(p, self._client.exists_async(p)) for p in paths]
-            old = [p for p, s in stats if (st := s.get()) is not None and st.ctime < cutoff]
-            pending = [self._client.delete_async(p) for p in old]
-            for async_result in pending:
-                try:
-                    async_result.get()
-                    deleted += 1
-                except NoNodeError:
-                    continue
-        return deleted
+        old, _ = created_before(self._client, [f"{REQUESTS}/{k}" for k in keys],
+                                now_ms - older_than_ms, "stat request records",
+                                timeout_s=self._timeout_s, window=WINDOW)
+        return delete_all(self._client, old, "purge request records", timeout_s=self._timeout_s)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,12 +65,14 @@ from zk.errors import (
     StoreUnavailable,
     ZnodeMissing,
     translate,
-    zk_call,
 )
 from zk.reads import ZnodeReads
 from zk.requests import REQUESTS, RecordOp, RequestKeyExistsError
+from zk.writes import WINDOW, commit_all, delete_all
 
 log = logging.getLogger(__name__)
+
+_KEY_ID = operator.attrgetter("key_id")
 
 # (path, version) checked in the same transaction as a write.
 Guard = tuple[str, int]
@@ -77,8 +80,6 @@ Guard = tuple[str, int]
 # Tokens deleted (with their notifications) per transaction by delete_many: the
 # transaction stays far below jute.maxbuffer (about 200 bytes per token).
 _DELETE_GROUP = 100
-# Transactions in flight per window of pipelined deletes.
-_PIPELINE_WINDOW = 5_000
 # Bytes a write adds to a transaction beyond its data, record and token id: op headers,
 # paths, the notification.
 _WRITE_OVERHEAD = 160
@@ -127,24 +128,28 @@ class _VersionMismatch(StoreError):
 class TokenWrite:
     """One token write of a group commit (:meth:`TokenStore.commit_many`): ``kind`` is
     ``create``, ``update`` or ``delete``; ``data`` the encoded token (empty for a delete);
-    ``version`` makes a delete conditional (-1: any). Built by :func:`create_write`,
-    :func:`update_write` and :func:`delete_write`."""
+    ``version`` makes a delete conditional (-1: any); ``side`` the token's key id and
+    labels apart (:func:`zk.layout.encode_token_side`; a create's, empty when it has
+    none). Built by :func:`create_write`, :func:`update_write` and :func:`delete_write`."""
 
     kind: str
     token_id: str
     data: bytes
     record: RecordOp | None = None
     version: int = -1
+    side: bytes = b""
 
     @property
     def size(self) -> int:
         """About the bytes it adds to a transaction request (for the batch's size bound)."""
         record = 0 if self.record is None else len(self.record.path) + len(self.record.data)
-        return len(self.data) + record + 2 * len(self.token_id) + _WRITE_OVERHEAD
+        side = len(self.side) + len(self.token_id) + 40 if self.side else 0
+        return len(self.data) + record + side + 2 * len(self.token_id) + _WRITE_OVERHEAD
 
 
 def create_write(info: TokenInformation, record: RecordOp | None = None) -> TokenWrite:
-    return TokenWrite("create", info.token_id, layout.encode_token(info), record)
+    side = layout.encode_token_side(info) if layout.has_side_fields(info) else b""
+    return TokenWrite("create", info.token_id, layout.encode_token(info), record, side=side)
 
 
 def update_write(info: TokenInformation, record: RecordOp | None = None) -> TokenWrite:
@@ -155,14 +160,28 @@ def delete_write(token_id: str, record: RecordOp | None = None, version: int = -
     return TokenWrite("delete", token_id, b"", record, version)
 
 
-def _add_operation(tx: Any, write: TokenWrite) -> None:
+def _add_operations(tx: Any, write: TokenWrite, side: bool) -> list[str]:
+    """Add a write's operations to ``tx``: the token's, its side znode's (a create beside
+    Kafka), its request record's, its notification's (always last: its result is the
+    created path). Returns what each operation is, in order."""
     path = layout.token_path(write.token_id)
+    ops = ["token"]
     if write.kind == "create":
         tx.create(path, write.data)
+        if side and write.side:
+            tx.create(layout.token_side_path(write.token_id), write.side)
+            ops.append("side")
     elif write.kind == "update":
         tx.set_data(path, write.data)
     else:
         tx.delete(path, write.version)
+    if write.record is not None:
+        tx.create(write.record.path, write.record.data)
+        ops.append("record")
+    tx.create(layout.token_change_create_path(), layout.encode_token_change(write.token_id),
+              sequence=True)
+    ops.append("note")
+    return ops
 
 
 def _describe(writes: Sequence[TokenWrite], indexes: Sequence[int]) -> str:
@@ -186,15 +205,21 @@ class _BatchFailure(str):
 
 
 def _write_failure(
-    write: TokenWrite, op: int, is_note: bool, error: Exception
+    write: TokenWrite, op: str, error: Exception
 ) -> StoreError | None | _BatchFailure:
-    """What the failure of a write's ``op``-th operation means for that write."""
+    """What the failure of a write's operation ``op`` (token, side, record, note) means
+    for that write."""
     what = f"{write.kind} token {write.token_id}"
-    if is_note:
+    if op == "note":
         if isinstance(error, NoNodeError):
             return _BatchFailure(f"{what}: {layout.TOKEN_CHANGES} is missing; run ensure_paths()")
         return _BatchFailure(f"{what}: ZooKeeper error {error.__class__.__name__}")
-    if op == 1:  # the request record
+    if op == "side":
+        if isinstance(error, NodeExistsError):
+            return TokenExistsError(f"{what}: its labels are already kept apart (a token "
+                                    "with this id existed)")
+        return _BatchFailure(f"{what}: {layout.TOKEN_LABELS} is missing; run ensure_paths()")
+    if op == "record":
         if isinstance(error, NodeExistsError):
             return RequestKeyExistsError(f"{what}: request key already recorded")
         return _BatchFailure(f"{what}: the request record failed ({error.__class__.__name__}); "
@@ -229,30 +254,104 @@ def delete_own_ephemeral(client: KazooClient, path: str, timeout_s: float = 2.0)
 
 
 class TokenStore:
-    """Token znodes and their change notifications, on a started kazoo client."""
+    """Token znodes and their change notifications, on a started kazoo client.
+
+    The shape of every store: ``(client, *, request_timeout_s=10.0, multi_read=True)``,
+    the client as :attr:`client`. Construction does no I/O.
+
+    ``beside_kafka`` (its own key, for a ZooKeeper shared with Kafka brokers): a create
+    also writes the token's key id and labels to ``/tokensvc/token_labels/<id>`` in the
+    same transaction; a delete removes that znode after its commit (one left behind --
+    its token deleted by a Kafka broker's expiry, or a crash between the two -- is
+    removed by :meth:`remove_orphan_sides`); and a token read without them (a Kafka
+    broker renewed it, rewriting its znode with Kafka's seven fields) gets them back from
+    there. Only those tokens pay that extra read."""
 
     def __init__(
         self,
         client: KazooClient,
         *,
-        multi_read: bool = True,
         request_timeout_s: float = 10.0,
+        multi_read: bool = True,
+        beside_kafka: bool = False,
     ) -> None:
         self._client = client
+        self._beside_kafka = beside_kafka
         # kazoo queues requests while it reconnects and would wait for ever without a
         # quorum; past this timeout a call fails with StoreUnavailable (retriable).
         # Batch reads with ZooKeeper's multi-read (3.6+); falls back to pipelined gets
         # when the server says it does not implement it.
         self._reads = ZnodeReads(client, request_timeout_s, multi_read=multi_read)
 
+    @property
+    def client(self) -> KazooClient:
+        return self._client
+
     def _wait(self, what: str, async_result: IAsyncResult) -> Any:
         return self._reads.wait(what, async_result)
 
+    @property
+    def beside_kafka(self) -> bool:
+        return self._beside_kafka
+
     def ensure_paths(self) -> None:
         """Create ``/delegation_token/tokens``, ``.../token_changes`` and ``.../requests``
-        if missing."""
-        for path in (layout.TOKENS, layout.TOKEN_CHANGES, REQUESTS):
+        (and beside Kafka ``/tokensvc/token_labels``) if missing."""
+        paths = [layout.TOKENS, layout.TOKEN_CHANGES, REQUESTS]
+        if self._beside_kafka:
+            paths.append(layout.TOKEN_LABELS)
+        for path in paths:
             self._wait(f"create {path}", self._client.ensure_path_async(path))
+
+    # --- the key id and labels apart (beside Kafka) --------------------------------------
+
+    def _drop_sides(self, token_ids: Sequence[str]) -> None:
+        """Delete the side znodes of deleted tokens (beside Kafka; one already gone, or
+        never written, is no error)."""
+        if self._beside_kafka and token_ids:
+            delete_all(self._client, [layout.token_side_path(t) for t in token_ids],
+                       "delete token labels", timeout_s=self._reads.timeout_s)
+
+    def _restore_sides(self, infos: list[TokenInformation]) -> list[TokenInformation]:
+        """``infos`` with the key id and labels of the tokens that lost them (a Kafka
+        renewal) restored from their side znodes, read in one batch; only those tokens
+        are read, and only beside Kafka. A side znode that does not decode is logged and
+        left out (the token is served without its labels)."""
+        # A cold start of a million tokens tokensvc wrote: every one has a key id, which
+        # one pass in C finds (a Python-level check of each cost a second at 1M tokens).
+        if not self._beside_kafka or all(map(_KEY_ID, infos)):
+            return infos
+        bare = [n for n, info in enumerate(infos) if not (info.key_id or info.labels)]
+        if not bare:
+            return infos
+        sides = self._reads.get_many([layout.token_side_path(infos[n].token_id) for n in bare],
+                                     "read token labels", with_stat=False)
+        out = list(infos)
+        for n, side in zip(bare, sides):
+            try:
+                out[n] = layout.restore_side_fields(infos[n], side)  # type: ignore[arg-type]
+            except layout.LayoutError as exc:
+                log.warning("token %s: its labels apart do not decode: %s", infos[n].token_id, exc)
+        return out
+
+    def remove_orphan_sides(self, held: Callable[[str], bool]) -> int:
+        """Delete the side znodes whose token is gone (deleted by a Kafka broker's expiry,
+        or a crash between a delete and its side's); ``held(token_id)``: the cache holds
+        the token (it is not looked up in ZooKeeper). How many were deleted. The
+        controller runs it with its purge."""
+        if not self._beside_kafka:
+            return 0
+        try:
+            ids = self._wait("list token labels",
+                             self._client.get_children_async(layout.TOKEN_LABELS))
+        except ZnodeMissing:
+            return 0
+        unknown = [t for t in ids if not held(t)]
+        exists = self._reads.pipelined(self._client.exists_async,
+                                       [layout.token_path(t) for t in unknown], "read tokens")
+        orphans = [layout.token_side_path(t) for t, stat in zip(unknown, exists) if stat is None]
+        return delete_all(self._client, orphans, "delete orphan token labels",
+                          timeout_s=self._reads.timeout_s)
 
     # --- writes ------------------------------------------------------------------------
 
@@ -327,19 +426,13 @@ class TokenStore:
             tx = self._client.transaction()
             if guard is not None:
                 tx.check(guard[0], guard[1])
-            # Per pending write: (index of its first op, index of its notification op).
-            spans: list[tuple[int, int]] = []
+            # Per pending write: (index of its first op, what each of its ops is).
+            spans: list[tuple[int, list[str]]] = []
             at = 0 if guard is None else 1
             for i in pending:
-                write = writes[i]
-                _add_operation(tx, write)
-                if write.record is not None:
-                    tx.create(write.record.path, write.record.data)
-                tx.create(layout.token_change_create_path(),
-                          layout.encode_token_change(write.token_id), sequence=True)
-                last = at + (2 if write.record is not None else 1)
-                spans.append((at, last))
-                at = last + 1
+                ops = _add_operations(tx, writes[i], self._beside_kafka)
+                spans.append((at, ops))
+                at += len(ops)
             what = f"{_describe(writes, pending)}"
             try:
                 results = self._wait(what, tx.commit_async())
@@ -351,8 +444,10 @@ class TokenStore:
                            if isinstance(r, Exception) and not isinstance(r, RolledBackError)),
                           None)
             if failed is None:
-                for i, (_first, note) in zip(pending, spans):
-                    outcomes[i] = int(results[note][-10:])
+                for i, (first, ops) in zip(pending, spans):
+                    outcomes[i] = int(results[first + len(ops) - 1][-10:])
+                self._drop_sides([writes[i].token_id for i in pending
+                                  if writes[i].kind == "delete"])
                 return outcomes
             if guard is not None and failed == 0:
                 for i in pending:
@@ -360,10 +455,11 @@ class TokenStore:
                         f"{_describe(writes, [i])}: guard {guard[0]} version {guard[1]} no "
                         "longer holds; another broker is the controller")
                 return outcomes
-            slot = next(n for n, (first, note) in enumerate(spans) if first <= failed <= note)
+            slot = next(n for n, (first, ops) in enumerate(spans)
+                        if first <= failed < first + len(ops))
             i = pending[slot]
-            first, note = spans[slot]
-            outcome = _write_failure(writes[i], failed - first, failed == note, results[failed])
+            first, ops = spans[slot]
+            outcome = _write_failure(writes[i], ops[failed - first], results[failed])
             if isinstance(outcome, _BatchFailure):
                 for j in pending:
                     outcomes[j] = StoreError(str(outcome))
@@ -376,86 +472,60 @@ class TokenStore:
         self, versions: Sequence[tuple[str, int]], *, guard: Guard | None = None
     ) -> list[tuple[str, int]]:
         """Delete each ``(token id, version)`` as :meth:`delete` does -- conditional on
-        the version, with its change notification -- for many tokens at once: up to
-        ``_DELETE_GROUP`` tokens per transaction (the guard's check once, then each
-        token's delete and notification), the transactions pipelined. A group in which
-        one token changed or vanished meanwhile commits nothing and is retried token by
-        token. Returns each token deleted with its notification's sequence (tokens gone
-        or changed meanwhile are skipped); a failed guard raises NotControllerError."""
+        the version (-1: any), with its change notification -- for many tokens at once:
+        up to ``_DELETE_GROUP`` tokens per transaction (the guard's check once, then each
+        token's delete and notification), the transactions pipelined
+        (:func:`zk.writes.commit_all`). A group in which one token changed or vanished
+        meanwhile commits nothing and is retried token by token. Returns each token
+        deleted with its notification's sequence (tokens gone or changed meanwhile are
+        skipped); a failed guard raises NotControllerError."""
+        groups = [versions[lo : lo + _DELETE_GROUP] for lo in range(0, len(versions), _DELETE_GROUP)]
         deleted: list[tuple[str, int]] = []
         alone: list[tuple[str, int]] = []
-        groups = [versions[lo : lo + _DELETE_GROUP] for lo in range(0, len(versions), _DELETE_GROUP)]
-        window = max(1, _PIPELINE_WINDOW // _DELETE_GROUP)
-        for lo in range(0, len(groups), window):
-            pending = []
-            for group in groups[lo : lo + window]:
-                tx = self._client.transaction()
+        for group, results in zip(groups, self._commit_deletes(groups, guard)):
+            if results is None:
+                alone.extend(group)
+                continue
+            first = 0 if guard is None else 1  # then per token: its delete, its notification
+            deleted.extend((token_id, int(results[first + 2 * n + 1][-10:]))
+                           for n, (token_id, _) in enumerate(group))
+        if alone:
+            singles = [[one] for one in alone]
+            for (token_id, _), results in zip(alone, self._commit_deletes(singles, guard)):
+                if results is not None:
+                    deleted.append((token_id, int(results[-1][-10:])))
+        self._drop_sides([token_id for token_id, _ in deleted])
+        return deleted
+
+    def _commit_deletes(self, groups: Sequence[Sequence[tuple[str, int]]],
+                        guard: Guard | None) -> list[list | None]:
+        """One guarded transaction per group (each token's delete and notification),
+        committed pipelined; each one's results, None where a token was gone or changed
+        (nothing of that group committed). A failed guard raises NotControllerError."""
+
+        def build(group: Sequence[tuple[str, int]]) -> Callable[[Any], None]:
+            def fill(tx: Any) -> None:
                 if guard is not None:
                     tx.check(guard[0], guard[1])
                 for token_id, version in group:
                     tx.delete(layout.token_path(token_id), version)
-                    tx.create(
-                        layout.token_change_create_path(),
-                        layout.encode_token_change(token_id),
-                        sequence=True,
-                    )
-                what = f"delete {len(group)} tokens"
-                pending.append((group, what, zk_call(what, tx.commit_async)))
-            for group, what, async_result in pending:
-                try:
-                    results = self._wait(what, async_result)
-                    self._check_results(what, guard, results)
-                except (TokenNotFoundError, _VersionMismatch):
-                    alone.extend(group)
-                    continue
-                first = 0 if guard is None else 1  # then per token: its delete, its notification
-                deleted.extend((token_id, int(results[first + 2 * n + 1][-10:]))
-                               for n, (token_id, _) in enumerate(group))
-        if alone:
-            deleted.extend(self._delete_each(alone, guard))
-        return deleted
+                    tx.create(layout.token_change_create_path(),
+                              layout.encode_token_change(token_id), sequence=True)
+            return fill
 
-    def _delete_each(self, versions: Sequence[tuple[str, int]],
-                     guard: Guard | None) -> list[tuple[str, int]]:
-        """:meth:`delete_many` one transaction per token, pipelined (a group's retry)."""
-        deleted: list[tuple[str, int]] = []
-        for lo in range(0, len(versions), _PIPELINE_WINDOW):
-            pending = []
-            for token_id, version in versions[lo : lo + _PIPELINE_WINDOW]:
-                path = layout.token_path(token_id)
-                tx = self._transaction(
-                    guard, lambda tx, path=path, version=version: tx.delete(path, version),
-                    token_id,
-                )
-                what = f"delete token {token_id}"
-                pending.append((token_id, what, zk_call(what, tx.commit_async)))
-            for token_id, what, async_result in pending:
-                try:
-                    results = self._wait(what, async_result)
-                    self._check_results(what, guard, results)
-                except (TokenNotFoundError, _VersionMismatch):
-                    continue
-                deleted.append((token_id, int(results[-1][-10:])))
-        return deleted
-
-    def _transaction(
-        self,
-        guard: Guard | None,
-        operation: Callable[[object], None],
-        token_id: str,
-    ) -> Any:
-        """A transaction: the guard's check, ``operation``, the change notification
-        (always last: its result is the created path)."""
-        tx = self._client.transaction()
-        if guard is not None:
-            tx.check(guard[0], guard[1])
-        operation(tx)
-        tx.create(
-            layout.token_change_create_path(),
-            layout.encode_token_change(token_id),
-            sequence=True,
-        )
-        return tx
+        # About WINDOW deletes in flight, whatever the size of the groups.
+        window = max(1, WINDOW // max((len(g) for g in groups), default=1))
+        answers = commit_all(self._client, [build(g) for g in groups], "delete tokens",
+                             timeout_s=self._reads.timeout_s, window=window)
+        out: list[list | None] = []
+        for group, results in zip(groups, answers):
+            try:
+                self._check_results(f"delete {len(group)} tokens", guard, results)
+            except (TokenNotFoundError, _VersionMismatch):
+                out.append(None)
+                continue
+            out.append(results)
+        return out
 
     def _check_results(self, what: str, guard: Guard | None, results: list) -> None:
         """Raise the store error a transaction's results stand for (nothing if it passed)."""
@@ -493,7 +563,7 @@ class TokenStore:
             data, stat = self._wait(f"read token {token_id}", self._client.get_async(path))
         except ZnodeMissing:
             return None
-        return layout.decode_token(data), stat.version
+        return self._restore_sides([layout.decode_token(data)])[0], stat.version
 
     def token_ids(self) -> list[str]:
         return self._wait("list tokens", self._client.get_children_async(layout.TOKENS))
@@ -509,7 +579,7 @@ class TokenStore:
         tokens, failed = layout.decode_tokens(self._read_all_data(ids))
         for token_id, reason in failed:
             log.warning("skipping token znode %s: %s", token_id, reason)
-        return tokens
+        return self._restore_sides(tokens)
 
     def get_many_versioned(
         self, token_ids: Sequence[str]
@@ -517,17 +587,19 @@ class TokenStore:
         """The tokens that exist, with their znode versions (for :meth:`delete_many`),
         read as :meth:`get_many` reads."""
         paths = [layout.token_path(i) for i in token_ids]
-        return {
-            token_id: (layout.decode_token(data), stat.version)
-            for data, stat, token_id in self._pipelined_get(paths, token_ids, "read tokens")
-        }
+        found = self._pipelined_get(paths, token_ids, "read tokens")
+        infos = self._restore_sides([layout.decode_token(data) for data, _, _ in found])
+        return {token_id: (info, stat.version)
+                for (_, stat, token_id), info in zip(found, infos)}
 
     def get_many(self, token_ids: Sequence[str]) -> dict[str, TokenInformation | None]:
         """The current state of each token (None when deleted), read pipelined."""
         found: dict[str, TokenInformation | None] = dict.fromkeys(token_ids)
         paths = [layout.token_path(i) for i in token_ids]
-        for data, _stat, token_id in self._pipelined_get(paths, token_ids, "read tokens"):
-            found[token_id] = layout.decode_token(data)
+        read = self._pipelined_get(paths, token_ids, "read tokens")
+        infos = self._restore_sides([layout.decode_token(data) for data, _, _ in read])
+        for (_, _, token_id), info in zip(read, infos):
+            found[token_id] = info
         return found
 
     def notifications(self, watch: Callable[[object], None] | None = None) -> list[str]:

@@ -57,10 +57,9 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Protocol
-
-from kazoo.client import KazooClient
 
 from tokensvc.core.token import TokenInformation
 from tokensvc.snapshot.format import (
@@ -72,10 +71,13 @@ from tokensvc.snapshot.format import (
 from zk import layout
 from zk.errors import StoreError
 from zk.notifications import (
-    COUNT_MIN_AGE_MS,
     MIN_LISTING_INTERVAL_S,
+    CatchUp,
     ChangeNotifications,
+    Listing,
     NotificationRoot,
+    OnResync,
+    Purge,
     sequence_of_created,
 )
 from zk.token_store import TokenStore
@@ -306,27 +308,25 @@ class _HeldFill:
 class TokenSync(ChangeNotifications):
     """Load every token into ``cache``, then follow ZooKeeper's token changes.
 
-    ``on_resync(token_count, duration_ms)`` is called after every full resync.
+    The shape of every sync: ``(store, cache, *, purge=None, on_resync=None)`` (the
+    client is the store's); ``on_resync`` gets a :class:`zk.notifications.Resync` after
+    every resync (``entries``: the tokens held; ``caught_up``: from the notifications
+    since, not a full load). Its own: ``snapshot``, ``identity_extra``.
     """
 
     def __init__(
         self,
-        client: KazooClient,
         store: TokenStore,
         cache: SyncedCache,
         *,
-        on_resync: Callable[[int, int], None] | None = None,
-        is_purger: Callable[[], bool] | None = None,
-        now_ms: Callable[[], int] | None = None,
-        max_pending: int | None = None,
-        count_min_age_ms: int | None = COUNT_MIN_AGE_MS,
+        purge: Purge | None = None,
+        on_resync: OnResync | None = None,
         snapshot: SnapshotSource | None = None,
         identity_extra: Mapping[str, str | int] | None = None,
     ) -> None:
         self._store = store
         self._cache = cache
         self.order = CommittedOrder(cache)
-        self._loaded = 0
         self._snapshot = snapshot  # used by the first load only
         self._identity_extra = dict(identity_extra or {})
         self._identity: dict[str, str | int] | None = None
@@ -341,19 +341,17 @@ class TokenSync(ChangeNotifications):
         self.reads_skipped = 0
         # Why the held cache could not be caught up: identity, purged or mismatch.
         self.catch_up_refusals: Counter[str] = Counter()
-        self._on_token_resync = on_resync
         super().__init__(
-            client,
+            store.client,
             "token-sync",
             [TOKENS_ROOT],
             load=self._load_tokens,
             apply=self._apply_tokens,
-            is_purger=is_purger,
-            now_ms=now_ms,
-            on_resync=self._resynced,
+            purge=purge,
+            on_resync=on_resync,
             recoverable=(StoreError, layout.LayoutError),
-            max_pending=max_pending,
-            count_min_age_ms=count_min_age_ms,
+            catch_up=self._catch_up_hook,
+            during_resync=self._loading,
         )
 
     def start(self) -> None:
@@ -366,50 +364,54 @@ class TokenSync(ChangeNotifications):
         :class:`CommittedOrder`); False when the caller must wait for the follower."""
         return self.order.apply(token_id, info, sequence)
 
-    def _resync(self) -> None:
+    @contextmanager
+    def _loading(self) -> Iterator[None]:
+        """Held around every resync (the recipe's ``during_resync``): committed states
+        are refused meanwhile (:class:`CommittedOrder`), and accepted again from the
+        sequence the follower reached, whether the resync succeeded or not."""
         self.order.begin_load()
         try:
-            source, self._snapshot = self._snapshot, None
-            if source is not None:
-                done = self._start_from(source)
-            else:
-                done = self._catch_up_held()
-            if not done:
-                super()._resync()
-                self.full_loads += 1
+            yield
         finally:
             self.order.end_load(self.applied.get(TOKENS_ROOT.name, -1))
 
-    def _catch_up_held(self) -> bool:
+    def _catch_up_hook(self, listings: Mapping[str, Listing]) -> CatchUp | None:
+        """The recipe's ``catch_up``: the first load from the snapshot, later ones from
+        the cache itself; None: load every token."""
+        listing = listings[TOKENS_ROOT.name]
+        source, self._snapshot = self._snapshot, None
+        if source is not None:
+            return self._start_from(source, listing)
+        return self._catch_up_held(listing)
+
+    def _catch_up_held(self, listing: Listing) -> CatchUp | None:
         """A later resync from the cache's own content (see the module docstring);
-        False when it cannot be used (the caller then loads every token)."""
+        None when it cannot be used (the caller then loads every token)."""
         identity = self._identity  # None until a load has finished
         if identity is None:
-            return False
+            return None
         started = time.monotonic()
         sequence = self.applied.get(TOKENS_ROOT.name, -1)
         # A failed read (ZooKeeper away again) propagates: the resync is retried, from
         # the cache again, as a failed full load would be.
-        outcome = self._catch_up(sequence, identity, _HeldFill(self._cache), started)
-        if isinstance(outcome, tuple):
+        outcome = self._catch_up(sequence, identity, _HeldFill(self._cache), listing)
+        if isinstance(outcome[0], str):
             self.catch_up_refusals[outcome[0]] += 1
             log.info("token-sync: the cache cannot be caught up from sequence %d (%s: %s); "
                      "loading every token", sequence, *outcome)
-            return False
+            return None
         self.caught_up_resyncs += 1
         log.info("token-sync: resynchronised from the cache caught up from sequence %d "
-                 "(%d notifications) in %d ms", sequence, outcome, self.last_resync_ms)
-        return True
+                 "(%d notifications) in %d ms", sequence, outcome[1],
+                 int((time.monotonic() - started) * 1000))
+        return outcome[0]
 
-    def _resynced(self, duration_ms: int) -> None:
-        if self._on_token_resync is not None:
-            self._on_token_resync(self._loaded, duration_ms)
-
-    def _load_tokens(self) -> None:
+    def _load_tokens(self) -> int:
         self._identity = self.identity()  # what a later resync from the cache checks
         tokens = self._store.load_all()
         self._cache.replace_all(tokens)
-        self._loaded = len(tokens)
+        self.full_loads += 1
+        return len(tokens)
 
     # --- the snapshot ------------------------------------------------------------------
 
@@ -460,71 +462,57 @@ class TokenSync(ChangeNotifications):
             return None  # a load began meanwhile: take the next one
         return sequence, identity, tokens
 
-    def _start_from(self, source: SnapshotSource) -> bool:
-        """The first load from ``source``'s snapshot (see the module docstring); False
+    def _start_from(self, source: SnapshotSource, listing: Listing) -> CatchUp | None:
+        """The first load from ``source``'s snapshot (see the module docstring); None
         when it cannot be used (the caller then loads every token)."""
         started = time.monotonic()
         snapshot = source.load()
         if snapshot is None:
             self.snapshot_result = "unused"
-            return False
+            return None
         try:
             outcome = self._catch_up(snapshot.sequence, snapshot.identity,
-                                     _SnapshotFill(self._cache, snapshot.tokens), started)
+                                     _SnapshotFill(self._cache, snapshot.tokens), listing)
         except self._recoverable as exc:
             outcome = ("error", f"catching up from ZooKeeper failed ({exc})")
-        if isinstance(outcome, tuple):
+        if isinstance(outcome[0], str):
             self.snapshot_result = outcome[0]
             source.refused(*outcome)
-            return False
+            return None
         self.snapshot_result = "loaded"
         self.snapshot_loaded = (snapshot.sequence, dict(snapshot.identity))
-        source.loaded(len(self._cache), snapshot.sequence, outcome,
-                      self.last_resync_ms)
-        return True
+        source.loaded(len(self._cache), snapshot.sequence, outcome[1],
+                      int((time.monotonic() - started) * 1000))
+        return outcome[0]
 
     def _catch_up(self, sequence: int, identity: Mapping[str, str | int], fill: _Fill,
-                  started: float) -> int | tuple[str, str]:
+                  listing: Listing) -> tuple[CatchUp, int] | tuple[str, str]:
         """Check tokens reflecting ``sequence`` of the data named ``identity`` against
-        ZooKeeper and bring the cache up to date from them (``fill``: a snapshot's
-        tokens, or the cache's own); the number of notifications applied, or
-        ``(result, why)`` when they are refused (the cache then is as it was)."""
+        ZooKeeper (``listing``: the resync's) and bring the cache up to date from them
+        (``fill``: a snapshot's tokens, or the cache's own); the recipe's
+        :class:`CatchUp` and the number of notifications applied, or ``(result, why)``
+        when they are refused (the cache then is as it was)."""
         root = TOKENS_ROOT
-        with self._lock:
-            self._dirty = False  # as a full load: changes listed from here are covered
         now_identity = self.identity()
         refusal = identity_refusal(identity, now_identity)
         if refusal is not None:
             return "identity", refusal
-        listed, stat = self._list(root)
-        mark = self.purge_mark(root, stat)
-        cversion = stat.cversion  # type: ignore[attr-defined]
-        refusal = catch_up_refusal(sequence, mark,
-                                   [sequence_of_created(c) for c in listed], cversion)
+        refusal = catch_up_refusal(sequence, listing.mark,
+                                   [sequence_of_created(c) for c in listing.names],
+                                   listing.cversion)
         if refusal is not None:
             return "purged", refusal
-        fresh = root.after(listed, sequence)
-        notes = self._read(root, fresh)
+        notes = self.read_notifications(root, root.after(listing.names, sequence))
         if notes is None:
             return "purged", "a notification after its sequence was purged while being read"
         changed = self._changed(notes)
         count = fill.count(changed)
-        refusal = self._count_refusal(count, cversion)
+        refusal = self._count_refusal(count, listing.cversion)
         if refusal is not None:
             return "mismatch", refusal
         fill.fill(changed)
-        self._loaded = count
         self._identity = now_identity
-        through = max(fresh[-1][0] if fresh else -1, sequence, mark)
-        with self._lock:
-            self._last[root.name] = -1
-        self._advance(root.name, through)
-        self._listed_through(root.name, cversion)
-        self.resync_count += 1
-        self.last_resync_ms = int((time.monotonic() - started) * 1000)
-        if self._on_resync is not None:
-            self._on_resync(self.last_resync_ms)
-        return len(notes)
+        return CatchUp(count, {root.name: sequence}), len(notes)
 
     def _changed(self, notes: list[tuple[int, bytes]]) -> dict[str, TokenInformation | None]:
         """Each token the notifications name (in order, once), with its state in

@@ -57,6 +57,9 @@ OUR_SENSITIVE_ROOTS = (
                             "replay a forwarded create and be answered with its token"),
     SensitiveRoot(layout.TOKEN_CHANGES, "every changed token's id, which DescribeDelegationToken "
                                         "shows only to those allowed to see the token"),
+    SensitiveRoot(layout.TOKEN_LABELS, "token ids (each a user name of an implicit token login) "
+                                       "with their labels, which only DescribeDelegationToken "
+                                       "shows, to those allowed to see the token"),
 )
 SENSITIVE_ROOTS = KAFKA_SENSITIVE_ROOTS + OUR_SENSITIVE_ROOTS
 

@@ -79,7 +79,7 @@ from zk.errors import StoreUnavailable
 from zk.expiry import ExpirySweeper
 from zk.kraft import KraftMigrationWatch
 from zk.layout import coordination
-from zk.notifications import VersionWaiter
+from zk.notifications import Purge, VersionWaiter
 from zk.requests import RequestKeyExistsError, RequestRecords, valid_request_key
 from zk.token_store import TokenStore
 from zk.token_sync import TokenSync
@@ -436,7 +436,9 @@ async def _assemble(
     local.cache.add_batch_listener(sessions.on_token_changes)
     local.users.add_listener(sessions.on_user_change)
 
-    token_store = TokenStore(zk)
+    # Beside Kafka brokers, a token's key id and labels are also kept where a Kafka
+    # renewal does not touch them (zk.token_store).
+    token_store = TokenStore(zk, beside_kafka=config.kafka_zookeeper_shared)
     credential_store = CredentialStore(zk)
     acl_store = AclStore(zk)
     records = RequestRecords(zk)
@@ -462,13 +464,21 @@ async def _assemble(
     def is_controller() -> bool:
         return election.is_controller
 
-    token_sync = TokenSync(zk, token_store, local.cache, is_purger=is_controller,
-                           now_ms=clock.now_ms, snapshot=local.snapshot_file,
+    def purges_notifications() -> bool:
+        # The controller purges, by the cluster's time: not while its clock is beyond
+        # max.clock.skew.ms or not yet measured (ctimes are ZooKeeper's time).
+        return election.is_controller and (gate is None or gate.trusted())
+
+    notification_purge = Purge(purges_notifications, clock.now_ms)
+    if config.kafka_zookeeper_shared:
+        # Kafka's brokers purge these roots too, and only past 15 minutes: so do we.
+        notification_purge = notification_purge.kafka_only()
+    token_sync = TokenSync(token_store, local.cache, purge=notification_purge,
+                           snapshot=local.snapshot_file,
                            identity_extra={"cluster_id": cluster_id})
-    credential_sync = CredentialSync(zk, credential_store, local.users,
-                                     is_purger=is_controller, now_ms=clock.now_ms)
+    credential_sync = CredentialSync(credential_store, local.users, purge=notification_purge)
     acl_sync = (
-        AclSync(zk, acl_store, local.authorizer, clock=clock, is_purger=is_controller)
+        AclSync(acl_store, local.authorizer, purge=notification_purge)
         if local.authorizer is not None
         else None
     )
@@ -557,9 +567,11 @@ async def _assemble(
 
     def purge(now_ms: int) -> int:
         # The controller's periodic purge (the sweeper's thread): old notifications of
-        # every root and old request records.
+        # every root, old request records and orphaned token labels.
         purged = sum(sync.purge(now_ms) for sync in syncs)
         records.purge(now_ms)
+        # Beside Kafka: labels kept apart whose token a Kafka broker's expiry deleted.
+        token_store.remove_orphan_sides(lambda token_id: local.cache.info(token_id) is not None)
         return purged
 
     sweeper = ExpirySweeper(

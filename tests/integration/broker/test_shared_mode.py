@@ -70,6 +70,45 @@ def test_the_brokers_coordinate_under_their_own_root_and_create_none_of_kafkas(
         assert admin.describe_cluster().cluster_id == own
 
 
+def test_a_kafka_renewal_keeps_the_labels_and_revocation_by_label_finds_the_token(
+        cluster: LocalCluster) -> None:
+    """A Kafka broker that renews a token rewrites its znode with Kafka's seven fields:
+    tokensvc keeps the labels and key id apart (/tokensvc/token_labels/<id>), so every
+    broker still describes them, with the new expiry, and revokes the token by label."""
+    with admin_client(cluster) as admin:
+        token = admin.create_token(labels={"job": "kafka-renewed"})
+    client = _zk(cluster)
+    try:
+        path = layout.token_path(token.token_id)
+        assert client.exists(layout.token_side_path(token.token_id)) is not None
+        znode = json.loads(client.get(path)[0])
+        kafkas = {k: v for k, v in znode.items() if k not in ("keyId", "labels")}
+        kafkas["expiryTimestamp"] += 60_000
+        # What Kafka's renewal writes: setData at any version, then the notification.
+        client.set(path, json.dumps(kafkas, separators=(",", ":")).encode())
+        client.create(layout.token_change_create_path(), token.token_id.encode(), sequence=True)
+
+        def described(broker_id: int) -> bool:
+            address = cluster.broker_info(broker_id)["listeners"]["SASL_PLAINTEXT"]
+            with admin_client(cluster, address=address) as admin:
+                found = admin.describe_tokens(labels={"job": "kafka-renewed"})
+            return [(t.token_id, t.labels, t.expiry_ms) for t in found] == [
+                (token.token_id, token.labels, kafkas["expiryTimestamp"])]
+
+        for broker_id in cluster.broker_ids():
+            assert poll_until(lambda b=broker_id: described(b), timeout=15), broker_id
+        code, output = _cli(cluster, "--expire", "--label", "job=kafka-renewed",
+                            "--output", "json")
+        assert code == 0, output
+        assert [r["token_id"] for r in json.loads(output)["revoked"]] == [token.token_id]
+        assert client.exists(path) is None
+        assert poll_until(lambda: client.exists(layout.token_side_path(token.token_id))
+                          is None, timeout=10)
+    finally:
+        client.stop()
+        client.close()
+
+
 def test_a_kraft_migration_stops_token_writes_with_a_clear_error(
         cluster: LocalCluster) -> None:
     code, output = _cli(cluster, "--create", "--output", "json")

@@ -29,7 +29,8 @@ SCRAM_256_REAUTH_MS = 3000
 
 
 @pytest.fixture(scope="package")
-def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaUnderTest]:
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory,
+                 kafka_jvm: None) -> Iterator[KafkaUnderTest]:
     overrides = {reauth_key("SCRAM-SHA-256"): str(SCRAM_256_REAUTH_MS)}
     with LocalCluster.up(tmp_path_factory.mktemp("kafka"), brokers=0, kafka_brokers=1,
                          die_with_parent=True, timeout=180,

@@ -53,7 +53,7 @@ def syncs():
 
     def make(client: KazooClient, **kw) -> tuple[AclSync, AclAuthorizer]:
         authorizer = AclAuthorizer(**kw)
-        sync = AclSync(client, AclStore(client), authorizer)
+        sync = AclSync(AclStore(client), authorizer)
         sync.start()
         made.append(sync)
         return sync, authorizer
@@ -84,7 +84,7 @@ def test_literal_acl_is_kafkas_znode_json_and_notification(clients):
              "host": "10.0.0.1"},
         ],
     }
-    assert data.startswith(b'{"version":1,"acls":[{"principal":"User:alice","permissionType"')
+    assert data.startswith(b'{"acls":[{"principal":"User:alice","permissionType"')
     # One resource, one update, one notification.
     assert changes(client, "/kafka-acl-changes") == [b"TOPIC:foo"]
     assert client.get_children("/kafka-acl-changes")[0].startswith("acl_changes_")
@@ -212,7 +212,7 @@ def test_purge_deletes_only_old_notifications(clients):
     client = clients()
     store = AclStore(client)
     store.add([acl(), acl(name="p", ptype=PRE)])
-    purger = AclSync(client, store, RecordingAuthorizer())
+    purger = AclSync(store, RecordingAuthorizer())
     now = int(time.time() * 1000)
     assert purger.purge(now) == 0
     assert purger.purge(now + 16 * 60 * 1000) == 2
@@ -261,7 +261,7 @@ class RecordingAuthorizer(AclAuthorizer):
 def test_deny_then_allow_is_applied_in_order(clients):
     writer, reader = clients(), clients()
     authorizer = RecordingAuthorizer()
-    sync = AclSync(reader, AclStore(reader), authorizer)
+    sync = AclSync(AclStore(reader), authorizer)
     sync.start()
     try:
         store = AclStore(writer)

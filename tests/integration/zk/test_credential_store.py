@@ -213,7 +213,7 @@ def test_purge_removes_notifications_older_than_the_limit(zk: KazooClient) -> No
     store = CredentialStore(zk)
     store.upsert("alice", SHA256, CRED_256)
     store.upsert("bob", SHA256, CRED_256)
-    purger = CredentialSync(zk, store, UserCredentialCache())
+    purger = CredentialSync(store, UserCredentialCache())
     ctime = max(zk.exists(f"{CHANGES_PATH}/{c}").ctime for c in zk.get_children(CHANGES_PATH))
     assert purger.purge(now_ms=ctime + 60_000) == 0
     assert purger.purge(now_ms=ctime + 15 * 60 * 1000 + 1) == 2
@@ -222,7 +222,7 @@ def test_purge_removes_notifications_older_than_the_limit(zk: KazooClient) -> No
 
 def _started_sync(client: KazooClient) -> tuple[CredentialSync, UserCredentialCache]:
     cache = UserCredentialCache()
-    sync = CredentialSync(client, CredentialStore(client), cache)
+    sync = CredentialSync(CredentialStore(client), cache)
     sync.start()
     return sync, cache
 
@@ -301,7 +301,7 @@ def test_sync_resyncs_after_its_session_expires(
         writer.delete("alice", SHA256)
         writer.upsert("bob", SHA512, CRED_512)
         # Notifications purged meanwhile: only a full resync can find the changes.
-        purger = CredentialSync(writer._client, writer, UserCredentialCache())
+        purger = CredentialSync(writer, UserCredentialCache())
         purger.purge(now_ms=int(time.time() * 1000) + 10**9)
         assert _eventually(lambda: cache.users() == ["bob"], timeout=15.0)
         assert sync.resync_count >= 2

@@ -46,7 +46,7 @@ class Broker:
         self.client = open_client(ZkSettings(connect, session_timeout_ms=4000))
         self.store = TokenStore(self.client)
         self.cache = TokenCache(KEYS)
-        self.sync = TokenSync(self.client, self.store, self.cache)
+        self.sync = TokenSync(self.store, self.cache)
         self.election = ControllerElection(self.client, broker_id)
         self.removed: list[tuple[str, str]] = []
         self.sweeper = ExpirySweeper(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 from kazoo.exceptions import NoNodeError
@@ -19,7 +20,14 @@ from tokensvc.scram.formatter import ScramMechanism, derive_credential
 from zk.client import ZkSettings, list_children, open_client
 from zk.credential_store import CHANGES_PATH, CredentialStore
 from zk.credential_sync import CredentialSync, UserCredentialCache
-from zk.notifications import ChangeNotifications, NotificationRoot
+from zk.notifications import (
+    CatchUp,
+    ChangeNotifications,
+    Listing,
+    NotificationRoot,
+    Purge,
+    Resync,
+)
 
 ROOT = NotificationRoot("things", "/things/changes", "thing_change_")
 
@@ -39,6 +47,12 @@ def open_zk(zk_connect):
         c.close()
 
 
+def _purge(*, purger: bool = False, **rules) -> Purge:
+    """A purge by the wall clock (the test's ZooKeeper runs on this host): the recipe
+    purges on its own only when ``purger``; a test calls ``purge(now_ms)`` directly."""
+    return Purge(lambda: purger, lambda: int(time.time() * 1000), **rules)
+
+
 class Things:
     """A follower of /things/changes whose 'cache' is the list of payloads applied."""
 
@@ -49,10 +63,11 @@ class Things:
         self.recipe = ChangeNotifications(client, "things", [ROOT], load=self._load,
                                           apply=self._apply, **kw)
 
-    def _load(self) -> None:
+    def _load(self) -> int:
         self.loads += 1
         self.seen = [self.client.get(f"/things/items/{c}")[0]
                      for c in sorted(self.client.get_children("/things/items"))]
+        return len(self.seen)
 
     def _apply(self, root, notes) -> None:
         self.seen.extend(data for _, data in notes)
@@ -134,8 +149,9 @@ def test_confirm_current_sees_a_purge_that_emptied_the_root(things, open_zk):
     follower = things()
     follower.recipe.close()  # stop following: it misses what comes next
     _write(writer, b"missed")
-    purger = ChangeNotifications(writer, "purger", [ROOT], load=lambda: None,
-                                 apply=lambda r, n: None, max_pending=0, count_min_age_ms=None)
+    purger = ChangeNotifications(writer, "purger", [ROOT], load=lambda: 0,
+                                 apply=lambda r, n: None,
+                                 purge=_purge(max_pending=0, count_min_age_ms=None))
     assert purger.purge(now_ms=0) == 1
     assert writer.get_children(ROOT.path) == []
     again = things()
@@ -178,8 +194,9 @@ def test_purge_deletes_by_count_and_a_follower_behind_the_mark_resyncs(things, o
     writer = open_zk()
     writer.ensure_path("/things/items")
     writer.ensure_path(ROOT.path)
-    purger = ChangeNotifications(writer, "purger", [ROOT], load=lambda: None,
-                                 apply=lambda r, n: None, max_pending=5, count_min_age_ms=None)
+    purger = ChangeNotifications(writer, "purger", [ROOT], load=lambda: 0,
+                                 apply=lambda r, n: None,
+                                 purge=_purge(max_pending=5, count_min_age_ms=None))
     last = 0
     for i in range(12):
         last = _write(writer, f"x{i}".encode())
@@ -201,8 +218,8 @@ def test_the_count_rule_spares_notifications_younger_than_its_minimum_age(open_z
     writer = open_zk()
     writer.ensure_path("/things/items")
     writer.ensure_path(ROOT.path)
-    purger = ChangeNotifications(writer, "purger", [ROOT], load=lambda: None,
-                                 apply=lambda r, n: None, max_pending=5)
+    purger = ChangeNotifications(writer, "purger", [ROOT], load=lambda: 0,
+                                 apply=lambda r, n: None, purge=_purge(max_pending=5))
     for i in range(12):
         _write(writer, f"y{i}".encode())
     ctimes = sorted(writer.exists(f"{ROOT.path}/{c}").ctime for c in writer.get_children(ROOT.path))
@@ -223,9 +240,10 @@ def test_a_busy_followers_count_purge_waits_until_the_oldest_can_be_old_enough(o
     writer.ensure_path("/things/items")
     writer.ensure_path(ROOT.path)
     stat_calls = []
-    purger = ChangeNotifications(writer, "purger", [ROOT], load=lambda: None,
-                                 apply=lambda r, n: None, is_purger=lambda: True,
-                                 max_pending=2, count_min_age_ms=60_000)
+    purger = ChangeNotifications(writer, "purger", [ROOT], load=lambda: 0,
+                                 apply=lambda r, n: None,
+                                 purge=_purge(purger=True, max_pending=2,
+                                              count_min_age_ms=60_000))
     original = writer.exists_async
 
     def counting_exists_async(path, *args, **kw):
@@ -311,8 +329,8 @@ def test_list_children_answers_as_kazoos_listing_and_sets_the_child_watch(open_z
 
 def test_purge_by_age_keeps_young_notifications(open_zk):
     writer = open_zk()
-    purger = ChangeNotifications(writer, "purger", [ROOT], load=lambda: None,
-                                 apply=lambda r, n: None)
+    purger = ChangeNotifications(writer, "purger", [ROOT], load=lambda: 0,
+                                 apply=lambda r, n: None, purge=_purge())
     writer.ensure_path("/things/items")
     writer.ensure_path(ROOT.path)
     _write(writer, b"a")
@@ -326,8 +344,8 @@ def test_config_changes_stay_bounded_under_10000_credential_changes(open_zk):
     store = CredentialStore(client)
     cache = UserCredentialCache()
     # The count rule without its minimum age: this test streams 10,000 changes in seconds.
-    sync = CredentialSync(client, store, cache, is_purger=lambda: True, max_pending=1_000,
-                          count_min_age_ms=None)
+    sync = CredentialSync(store, cache, purge=_purge(purger=True, max_pending=1_000,
+                                                     count_min_age_ms=None))
     sync.start()
     credential = derive_credential("pw", ScramMechanism.SCRAM_SHA_256, 4096)
     observed = []
@@ -347,3 +365,51 @@ def test_config_changes_stay_bounded_under_10000_credential_changes(open_zk):
     assert final <= 1_000, final
     # While the changes streamed in, the controller's follower kept the list bounded.
     assert max(observed) <= 3_000, observed
+
+
+def test_the_resync_hooks_let_a_user_catch_up_instead_of_loading(things, open_zk):
+    """``catch_up`` gets each root's listing and may answer a CatchUp (no load);
+    ``during_resync`` is held around the whole resync; ``on_resync`` gets a Resync."""
+    writer = open_zk()
+    writer.ensure_path("/things/items")
+    writer.ensure_path(ROOT.path)
+    first = _write(writer, b"before")
+    resyncs: list[Resync] = []
+    held: list[str] = []
+    listings: list[Listing] = []
+
+    @contextmanager
+    def during():
+        held.append("in")
+        yield
+        held.append("out")
+
+    def catch_up(found):
+        listings.append(found["things"])
+        if len(listings) == 1:
+            return None  # the first resync loads everything
+        return CatchUp(entries=41, through={"things": 10**6})
+
+    follower = things(catch_up=catch_up, during_resync=during, on_resync=resyncs.append)
+    assert follower.loads == 1
+    assert listings[0].names == [ROOT.child(first)] and listings[0].newest == first
+    assert resyncs == [Resync("things", 1, resyncs[0].duration_ms, caught_up=False)]
+    follower.recipe._on_state(KazooState.LOST)
+    follower.recipe._on_state(KazooState.CONNECTED)
+    assert eventually(lambda: len(resyncs) == 2, timeout=10)
+    assert follower.loads == 1  # caught up: no load
+    assert (resyncs[1].entries, resyncs[1].caught_up) == (41, True)
+    assert follower.recipe.applied["things"] == 10**6  # the hook's sequence counts
+    assert held == ["in", "out", "in", "out"]
+
+
+def test_every_sync_reports_its_resync_the_same_way(open_zk):
+    client = open_zk()
+    store = CredentialStore(client)
+    store.upsert("alice", ScramMechanism.SCRAM_SHA_256,
+                 derive_credential("pw", ScramMechanism.SCRAM_SHA_256, 4096))
+    resyncs: list[Resync] = []
+    sync = CredentialSync(store, UserCredentialCache(), on_resync=resyncs.append)
+    sync.start()
+    sync.close()
+    assert [(r.name, r.entries, r.caught_up) for r in resyncs] == [("credential-sync", 1, False)]

@@ -20,6 +20,7 @@ from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
 from zk import layout
 from zk.client import ZkSettings, open_client
+from zk.notifications import Resync
 from zk.server import ManagedZooKeeper
 from zk.token_store import TokenStore
 from zk.token_sync import MIN_LISTING_INTERVAL_S, TokenSync
@@ -54,7 +55,7 @@ class Instance:
         self.client = open_client(ZkSettings(connect, session_timeout_ms=4000))
         self.store = TokenStore(self.client)
         self.cache = TokenCache(KEYS)
-        self.sync = TokenSync(self.client, self.store, self.cache, **sync_options)
+        self.sync = TokenSync(self.store, self.cache, **sync_options)
         self.closed = False
 
     def cached(self) -> dict[str, TokenInformation]:
@@ -297,11 +298,11 @@ def test_on_resync_reports_token_count(instances):
     (writer,) = instances(1)
     writer.store.create(_info("t1"))
     writer.store.create(_info("t2"))
-    calls: list[tuple[int, int]] = []
-    instances(1, on_resync=lambda count, ms: calls.append((count, ms)))
+    calls: list[Resync] = []
+    instances(1, on_resync=calls.append)
     assert len(calls) == 1
-    assert calls[0][0] == 2
-    assert calls[0][1] >= 0
+    assert (calls[0].name, calls[0].entries, calls[0].caught_up) == ("token-sync", 2, False)
+    assert calls[0].duration_ms >= 0
 
 
 def test_closed_sync_stops_following(instances):

@@ -67,10 +67,10 @@ def test_created_token_znode_is_kafkas_json_byte_for_byte(client, store):
     data, _ = client.get("/delegation_token/tokens/Zl0YT9kvSLaHtdxp5pMVbA")
     key_id = MasterKeys(MASTER_KEY).current_id
     assert data == (
-        b'{"version":3,"owner":"User%3Aalice","tokenRequester":"User%3Aadmin",'
-        b'"renewers":["User%3Abob"],"issueTimestamp":1700000000000,'
-        b'"maxTimestamp":1700604800000,"expiryTimestamp":1700086400000,'
-        b'"tokenId":"Zl0YT9kvSLaHtdxp5pMVbA","keyId":"' + key_id.encode() + b'"}'
+        b'{"issueTimestamp":1700000000000,"renewers":["User%3Abob"],'
+        b'"tokenRequester":"User%3Aadmin","tokenId":"Zl0YT9kvSLaHtdxp5pMVbA",'
+        b'"owner":"User%3Aalice","expiryTimestamp":1700086400000,'
+        b'"maxTimestamp":1700604800000,"version":3,"keyId":"' + key_id.encode() + b'"}'
     )
 
 

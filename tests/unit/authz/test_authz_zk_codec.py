@@ -54,10 +54,10 @@ def test_acl_json_is_kafkas_compact_form():
         AccessControlEntry("User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW),
     }
     assert encode_acls(entries) == (
-        b'{"version":1,"acls":['
-        b'{"principal":"User:alice","permissionType":"Allow","operation":"Read","host":"*"},'
-        b'{"principal":"User:bob","permissionType":"Deny","operation":"DescribeConfigs",'
-        b'"host":"10.0.0.1"}]}'
+        b'{"acls":['
+        b'{"principal":"User:alice","permissionType":"Allow","host":"*","operation":"Read"},'
+        b'{"principal":"User:bob","permissionType":"Deny","host":"10.0.0.1",'
+        b'"operation":"DescribeConfigs"}],"version":1}'
     )
     assert decode_acls(encode_acls(entries)) == entries
 

@@ -31,10 +31,10 @@ def _info(**overrides: object) -> TokenInformation:
 
 def test_token_json_is_kafka_version_3_in_kafka_field_order_plus_key_id():
     assert layout.encode_token(_info()) == (
-        b'{"version":3,"owner":"User%3Aalice","tokenRequester":"User%3Abob",'
-        b'"renewers":["User%3Arenew%20er","User%3Aops%2A"],"issueTimestamp":1700000000000,'
-        b'"maxTimestamp":1700604800000,"expiryTimestamp":1700086400000,'
-        b'"tokenId":"Zl0YT9kvSLaHtdxp5pMVbA","keyId":"0123456789abcdef"}'
+        b'{"issueTimestamp":1700000000000,"renewers":["User%3Arenew%20er","User%3Aops%2A"],'
+        b'"tokenRequester":"User%3Abob","tokenId":"Zl0YT9kvSLaHtdxp5pMVbA",'
+        b'"owner":"User%3Aalice","expiryTimestamp":1700086400000,'
+        b'"maxTimestamp":1700604800000,"version":3,"keyId":"0123456789abcdef"}'
     )
 
 
