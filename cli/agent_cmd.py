@@ -48,10 +48,14 @@ def options_from(params: dict, config: ClientConfig, timeout_s: float) -> AgentO
     if params["once"] and not params["state_file"]:
         raise click.UsageError("--once needs --state-file (each run must find the last "
                                "run's token)")
-    if not config.username or config.token_auth:
-        raise click.UsageError("--agent needs --command-config with a user's SCRAM login "
-                               "(a token cannot create tokens)")
     owners = params["owner_principals"]
+    if config.oauth_token_file is not None:
+        if not owners:
+            raise click.UsageError("--agent with OAUTHBEARER needs --owner-principal: the "
+                                   "principal the brokers' mappings give this identity")
+    elif not config.username or config.token_auth:
+        raise click.UsageError("--agent needs --command-config with a user's SCRAM login, "
+                               "or --oauthbearer-token-file (a token cannot create tokens)")
     if len(owners) > 1:
         raise click.UsageError("--agent takes at most one --owner-principal")
     try:

@@ -16,7 +16,12 @@ import click
 
 from tokensvc.admin import AdminError
 from tokensvc.admin.connection import split_address
-from tokensvc.client_config import ClientConfig, ClientConfigError, load_client_config
+from tokensvc.client_config import (
+    ClientConfig,
+    ClientConfigError,
+    load_client_config,
+    oauth_overrides,
+)
 from tokensvc.core.configdef import ConfigError
 from zk.client import ZkSettings, settings_from_file
 
@@ -49,9 +54,20 @@ def validate_bootstrap(ctx: click.Context, param: click.Parameter, value: str) -
     return value
 
 
-def command_config(path: str | None) -> ClientConfig:
-    """The client settings from the --command-config file; defaults without one."""
-    return load_client_config(path) if path else ClientConfig()
+def command_config(path: str | None, oauth_token_file: str | None = None) -> ClientConfig:
+    """The client settings from the --command-config file; defaults without one.
+    ``oauth_token_file`` (--oauthbearer-token-file): log in with OAUTHBEARER and the JWT
+    in that file, whatever SASL login the file names."""
+    if oauth_token_file is None:
+        return load_client_config(path) if path else ClientConfig()
+    if path is None:
+        raise click.UsageError("--oauthbearer-token-file needs --command-config with "
+                               "security.protocol=SASL_SSL (or SASL_PLAINTEXT)")
+    config = load_client_config(path, oauth_overrides(oauth_token_file))
+    if not config.uses_sasl:
+        raise click.UsageError("--oauthbearer-token-file needs security.protocol=SASL_SSL "
+                               "(or SASL_PLAINTEXT) in --command-config")
+    return config
 
 
 def run_as_click_command(action: Callable[..., T], *args: object) -> T:

@@ -171,6 +171,11 @@ def _check_usage(ctx: click.Context, chosen: list[str], params: dict) -> str:
 @click.option("--command-config", type=click.Path(dir_okay=False), default=None,
               help="Kafka client properties: security.protocol, sasl.mechanism, "
                    "sasl.jaas.config, ssl.truststore.*.")
+@click.option("--oauthbearer-token-file", type=click.Path(dir_okay=False), default=None,
+              metavar="PATH",
+              help="Log in with OAUTHBEARER using the JWT in this file, read again at every "
+                   "login (a Kubernetes projected service-account token); replaces the SASL "
+                   "login of --command-config, whose security.protocol must be SASL_*.")
 @click.option("--create", is_flag=True, help="Create a token.")
 @click.option("--renew", is_flag=True, help="Renew a token (needs --hmac).")
 @click.option("--expire", is_flag=True, help="Expire a token (needs --hmac).")
@@ -244,7 +249,7 @@ def delegation_token(ctx: click.Context, **params: object) -> None:
 
 
 def _run(action: str, params: dict) -> None:
-    config = command_config(params["command_config"])
+    config = command_config(params["command_config"], params["oauthbearer_token_file"])
     timeout = params["timeout"] or config.request_timeout_ms / 1000
     if action == "agent":
         agent_cmd.run_agent(params, config, timeout)

@@ -23,6 +23,7 @@ import os
 import re
 import ssl
 import tempfile
+import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,8 @@ from tokensvc.core.configdef import (
     at_least,
 )
 from tokensvc.core.kafka_keys import KAFKA_CLIENT_KEYS
+from tokensvc.oauth.client import ClientCredentials
+from tokensvc.oauth.jwks import JwksError, check_url
 from tokensvc.properties import read_properties
 from tokensvc.scram.formatter import ScramMechanism
 
@@ -73,14 +76,25 @@ class _PemOnly(Validator):
 
 
 _SCRAM_NAMES = tuple(m.mechanism_name for m in ScramMechanism)
+OAUTHBEARER = "OAUTHBEARER"
+OAUTH_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+_TOKEN_URL = "sasl.oauthbearer.token.endpoint.url"
 H, M, L = Importance.HIGH, Importance.MEDIUM, Importance.LOW
 CLIENT_CONFIG = ConfigDef(
     [
         ConfigKey("security.protocol", Type.STRING, "PLAINTEXT",
                   OneOf(SECURITY_PROTOCOLS, ignore_case=True), H,
                   "How to reach the brokers."),
-        ConfigKey("sasl.mechanism", Type.STRING, None, OneOf(_SCRAM_NAMES, ignore_case=True), H,
-                  "SCRAM mechanism; required with a SASL protocol."),
+        ConfigKey("sasl.mechanism", Type.STRING, None,
+                  OneOf((*_SCRAM_NAMES, OAUTHBEARER), ignore_case=True), H,
+                  "SCRAM mechanism, or `OAUTHBEARER` (a JWT from "
+                  f"`{_TOKEN_URL}`); required with a SASL protocol."),
+        ConfigKey(_TOKEN_URL, Type.STRING, None, None, M,
+                  "With `OAUTHBEARER`: `file:/path` of a JWT (a projected service-account "
+                  "token, read again at every login), or an OpenID provider's `https://` "
+                  "token endpoint for a client-credentials grant, with `sasl.jaas.config="
+                  f"{OAUTH_LOGIN_MODULE} required clientId=\"...\" clientSecret=\"...\" "
+                  "[scope=\"...\"] [ssl.truststore.location=\"ca.pem\"];` (Kafka's forms)."),
         ConfigKey("sasl.jaas.config", Type.PASSWORD, None, None, H,
                   f"`{SCRAM_LOGIN_MODULE} required username=\"...\" password=\"...\" "
                   "[tokenauth=true];` (a token id and its HMAC with `tokenauth=true`)."),
@@ -241,6 +255,10 @@ class ClientConfig:
     private_key_password: str | None = field(default=None, repr=False)
     request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
     client_id: str | None = None
+    # OAUTHBEARER: the file holding the JWT, read again at every login; or the
+    # client-credentials grant that gets one.
+    oauth_token_file: str | None = None
+    oauth_client: ClientCredentials | None = None
 
     @property
     def uses_tls(self) -> bool:
@@ -284,14 +302,16 @@ def _load_cert_chain(ctx: ssl.SSLContext, path: str, password: str | None) -> No
         ) from None
 
 
-def load_client_config(path: str | os.PathLike[str]) -> ClientConfig:
-    """Read a Kafka client properties file (``--command-config``).
+def load_client_config(path: str | os.PathLike[str],
+                       overrides: Mapping[str, str] | None = None) -> ClientConfig:
+    """Read a Kafka client properties file (``--command-config``), with ``overrides``
+    (a command line's options) over its keys.
 
     Relative paths resolve against the file's directory; the keys it does not use are
     named in one warning line (never with their values)."""
     source = os.fspath(path)
     try:
-        props = read_properties(path)
+        props = {**read_properties(path), **(overrides or {})}
         ignored = CLIENT_CONFIG.ignored_keys(props)
         base_dir = os.path.dirname(os.path.abspath(source))
         config = client_config_from_properties(CLIENT_CONFIG.resolve_paths(props, base_dir))
@@ -337,12 +357,14 @@ def _value(props: Mapping[str, str], name: str) -> object:
 
 
 def _sasl(props: Mapping[str, str]) -> dict:
-    names = ", ".join(_SCRAM_NAMES)
+    names = ", ".join((*_SCRAM_NAMES, OAUTHBEARER))
     raw = _value(props, "sasl.mechanism")
     if raw is None:
         raise ClientConfigError(
             "sasl.mechanism", f"is required for SASL protocols: use one of {names}"
         )
+    if str(raw).upper() == OAUTHBEARER:
+        return _oauth(props)
     mechanism = ScramMechanism.from_name(str(raw).upper())
     jaas_text = _value(props, "sasl.jaas.config")
     if jaas_text is None:
@@ -371,6 +393,44 @@ def _sasl(props: Mapping[str, str]) -> dict:
         "password": password,
         "token_auth": tokenauth,
     }
+
+
+def oauth_overrides(token_file: str) -> dict[str, str]:
+    """The client keys that make a login OAUTHBEARER with the JWT in ``token_file``."""
+    return {"sasl.mechanism": OAUTHBEARER,
+            _TOKEN_URL: "file:" + urllib.parse.quote(os.path.abspath(token_file))}
+
+
+def _oauth(props: Mapping[str, str]) -> dict:
+    """OAUTHBEARER: a token file (``file:`` URL) or a client-credentials grant."""
+    text = str(_value(props, _TOKEN_URL) or "")
+    if text.startswith("file:"):
+        path = urllib.parse.unquote(urllib.parse.urlsplit(text).path)
+        if not path:
+            raise ClientConfigError(_TOKEN_URL, f"{text!r} names no file")
+        return {"oauth_token_file": path}
+    if not text.startswith(("https://", "http://")):
+        raise ClientConfigError(
+            _TOKEN_URL, "OAUTHBEARER needs file:/path of a JWT or an https:// token endpoint "
+            "(the agent also takes --oauthbearer-token-file)")
+    try:
+        check_url(text)
+    except JwksError as exc:
+        raise ClientConfigError(_TOKEN_URL, str(exc)) from None
+    usage = f'{OAUTH_LOGIN_MODULE} required clientId="..." clientSecret="...";'
+    jaas_text = _value(props, _JAAS)
+    if jaas_text is None:
+        raise ClientConfigError(_JAAS, f"is required with a token endpoint: {usage}")
+    module = parse_jaas_config(str(jaas_text))
+    if module.login_module != OAUTH_LOGIN_MODULE:
+        raise ClientConfigError(_JAAS, f"uses login module {module.login_module}; a token "
+                                f"endpoint needs {usage}")
+    client_id, secret = module.options.get("clientId"), module.options.get("clientSecret")
+    if not client_id or not secret:
+        raise ClientConfigError(_JAAS, "options clientId and clientSecret are required")
+    return {"oauth_client": ClientCredentials(
+        text, client_id, secret, module.options.get("scope") or None,
+        module.options.get("ssl.truststore.location") or None)}
 
 
 def _pem_from(props: Mapping[str, str], inline_key: str, location_key: str) -> str | None:

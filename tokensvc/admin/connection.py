@@ -23,6 +23,8 @@ from typing import Any
 from tokensvc.admin.results import AdminError
 from tokensvc.client_config import ClientConfig
 from tokensvc.core.errors import Errors
+from tokensvc.oauth.client import TokenUnavailable, read_token_file
+from tokensvc.oauth.exchange import MECHANISM, client_first_message, client_reply
 from tokensvc.protocol import (
     SUPPORTED,
     ApiKey,
@@ -260,6 +262,9 @@ class BrokerConnection:
 
     def _login(self, deadline: float) -> None:
         config = self.config
+        if config.oauth_token_file is not None or config.oauth_client is not None:
+            self._login_oauth(deadline)
+            return
         assert config.sasl_mechanism is not None and config.username is not None
         mechanism = config.sasl_mechanism.mechanism_name
         who = f"{'token' if config.token_auth else 'user'} {config.username!r}"
@@ -297,6 +302,35 @@ class BrokerConnection:
         lifetime = final.get("SessionLifetimeMs") or 0
         if lifetime > 0:
             # Re-login a little before the broker would drop the session.
+            self.session_deadline = time.monotonic() + lifetime / 1000 * 0.9
+
+    def _login_oauth(self, deadline: float) -> None:
+        """OAUTHBEARER with the JWT a file holds now (read at every login: a kubelet or a
+        CI system replaces it before it expires), or one of a client-credentials grant."""
+        path, grant = self.config.oauth_token_file, self.config.oauth_client
+        if path is not None:
+            who = f"the JWT of {path}"
+        else:
+            assert grant is not None
+            who = f"OAuth client {grant.client_id!r}"
+        try:
+            first = client_first_message(read_token_file(path) if path is not None
+                                         else grant.token())
+        except (TokenUnavailable, ValueError) as exc:
+            raise AdminError(Errors.SASL_AUTHENTICATION_FAILED, str(exc)) from None
+        hs = self.request(ApiKey.SASL_HANDSHAKE, {"Mechanism": MECHANISM}, deadline, 1)
+        if hs["ErrorCode"] != Errors.NONE:
+            offered = ", ".join(hs["Mechanisms"]) or "none"
+            raise AdminError(hs["ErrorCode"], f"{MECHANISM} is not enabled on {self.address} "
+                             f"(it offers: {offered})")
+        answer = self._authenticate(first, deadline, who)
+        reply = client_reply(answer["AuthBytes"] or b"")
+        if reply is not None:  # the error challenge: acknowledge, read the reason
+            self._authenticate(reply, deadline, who)
+            raise AdminError(Errors.SASL_AUTHENTICATION_FAILED,
+                             f"authentication as {who} at {self.address} failed")
+        lifetime = answer.get("SessionLifetimeMs") or 0
+        if lifetime > 0:
             self.session_deadline = time.monotonic() + lifetime / 1000 * 0.9
 
     def _authenticate(self, auth_bytes: bytes, deadline: float, who: str) -> dict[str, Any]:

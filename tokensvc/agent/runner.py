@@ -18,8 +18,13 @@ How each action is carried out (see :mod:`tokensvc.agent.state` for the kill -9 
 Retries: a failed attempt (broker unreachable, timed out, NOT_CONTROLLER past the admin
 client's own retries) is retried with jittered exponential backoff (0.2 s doubling to 5 s)
 through the other bootstrap servers, until the action's deadline -- the current token's
-expiry. Refusals that no retry can fix (the agent's password was refused, it may not
-create tokens for that owner, tokens are disabled) end the agent at once.
+expiry. Refusals that no retry can fix (the agent's password or JWT was refused, its
+identity matches no OAUTHBEARER mapping, it may not create tokens for that owner, tokens
+are disabled) end the agent at once.
+
+An OAUTHBEARER agent (``--oauthbearer-token-file``) logs in with the JWT the file holds
+at each login (the admin client reads it again), and is the principal the brokers'
+mapping gives it, which it names as the owner (``--owner-principal``).
 
 Time (issue #36): the agent schedules by the cluster's time, not only its host's clock.
 Every CreateDelegationToken answer carries its issue time, stamped by the controller's
@@ -158,7 +163,9 @@ class Agent:
         self._rng = rng
         self.stop = stop or threading.Event()
         username = options.config.username or ""
-        self.me = KafkaPrincipal.user(username)
+        # An OAUTHBEARER agent is the principal its mapping gives it: the owner it names.
+        self.me = (options.owner if options.config.oauth_token_file is not None
+                   and options.owner is not None else KafkaPrincipal.user(username))
         self.owner = options.owner or self.me
         renewers = list(options.renewers)
         if self.owner != self.me and self.me not in renewers:

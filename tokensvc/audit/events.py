@@ -26,12 +26,13 @@ SCHEMA_VERSION = 1
 COMMON_FIELDS = ("schema", "ts", "broker_id", "event_id", "type")
 
 OUTCOMES = frozenset({"success", "failure"})
-LOGIN_KINDS = frozenset({"user", "token"})
+LOGIN_KINDS = frozenset({"user", "token", "oauth"})
 TOKEN_ACTIONS = frozenset({"create", "renew", "expire", "describe", "revoke"})
 # Why a token request was special: a revocation's reason, or the per-owner limit.
 TOKEN_REASONS = frozenset({"revoked_by_id", "revoked_by_owner", "revoked_by_label",
                            "owner_deleted", "owner_limit", "owner_near_limit",
-                           "invalid_labels", "clock_skew", "kraft_migration"})
+                           "invalid_labels", "clock_skew", "kraft_migration",
+                           "oauth_policy"})
 # Fields whose value is a token's labels or a label selector: a JSON object whose keys
 # are label keys (tokensvc.core.labels), not field names, so the secret guard judges only
 # their values (a label named "key-owner" is not a key).
@@ -74,14 +75,19 @@ def authentication_event(
     listener: str | None = None,
     reason: str | None = None,
     client_id: str | None = None,
+    oauth: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A SASL login attempt. For token logins ``username`` is the token id and
     ``principal`` the token's owner; ``principal`` is null on failure.
     ``implicit`` marks a token login without ``tokenauth=true`` (the user name
     was a token id). A name that is neither a user nor a token is written as
-    its :func:`name_fingerprint`, never verbatim."""
+    its :func:`name_fingerprint`, never verbatim. An OAUTHBEARER login (``kind``
+    ``oauth``) has ``oauth``: the JWT's ``issuer``, ``subject``, ``jti``,
+    ``expiry_ms`` (as the token claimed them when it was refused) and the ``mapping``
+    that matched -- never the JWT."""
     _outcome(outcome, None)
     _one_of("kind", kind, LOGIN_KINDS)
+    extra = {"oauth": dict(oauth)} if oauth is not None else {}
     return {
         "type": "authentication",
         "outcome": outcome,
@@ -96,6 +102,7 @@ def authentication_event(
         "listener": listener,
         "reason": reason,
         "client_id": client_id,
+        **extra,
     }
 
 

@@ -59,11 +59,12 @@ from tokensvc.broker.writes.path import WritePath
 from tokensvc.core.cache import TokenCache
 from tokensvc.core.clock import Clock, CorrectedClock
 from tokensvc.core.clocksync import ClusterTimeEstimator
-from tokensvc.core.config import BrokerConfig
+from tokensvc.core.config import OAUTH_MAPPINGS_FILE, OAUTHBEARER, BrokerConfig, ConfigError
 from tokensvc.core.keys import AUDIT_FINGERPRINT_LABEL, SCRAM_SALT_LABEL, derived_secret
 from tokensvc.core.manager import TokenManager
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import TokenInformation
+from tokensvc.oauth.authenticator import OAuthAuthenticator, OAuthConfigError, OAuthSettings
 from tokensvc.scram.formatter import ScramCredential, ScramMechanism, TokenSalt
 from tokensvc.snapshot.files import SnapshotFile
 from zk.acl_check import ZnodeAclCheck
@@ -153,6 +154,7 @@ class LocalParts:
     fake_salt_secret: bytes
     audit_fingerprint_key: bytes
     repeated_nonce_notices: HostNoticeLimiter
+    oauth: OAuthAuthenticator | None = None
 
 
 def build_local(config: BrokerConfig, clock: Clock | None = None) -> LocalParts:
@@ -205,6 +207,7 @@ def build_local(config: BrokerConfig, clock: Clock | None = None) -> LocalParts:
         else None
     )
     return LocalParts(
+        oauth=_oauth(config, clock),
         clock=clock,
         metrics=metrics,
         stall_meter=stall_meter,
@@ -259,6 +262,17 @@ class _Cluster:
         return result
 
 
+def _oauth(config: BrokerConfig, clock: Clock) -> OAuthAuthenticator | None:
+    """The OAUTHBEARER authenticator when the mechanism is enabled (reads the mappings
+    file and any JWKS file now: a problem stops the start, naming the key)."""
+    if OAUTHBEARER not in config.sasl_enabled_mechanisms:
+        return None
+    try:
+        return OAuthAuthenticator(OAuthSettings.from_config(config), clock)
+    except OAuthConfigError as exc:
+        raise ConfigError(OAUTH_MAPPINGS_FILE, str(exc)) from None
+
+
 @dataclass(frozen=True)
 class _Auth:
     """The AuthService the SASL handlers get."""
@@ -272,6 +286,7 @@ class _Auth:
     freshness: FreshnessGate
     clock_gate: ClockGate | None
     session_lifetime_ms: Callable[[Any], int]
+    oauth: OAuthAuthenticator | None = None
 
 
 def _session_lifetime(config: BrokerConfig, clock: Clock) -> Callable[[Any], int]:
@@ -527,6 +542,7 @@ async def _assemble(
             freshness=freshness,
             clock_gate=gate,
             session_lifetime_ms=_session_lifetime(config, clock),
+            oauth=local.oauth,
         ),
         ledger=ledger,
     )

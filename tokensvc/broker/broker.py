@@ -110,6 +110,8 @@ class Broker:
             on_controller_change=_controller_changed,
         )
 
+        if local.oauth is not None:
+            local.oauth.start()  # the JWKS endpoints' first fetch and refresher
         early = [lst for lst in config.listeners if lst.name in config.early_start_listeners]
         await parts.server.open(early)
 
@@ -165,6 +167,8 @@ class Broker:
             await parts.freshness.close()
             if parts.clock_gate is not None:
                 await parts.clock_gate.close()
+        if self.local.oauth is not None:
+            await self.local.oauth.close()
         if self._snapshot_writer is not None:
             # A clean stop leaves a snapshot of the cache as it is now (off the loop).
             await asyncio.to_thread(self._snapshot_writer.close)

@@ -415,6 +415,7 @@ class AuthService(Protocol):
     freshness: Any  # FreshnessGate: fresh(), catch_up(timeout_s)
     clock_gate: Any  # ClockGate | None: refusal() while the clock is not trusted
     derivations: Any  # DerivationPool: run(derivation) off the event loop
+    oauth: Any  # OAuthAuthenticator | None: authenticate(jwt) -> Identity (OAUTHBEARER)
 
     def session_lifetime_ms(self, server: Any) -> int: ...
 

@@ -55,7 +55,10 @@ __all__ = [
 ]
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = tuple(m.mechanism_name for m in ScramMechanism)
+SCRAM_MECHANISMS = tuple(m.mechanism_name for m in ScramMechanism)
+OAUTHBEARER = "OAUTHBEARER"
+SASL_MECHANISMS = (*SCRAM_MECHANISMS, OAUTHBEARER)
+OAUTH_MAPPINGS_FILE = "sasl.oauthbearer.principal.mappings.file"
 AUTHORIZERS = ("kafka.security.authorizer.AclAuthorizer", "tokensvc.authz.AclAuthorizer")
 SSL_CLIENT_AUTH = ("none", "requested", "required")
 
@@ -93,7 +96,7 @@ _KEYS = [
               "Must be in `listeners`.",
               default_doc="first SASL listener (else the first listener)"),
     ConfigKey("inter.broker.sasl.mechanism", Type.STRING, "SCRAM-SHA-512",
-              OneOf(SASL_MECHANISMS), M, "Mechanism brokers use to authenticate to each other."),
+              OneOf(SCRAM_MECHANISMS), M, "Mechanism brokers use to authenticate to each other."),
     ConfigKey("inter.broker.sasl.username", Type.STRING, None, None, M,
               "SCRAM user brokers authenticate as when forwarding."),
     ConfigKey("inter.broker.sasl.password", Type.PASSWORD, None, None, M,
@@ -134,15 +137,55 @@ _KEYS = [
               "How often the broker reads back the ACLs of the sensitive znodes and of every "
               "root it writes under; an open one is logged and counted in "
               "`tokensvc_zookeeper_insecure_paths` (the check also runs at start)."),
-    ConfigKey("sasl.enabled.mechanisms", Type.LIST, SASL_MECHANISMS, OneOf(SASL_MECHANISMS), M,
+    ConfigKey("sasl.enabled.mechanisms", Type.LIST, SCRAM_MECHANISMS, OneOf(SASL_MECHANISMS), M,
               "Mechanisms offered on SASL listeners; must not be empty when a SASL listener "
-              "exists."),
+              "exists. `OAUTHBEARER` (KIP-768 JWT logins, see [oauth.md](oauth.md)) needs "
+              f"`{OAUTH_MAPPINGS_FILE}`."),
     ConfigKey("sasl.server.max.receive.size", Type.INT, 524288, at_least(1), L,
               "Largest SASL message accepted before authentication, and the largest frame a "
               "connection may send before its first successful login."),
     ConfigKey("sasl.scram.accept.repeated.client.nonce", Type.BOOLEAN, False, None, L,
               "Accept the client-final nonce of librdkafka < 2.6.1 (client nonce + full "
               "server nonce)."),
+    ConfigKey("sasl.oauthbearer.expected.audience", Type.LIST, (), None, M,
+              "OAUTHBEARER: the JWT's `aud` must hold one of these (Kafka's key). Empty = "
+              "the audience is not checked.", default_doc="none"),
+    ConfigKey("sasl.oauthbearer.expected.issuer", Type.STRING, None, None, M,
+              "OAUTHBEARER: the JWT's `iss` must be this (Kafka's key). Unset = any issuer "
+              "is accepted for the keys of `sasl.oauthbearer.jwks.endpoint.url`; the "
+              "mappings then decide by `iss`."),
+    ConfigKey("sasl.oauthbearer.sub.claim.name", Type.STRING, "sub", None, L,
+              "OAUTHBEARER: the claim naming the subject (Kafka's key)."),
+    ConfigKey("sasl.oauthbearer.scope.claim.name", Type.STRING, "scope", None, L,
+              "OAUTHBEARER: the claim holding the scopes, a space-separated string or a "
+              "list (Kafka's key)."),
+    ConfigKey("sasl.oauthbearer.clock.skew.seconds", Type.INT, 30, at_least(0), L,
+              "OAUTHBEARER: seconds of difference tolerated between the issuer's clock and "
+              "the cluster's for `exp`, `nbf` and `iat` (Kafka's key)."),
+    ConfigKey("sasl.oauthbearer.jwks.endpoint.url", Type.STRING, None,
+              Matches(r"(https?|file):.+", "https://... or file:/path"), M,
+              "OAUTHBEARER: the issuer's JWKS, an HTTPS URL (plain HTTP only to a loopback "
+              "address) or a `file:` URL of a local JWKS file (Kafka's key). More issuers "
+              f"may be declared in `{OAUTH_MAPPINGS_FILE}`."),
+    ConfigKey("sasl.oauthbearer.jwks.endpoint.refresh.ms", Type.LONG, 3_600_000, at_least(1), L,
+              "OAUTHBEARER: how often the JWKS endpoint is fetched again (Kafka's key). A "
+              "JWT whose `kid` the set lacks triggers a refetch at once (at most once a "
+              "minute per `kid`, once a second in all)."),
+    ConfigKey("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", Type.LONG, 100, at_least(1), L,
+              "OAUTHBEARER: first wait before fetching a failed JWKS endpoint again, "
+              "doubling (Kafka's key)."),
+    ConfigKey("sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms", Type.LONG, 10_000,
+              at_least(1), L, "OAUTHBEARER: longest wait between two JWKS fetch attempts "
+              "(Kafka's key)."),
+    ConfigKey("sasl.oauthbearer.jwks.endpoint.ca.location", Type.STRING, None, None, L,
+              "OAUTHBEARER: PEM bundle of the CAs that sign the JWKS endpoint's "
+              "certificate.", default_doc="the system's CAs", path=PathKind.FILE),
+    ConfigKey(OAUTH_MAPPINGS_FILE, Type.STRING, None, None, H,
+              "OAUTHBEARER: the TOML file mapping an issuer's identities to principals, "
+              "each with its token policy (longest token lifetime, labels, tokens for "
+              "other owners), and declaring issuers beyond the one of Kafka's keys. "
+              "Re-read when it changes. A login no mapping matches is refused. See "
+              "[oauth.md](oauth.md).", path=PathKind.FILE),
     ConfigKey("super.users", Type.STRING, None, None, H,
               "`;`-separated principals every authorization check allows "
               "(`User:admin;User:ops`).", default_doc="none"),
@@ -340,6 +383,17 @@ class BrokerConfig:
     sasl_enabled_mechanisms: tuple[str, ...]
     sasl_server_max_receive_size: int
     sasl_scram_accept_repeated_client_nonce: bool
+    sasl_oauthbearer_expected_audience: tuple[str, ...]
+    sasl_oauthbearer_expected_issuer: str | None
+    sasl_oauthbearer_sub_claim_name: str
+    sasl_oauthbearer_scope_claim_name: str
+    sasl_oauthbearer_clock_skew_seconds: int
+    sasl_oauthbearer_jwks_endpoint_url: str | None
+    sasl_oauthbearer_jwks_endpoint_refresh_ms: int
+    sasl_oauthbearer_jwks_endpoint_retry_backoff_ms: int
+    sasl_oauthbearer_jwks_endpoint_retry_backoff_max_ms: int
+    sasl_oauthbearer_jwks_endpoint_ca_location: str | None
+    sasl_oauthbearer_principal_mappings_file: str | None
     super_users: frozenset[KafkaPrincipal]
     allow_everyone_if_no_acl_found: bool
     authorizer_class_name: str
@@ -412,6 +466,7 @@ _STRUCTURED = frozenset(
         "inter_broker_listener_name",
         "zookeeper_connection_timeout_ms",
         "sasl_enabled_mechanisms",
+        "sasl_oauthbearer_expected_audience",
         "super_users",
         "early_start_listeners",
         "metrics_listener",
@@ -441,6 +496,9 @@ def _build(values: Mapping[str, object], resolved: Mapping[str, str]) -> BrokerC
     sasl_listeners = [lst for lst in listeners if lst.security_protocol.startswith("SASL_")]
     if sasl_listeners and not mechanisms:
         raise ConfigError("sasl.enabled.mechanisms", "is empty but SASL listeners are configured")
+    if OAUTHBEARER in mechanisms and not values[OAUTH_MAPPINGS_FILE]:
+        raise ConfigError("sasl.enabled.mechanisms",
+                          f"OAUTHBEARER needs {OAUTH_MAPPINGS_FILE} (who may log in as whom)")
 
     queued, frame_max = values["queued.max.request.bytes"], values["socket.request.max.bytes"]
     if 0 < queued < frame_max:
@@ -493,6 +551,8 @@ def _build(values: Mapping[str, object], resolved: Mapping[str, str]) -> BrokerC
             session_timeout if connection_timeout is None else connection_timeout
         ),
         sasl_enabled_mechanisms=tuple(mechanisms),
+        sasl_oauthbearer_expected_audience=tuple(
+            a.strip() for a in values["sasl.oauthbearer.expected.audience"] if a.strip()),
         super_users=_super_users(values["super.users"]),
         early_start_listeners=early,
         metrics_listener=_host_port(values["metrics.listener"]),

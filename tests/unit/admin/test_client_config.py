@@ -176,14 +176,31 @@ def test_unknown_login_module_is_a_clear_error() -> None:
     assert SECRET not in str(info.value)
 
 
-@pytest.mark.parametrize("mechanism", ["PLAIN", "GSSAPI", "OAUTHBEARER"])
-def test_non_scram_mechanisms_are_refused(mechanism: str) -> None:
+@pytest.mark.parametrize("mechanism", ["PLAIN", "GSSAPI"])
+def test_other_mechanisms_are_refused(mechanism: str) -> None:
     props = sasl_props(f'{SCRAM} required username="a" password="b";', sasl_mechanism=mechanism)
     with pytest.raises(ClientConfigError) as info:
         client_config_from_properties(props)
     assert str(info.value) == (
-        f"sasl.mechanism: '{mechanism}' is not one of SCRAM-SHA-256, SCRAM-SHA-512"
+        f"sasl.mechanism: '{mechanism}' is not one of SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER"
     )
+
+
+def test_oauthbearer_reads_its_jwt_from_a_file_url() -> None:
+    config = client_config_from_properties({
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+        "sasl.oauthbearer.token.endpoint.url": "file:/var/run/secrets/tokens/kafka%20token"})
+    assert config.oauth_token_file == "/var/run/secrets/tokens/kafka token"
+    assert config.sasl_mechanism is None and config.password is None
+
+
+@pytest.mark.parametrize("url", [None, "ftp://idp.example/token", "file:"])
+def test_oauthbearer_without_a_token_file_is_refused(url: str | None) -> None:
+    props = {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER"}
+    if url is not None:
+        props["sasl.oauthbearer.token.endpoint.url"] = url
+    with pytest.raises(ClientConfigError, match="sasl.oauthbearer.token.endpoint.url"):
+        client_config_from_properties(props)
 
 
 def test_sasl_needs_a_mechanism_and_a_jaas_config() -> None:
@@ -433,3 +450,41 @@ def test_client_file_bad_input_is_one_line_naming_file_and_key(
         load_client_config(path)
     assert str(info.value) == f"{path}: {message}"
     assert SECRET not in str(info.value)
+
+
+OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+
+
+def test_oauthbearer_client_credentials_take_kafkas_jaas_options() -> None:
+    config = client_config_from_properties({
+        "security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+        "sasl.oauthbearer.token.endpoint.url": "https://idp.example/token",
+        "sasl.jaas.config": f'{OAUTH_MODULE} required clientId="etl" clientSecret="{SECRET}" '
+                            'scope="kafka" ssl.truststore.location="/etc/ca.pem";'})
+    grant = config.oauth_client
+    assert grant is not None and config.oauth_token_file is None
+    assert (grant.token_url, grant.client_id, grant.scope, grant.ca_file) == (
+        "https://idp.example/token", "etl", "kafka", "/etc/ca.pem")
+    assert SECRET not in repr(config)
+
+
+@pytest.mark.parametrize("jaas,problem", [
+    (None, "is required with a token endpoint"),
+    (f'{SCRAM} required username="a" password="b";', "uses login module"),
+    (f'{OAUTH_MODULE} required clientId="etl";', "clientId and clientSecret"),
+])
+def test_oauthbearer_client_credentials_need_an_oauth_login(jaas: str | None, problem: str) -> None:
+    props = {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+             "sasl.oauthbearer.token.endpoint.url": "https://idp.example/token"}
+    if jaas is not None:
+        props["sasl.jaas.config"] = jaas
+    with pytest.raises(ClientConfigError, match=problem):
+        client_config_from_properties(props)
+
+
+def test_oauthbearer_token_endpoint_over_plain_http_only_to_loopback() -> None:
+    props = {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER",
+             "sasl.oauthbearer.token.endpoint.url": "http://idp.example/token",
+             "sasl.jaas.config": f'{OAUTH_MODULE} required clientId="a" clientSecret="b";'}
+    with pytest.raises(ClientConfigError, match="loopback"):
+        client_config_from_properties(props)

@@ -520,3 +520,37 @@ def test_queued_max_request_bytes_zero_or_below_minus_one_is_refused(value: str)
 
 def test_queued_max_request_bytes_minus_one_means_no_cap() -> None:
     assert build(queued__max__request__bytes="-1").queued_max_request_bytes == -1
+
+
+def test_oauthbearer_keys_have_kafkas_defaults() -> None:
+    config = BrokerConfig.from_properties(BASE)
+    assert (config.sasl_oauthbearer_sub_claim_name, config.sasl_oauthbearer_scope_claim_name,
+            config.sasl_oauthbearer_clock_skew_seconds) == ("sub", "scope", 30)
+    assert (config.sasl_oauthbearer_jwks_endpoint_refresh_ms,
+            config.sasl_oauthbearer_jwks_endpoint_retry_backoff_ms,
+            config.sasl_oauthbearer_jwks_endpoint_retry_backoff_max_ms) == (3_600_000, 100, 10_000)
+    assert config.sasl_oauthbearer_expected_audience == ()
+    assert "OAUTHBEARER" not in config.sasl_enabled_mechanisms
+
+
+def test_oauthbearer_needs_the_mappings_file(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="OAUTHBEARER needs sasl.oauthbearer.principal.mappings"):
+        BrokerConfig.from_properties({**BASE, "sasl.enabled.mechanisms": "OAUTHBEARER"})
+    mappings = tmp_path / "m.toml"
+    mappings.write_text("")
+    config = BrokerConfig.from_properties({
+        **BASE, "sasl.enabled.mechanisms": "SCRAM-SHA-512,OAUTHBEARER",
+        "sasl.oauthbearer.principal.mappings.file": str(mappings),
+        "sasl.oauthbearer.expected.audience": "a, b"})
+    assert config.sasl_oauthbearer_expected_audience == ("a", "b")
+
+
+def test_brokers_do_not_authenticate_to_each_other_with_oauthbearer() -> None:
+    with pytest.raises(ConfigError, match="inter.broker.sasl.mechanism"):
+        BrokerConfig.from_properties({**BASE, "inter.broker.sasl.mechanism": "OAUTHBEARER"})
+
+
+@pytest.mark.parametrize("url", ["ftp://x/jwks", "jwks.json"])
+def test_the_jwks_url_is_https_or_file(url: str) -> None:
+    with pytest.raises(ConfigError, match="sasl.oauthbearer.jwks.endpoint.url"):
+        BrokerConfig.from_properties({**BASE, "sasl.oauthbearer.jwks.endpoint.url": url})

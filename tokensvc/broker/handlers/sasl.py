@@ -1,5 +1,8 @@
 """SaslHandshake and SaslAuthenticate: SCRAM logins for users and tokens.
 
+OAUTHBEARER (KIP-768) shares the handshake and the response; its steps are
+:mod:`tokensvc.broker.handlers.oauthbearer`'s (a JWT, mapped to a principal).
+
 Owns the link between a connection's :class:`Session` and a
 :class:`ScramServer`: mechanism selection, session lifetime (KIP-368), the
 failed-authentication delay, and the authentication audit events. Every SCRAM
@@ -65,8 +68,10 @@ from tokensvc.audit.writer import AuditUnavailable
 from tokensvc.broker.gates.clockskew import ClockSkewed
 from tokensvc.broker.gates.freshness import StaleView
 from tokensvc.broker.handlers.base import ApiHandler
+from tokensvc.broker.handlers.oauthbearer import OAuthReauthenticationRefused, evaluate_oauth
 from tokensvc.broker.sessions.session import IllegalSaslState
 from tokensvc.core.errors import Errors
+from tokensvc.oauth.exchange import OAuthAuthenticationFailed, OAuthBearerServer
 from tokensvc.scram.formatter import ScramMechanism
 from tokensvc.scram.messages import ClientFirstMessage, FailureReason
 from tokensvc.scram.server import ScramAuthenticationError, ScramServer
@@ -139,6 +144,9 @@ def begin_handshake(services: Services, session: Session | None, mechanism: str,
     except IllegalSaslState:
         return Errors.ILLEGAL_SASL_STATE
     session.mechanism = mechanism
+    if mechanism == OAuthBearerServer.mechanism:
+        session.sasl = OAuthBearerServer(services.config.sasl_max_message_bytes)
+        return Errors.NONE
     session.sasl = ScramServer(
         ScramMechanism.from_name(mechanism),
         services.auth.credentials,
@@ -165,6 +173,8 @@ async def evaluate(services: Services, session: Session, auth_bytes: bytes) -> t
     ClockSkewed (a token login while the broker's clock is not trusted).
     """
     server = session.sasl
+    if isinstance(server, OAuthBearerServer):
+        return await evaluate_oauth(services, session, server, auth_bytes)
     if not isinstance(server, ScramServer):
         session.close()
         raise IllegalSaslState("SaslAuthenticate before SaslHandshake")
@@ -433,7 +443,8 @@ async def handle_authenticate(services: Services, ctx: RequestContext, body: dic
             "AuthBytes": b"",
             "SessionLifetimeMs": 0,
         }
-    except ReauthenticationRefused as exc:
+    except (ReauthenticationRefused, OAuthReauthenticationRefused,
+            OAuthAuthenticationFailed) as exc:
         return {
             "ErrorCode": int(Errors.SASL_AUTHENTICATION_FAILED),
             "ErrorMessage": str(exc),

@@ -3,7 +3,10 @@
 Session checks (token-authenticated, PLAINTEXT, one-way SSL) and permission
 checks happen here; the token rules themselves are TokenManager's. Create,
 renew and expire are writes: only the controller applies them (a
-non-controller runs ``precheck`` and forwards). Every outcome is audited;
+non-controller runs ``precheck`` and forwards). A create on an OAUTHBEARER session first
+gets its mapping's token policy (:func:`apply_oauth_policy`: lifetime capped, labels
+added, other owners refused unless allowed), on the broker that holds the session, which
+then forwards the request so rewritten. Every outcome is audited;
 no response field other than the Create/Describe ``Hmac`` carries the HMAC,
 and no audit event or log line ever does.
 """
@@ -22,6 +25,8 @@ from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.labels import NO_LABELS, LabelError, Labels, validate
 from tokensvc.core.principal import KafkaPrincipal
 from tokensvc.core.token import DelegationToken, TokenInformation
+from tokensvc.oauth.mappings import Identity, PolicyRefused
+from tokensvc.protocol import encode_request
 
 if TYPE_CHECKING:
     from tokensvc.broker.context import RequestContext
@@ -153,7 +158,49 @@ def _label_refusal(services: Services, ctx: RequestContext, body: dict,
                                        exc.message)
 
 
+# The first CreateDelegationToken version that carries labels (a tagged field).
+LABELS_VERSION = 2
+
+
+def apply_oauth_policy(services: Services, ctx: RequestContext, body: dict) -> dict | None:
+    """An OAUTHBEARER session's create, under its mapping's token policy: ``body`` (and the
+    payload a non-controller forwards) rewritten with the capped lifetime and the added
+    labels; or the refusal (audited, reason ``oauth_policy``). None for other sessions,
+    for forwarded requests (the forwarding broker applied it) and when the labels are
+    invalid (refused by the label check next)."""
+    identity = ctx.session.identity if ctx.session is not None and not ctx.forwarded else None
+    if not isinstance(identity, Identity):
+        return None
+    requester = ctx.principal.without_token_flag()
+    owner = requester
+    if body.get("OwnerPrincipalName"):
+        owner = _principal(body.get("OwnerPrincipalType"), body.get("OwnerPrincipalName"))
+    try:
+        requested = _labels_of(body, "Labels")
+    except LabelError:
+        return None
+    try:
+        lifetime, labels = identity.policy.apply(requester, owner, int(body.get("MaxLifetimeMs", -1)),
+                                                 requested)
+        if labels and ctx.api_version < LABELS_VERSION:
+            raise PolicyRefused(Errors.INVALID_REQUEST,
+                                f"the mapping {identity.mapping!r} labels its tokens: use "
+                                f"CreateDelegationToken v{LABELS_VERSION} or later")
+    except PolicyRefused as exc:
+        _audit(services, ctx, "create", exc.error, owner=str(owner), token_id=None,
+               reason="oauth_policy")
+        return create_error(ctx.api_version, exc.error, requester, exc.message)
+    body["MaxLifetimeMs"] = lifetime
+    if ctx.api_version >= LABELS_VERSION:
+        body["Labels"] = [{"Key": k, "Value": v} for k, v in labels]
+    ctx.payload = encode_request(ctx.header, body)
+    return None
+
+
 def precheck_create(services: Services, ctx: RequestContext, body: dict) -> dict | None:
+    refused = apply_oauth_policy(services, ctx, body)
+    if refused is not None:
+        return refused
     error, owner = _create_checks(services, ctx, body)
     if error:
         _audit(services, ctx, "create", error, owner=str(owner), token_id=None)
@@ -163,6 +210,9 @@ def precheck_create(services: Services, ctx: RequestContext, body: dict) -> dict
 
 
 async def handle_create(services: Services, ctx: RequestContext, body: dict) -> dict:
+    refused = apply_oauth_policy(services, ctx, body)
+    if refused is not None:
+        return refused
     error, owner = _create_checks(services, ctx, body)
     requester = ctx.principal.without_token_flag()
     if error:

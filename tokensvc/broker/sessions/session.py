@@ -138,6 +138,9 @@ class Session:
     sasl: object | None = field(default=None, repr=False)
     # The client id of the request that authenticated the connection (for the audit).
     client_id: str | None = None
+    # An OAUTHBEARER login's mapped identity (tokensvc.oauth.mappings.Identity): its
+    # token policy applies to the tokens this session creates.
+    identity: object | None = field(default=None, repr=False)
 
     @classmethod
     def for_listener(
