@@ -34,7 +34,7 @@ from tokensvc.cluster import LocalCluster
 from zk import layout
 from zk.client import open_client
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy(minutes=2)]  # 3 brokers, 7 restarts
 
 CREATE = 38
 # How long the cluster is watched to see that nobody takes the role (an election that

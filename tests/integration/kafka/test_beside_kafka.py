@@ -62,7 +62,8 @@ from tokensvc.scram.formatter import ScramMechanism
 from zk import layout
 from zk.client import open_client
 
-pytestmark = pytest.mark.slow
+# ZooKeeper, 3 tokensvc and 2 Kafka brokers, Kafka's tools and four clients.
+pytestmark = [pytest.mark.slow, pytest.mark.heavy(minutes=4)]
 
 TOKENSVC_IDS = [1, 2, 3]
 KAFKA_IDS = [101, 102]
@@ -178,6 +179,7 @@ def _unique(prefix: str) -> str:
 # -- tokens ---------------------------------------------------------------------------------
 
 
+@pytest.mark.timeout(900)  # may build the Java and Go clients (a cold Go build: minutes)
 def test_a_tokensvc_token_with_labels_writes_and_reads_a_topic_on_kafka(
         cluster: LocalCluster) -> None:
     token = _create(cluster, "--label", "team=payments", "--label", "job=etl")
