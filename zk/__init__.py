@@ -7,5 +7,6 @@ Tokens, credentials and ACLs are each filed as a store and a sync
 table of :mod:`zk.errors`; many znodes are read through :mod:`zk.reads`; only
 :mod:`zk.client` reaches into kazoo's internals.
 
-Nothing outside this package imports kazoo.
+Nothing outside this package imports kazoo but ``cli/zookeeper_cmd.py``, which catches
+kazoo's base exception around the security migration's walk (:mod:`zk.migration`).
 """
