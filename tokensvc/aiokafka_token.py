@@ -34,7 +34,6 @@ This module owns only that glue. It never logs the HMAC (``TokenHmac``'s repr hi
 from __future__ import annotations
 
 import asyncio
-import base64
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -42,7 +41,7 @@ from typing import Any
 from aiokafka.conn import AIOKafkaConnection
 from aiokafka.errors import SaslAuthenticationFailed
 
-from tokensvc.kafka_python_token import TOKEN_EXTENSIONS, TokenHmac
+from tokensvc.kafka_python_token import TOKEN_EXTENSIONS, TokenHmac, login_keys
 from tokensvc.scram.client import ScramClient, ScramClientState
 from tokensvc.scram.formatter import ScramMechanism
 from tokensvc.scram.messages import ScramAuthenticationError
@@ -116,13 +115,6 @@ def token_login_config(
     ``hmac`` is the raw HMAC or its base64 text (what ``kafka-delegation-token`` prints).
     Add ``security_protocol`` (SASL_SSL or SASL_PLAINTEXT) and any TLS settings yourself.
     """
-    if mechanism not in _MECHANISMS:
-        raise ValueError(f"mechanism must be one of {', '.join(_MECHANISMS)}")
-    if isinstance(hmac, bytes):
-        hmac = base64.b64encode(hmac).decode("ascii")
+    keys = login_keys(token_id, hmac, mechanism)
     install()
-    return {
-        "sasl_mechanism": mechanism,
-        "sasl_plain_username": token_id,
-        "sasl_plain_password": TokenHmac(hmac),
-    }
+    return keys

@@ -134,11 +134,18 @@ def token_login_config(
     ``hmac`` is the raw HMAC or its base64 text (what ``kafka-delegation-token`` prints).
     Add ``security_protocol`` (SASL_SSL or SASL_PLAINTEXT) and any TLS settings yourself.
     """
+    keys = login_keys(token_id, hmac, mechanism)
+    install()
+    return keys
+
+
+def login_keys(token_id: str, hmac: bytes | str, mechanism: str) -> dict[str, Any]:
+    """The SASL keys kafka-python and aiokafka share (``sasl_mechanism``,
+    ``sasl_plain_username``, ``sasl_plain_password``), the HMAC as a :class:`TokenHmac`."""
     if mechanism not in _MECHANISMS:
         raise ValueError(f"mechanism must be one of {', '.join(_MECHANISMS)}")
     if isinstance(hmac, bytes):
         hmac = base64.b64encode(hmac).decode("ascii")
-    install()
     return {
         "sasl_mechanism": mechanism,
         "sasl_plain_username": token_id,

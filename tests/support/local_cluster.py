@@ -45,7 +45,7 @@ def addresses(cluster: LocalCluster) -> list[str]:
     return [b["listeners"]["SASL_PLAINTEXT"] for b in cluster.info["brokers"]]
 
 
-def _logs_in(address: str, config: ClientConfig, deadline: float) -> bool:
+def logs_in(address: str, config: ClientConfig, deadline: float) -> bool:
     """One login on a fresh connection: True when let in, False when refused with
     SASL_AUTHENTICATION_FAILED; any other failure is raised."""
     conn = BrokerConnection(address, config, client_id="served-everywhere")
@@ -64,7 +64,7 @@ def _wait_everywhere(cluster: LocalCluster, config: ClientConfig, served: bool,
                      timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     for address in addresses(cluster):
-        while _logs_in(address, config, deadline) != served:
+        while logs_in(address, config, deadline) != served:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{address} {'still refuses' if served else 'still lets in'}"
                                      f" the login after {timeout_s}s")

@@ -41,10 +41,9 @@ from kazoo.exceptions import NoNodeError
 
 from cli.delegation_token import delegation_token
 from tests.support import kafka_clients
-from tests.support.local_cluster import user_config
+from tests.support.local_cluster import logs_in, user_config
 from tests.support.wait import poll_until
 from tokensvc.admin import AdminClient, AdminError
-from tokensvc.admin.connection import BrokerConnection
 from tokensvc.authz.acl import (
     AccessControlEntry,
     AclBinding,
@@ -141,16 +140,7 @@ def _token_config(token_id: str, hmac_b64: str) -> ClientConfig:
 def _logs_in(address: str, config: ClientConfig) -> bool:
     """One SASL login (tokenauth=true for a token) on a fresh connection: True when let
     in, False when the broker refuses the credentials."""
-    conn = BrokerConnection(address, config, client_id="beside-kafka")
-    try:
-        conn.open(time.monotonic() + 20)
-        return True
-    except AdminError as exc:
-        if exc.error != Errors.SASL_AUTHENTICATION_FAILED:
-            raise
-        return False
-    finally:
-        conn.close()
+    return logs_in(address, config, time.monotonic() + 20)
 
 
 def _token_logs_in(address: str, token: dict) -> bool:
