@@ -1,7 +1,7 @@
 """B16: an Apache Kafka broker's start with 10,000 and 100,000 tokens in ZooKeeper.
 
 Measured: a managed ZooKeeper of its own; per size (none, 10,000 and 100,000 tokens;
-``--quick``: none and 1,000), the tokens are written straight into a chroot of
+``--quick``: none and 300), the tokens are written straight into a chroot of
 their own (Kafka's znode, no change notifications: what a Kafka broker finds at start),
 with the admin user a Kafka broker logs in to the others as. One Kafka 3.9 broker
 (ZooKeeper mode) is then started on the chroot and timed until it is ready (its listener
@@ -58,7 +58,7 @@ def _start(ctx: BenchContext, connect: str, name: str, token_id: str | None,
 
 
 def run(ctx: BenchContext) -> Outcome:
-    sizes = (0, 1_000) if ctx.quick else (0, 10_000, 100_000)
+    sizes = (0, 300) if ctx.quick else (0, 10_000, 100_000)
     results: dict[int, dict] = {}
     with contextlib.ExitStack() as stack:
         server = ManagedZooKeeper(ctx.directory("b16-zk"), die_with_parent=True)
