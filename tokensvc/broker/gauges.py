@@ -88,11 +88,11 @@ def register_gauges(config: BrokerConfig, local: LocalParts, parts: BrokerParts)
             "Requests refused because the view of ZooKeeper could not be confirmed current",
             lambda: parts.freshness.refusals)
     migration = parts.migration
-    if migration is not None:
-        m.gauge("tokensvc_kafka_kraft_migration",
-                "1 once a Kafka ZooKeeper-to-KRaft migration has started on the shared "
-                "ensemble (/migration exists): token writes and the expiry sweep have stopped",
-                lambda: 1.0 if migration.started else 0.0)
+    m.gauge("tokensvc_kafka_kraft_migration",
+            "1 once a Kafka ZooKeeper-to-KRaft migration has started on the shared ensemble "
+            "(/migration exists): token writes and the expiry sweep have stopped (always 0 "
+            "unless kafka.zookeeper.shared=true)",
+            lambda: 1.0 if migration is not None and migration.started else 0.0)
     gate = parts.clock_gate
     if gate is not None:
         m.gauge("tokensvc_clock_offset_seconds",

