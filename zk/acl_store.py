@@ -173,7 +173,8 @@ def decode_acls(data: bytes | None, path: str = "ACL znode") -> set[AccessContro
         return entries
     except AclDataError:
         raise
-    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError,
+            RecursionError) as exc:
         raise AclDataError(f"{path}: not Kafka's ACL JSON ({exc.__class__.__name__})") from None
 
 
@@ -208,7 +209,8 @@ def decode_change(data: bytes | None, pattern_type: PatternType) -> ResourcePatt
             obj["name"],
             PatternType.parse(obj["patternType"]),
         )
-    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError,
+            RecursionError) as exc:
         raise AclDataError(f"ACL change notification does not decode: {exc}") from None
 
 

@@ -69,7 +69,9 @@ def _loads_object(data: bytes | None, what: str) -> dict[str, Any]:
         raise LayoutError(f"{what} znode is empty")
     try:
         value = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        # ValueError: a JSONDecodeError, or an integer of more than 4300 digits;
+        # RecursionError: arrays or objects nested deeper than the interpreter's stack.
         raise LayoutError(f"{what} znode is not UTF-8 JSON: {exc.__class__.__name__}") from None
     if not isinstance(value, dict):
         raise LayoutError(f"{what} znode is not a JSON object")
@@ -126,6 +128,7 @@ def is_token_change_name(name: str) -> bool:
     return (
         len(name) == _TOKEN_CHANGE_NAME_LEN
         and name.startswith(TOKEN_CHANGE_PREFIX)
+        and name.isascii()
         and name[len(TOKEN_CHANGE_PREFIX):].isdigit()
     )
 
@@ -138,7 +141,7 @@ def token_change_sequence(name: str) -> int | None:
     if not name.startswith(TOKEN_CHANGE_PREFIX):
         return None
     digits = name[len(TOKEN_CHANGE_PREFIX) :]
-    if not digits.isdigit():
+    if not (digits.isascii() and digits.isdigit()):  # '²' is a digit int() refuses
         return None
     return int(digits)
 
@@ -312,7 +315,7 @@ def _decode_batch(
         return None
     try:
         objects = json.loads(b"[" + b",".join(datas) + b"]")  # type: ignore[arg-type]
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return None
     if len(objects) != len(batch):
         return None
@@ -428,7 +431,7 @@ def _format_endpoint(name: str, host: str, port: int) -> str:
 def _parse_endpoint(text: str) -> tuple[str, str, int]:
     name, sep, address = text.partition("://")
     host, colon, port = address.rpartition(":")
-    if not sep or not name or not colon or not port.isdigit():
+    if not sep or not name or not colon or not (port.isascii() and port.isdigit()):
         raise LayoutError(f"broker endpoint {text!r} is not NAME://host:port")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
@@ -494,7 +497,7 @@ def decode_broker(broker_id: int, data: bytes | None) -> dict[str, Any]:
     timestamp = obj.get("timestamp", "-1")
     try:
         timestamp_ms = int(timestamp)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: JSON's Infinity
         raise LayoutError(f"{what} znode field 'timestamp' is not a number") from None
     return {
         "id": int(broker_id),

@@ -100,7 +100,10 @@ class Credentials:
 
 
 def _iso(epoch_ms: int) -> str:
-    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (ValueError, OverflowError, OSError):  # beyond the years datetime can show
+        return f"{epoch_ms} ms"
 
 
 def render(creds: Credentials, fmt: str, written_at_ms: int) -> bytes:
@@ -157,6 +160,8 @@ def parse(data: bytes, fmt: str | None = None) -> Credentials:
             raw = json.loads(text)
         except json.JSONDecodeError as exc:
             raise CredentialsError(f"not JSON: {exc.msg} at line {exc.lineno}") from None
+        except (ValueError, RecursionError):  # an integer of 4300+ digits, nesting too deep
+            raise CredentialsError("not JSON a reader accepts") from None
         if not isinstance(raw, dict):
             raise CredentialsError("not a JSON object")
         values = {name: raw.get(key) for key, name in _JSON.items()}

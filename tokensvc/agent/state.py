@@ -141,7 +141,7 @@ class StateFile:
             return AgentState(owner=owner)
         try:
             state = AgentState.from_json(json.loads(self.path.read_bytes()))
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # ValueError: not JSON, not UTF-8
             raise StateError(f"cannot read the state file {self.path}: {exc}") from None
         if state.owner != owner:
             raise StateError(
