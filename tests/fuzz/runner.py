@@ -3,8 +3,9 @@
 A harness is ``tests/fuzz/<room>/fuzz_<name>.py`` (the room of the code it fuzzes). It
 defines ``ERRORS``, the exception types its parser declares, and ``fuzz_one(data)``,
 which calls the parser on ``data`` and asserts the harness's own property (a round
-trip, a bound on the answer). It may define ``DICTIONARY`` (tokens the mutator splices
-in). Its seed corpus is ``tests/fuzz/<room>/corpus/<name>/``.
+trip, a bound on the answer). It may define ``DICTIONARY``, a libFuzzer dictionary
+under tests/fuzz (``json.dict``: the tokens of JSON, for the znode and file harnesses),
+whose tokens the mutator splices in. Its seed corpus is ``tests/fuzz/<room>/corpus/<name>/``.
 
 This module adds what every harness shares, on atheris (libFuzzer for Python, with
 coverage of the bytecode of ``tokensvc`` and ``zk``):
@@ -77,6 +78,9 @@ def main(argv: list[str]) -> None:
     target, flags = argv[0], argv[1:]
     with atheris.instrument_imports(include=list(INSTRUMENTED)):
         harness = importlib.import_module(harness_module(target))
+    dictionary = getattr(harness, "DICTIONARY", None)
+    if dictionary and not any(flag.startswith("-dict=") for flag in flags):
+        flags.append(f"-dict={FUZZ_ROOT / dictionary}")
     declared = tuple(harness.ERRORS)
     fuzz_one = harness.fuzz_one
 

@@ -14,6 +14,7 @@ from dataclasses import replace
 from tokensvc.agent.credentials import FORMATS, Credentials, CredentialsError, parse, render
 
 ERRORS = (CredentialsError,)
+DICTIONARY = "json.dict"
 _CHOICES = (None, *FORMATS)
 _TEXTS = ("token_id", "hmac_b64", "owner", "sasl_mechanism", "security_protocol")
 

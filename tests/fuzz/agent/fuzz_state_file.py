@@ -17,6 +17,7 @@ from tokensvc.agent.schedule import Held
 from tokensvc.agent.state import AgentState, HeldToken, StateError, StateFile
 
 ERRORS = (StateError,)
+DICTIONARY = "json.dict"
 _DIR = Path(tempfile.mkdtemp(prefix="fuzz-agent-state-",
                              dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
 _FILE = StateFile(_DIR / "state.json")

@@ -18,6 +18,7 @@ from tokensvc.audit.token_export import TokenExportError, decode_token, encode_t
 from tokensvc.audit.watch import TokenLabels
 
 ERRORS = (TokenExportError,)
+DICTIONARY = "json.dict"
 _MARK = b'"labels"'
 
 

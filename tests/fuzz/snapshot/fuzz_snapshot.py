@@ -17,6 +17,7 @@ from tokensvc.core.token import TokenInformation
 from tokensvc.snapshot.format import SnapshotError, decode, encode
 
 ERRORS = (SnapshotError,)
+DICTIONARY = "json.dict"
 
 
 def fuzz_one(data: bytes) -> None:

@@ -12,6 +12,7 @@ from tokensvc.authz.acl import AclOperation, AclPermissionType, PatternType
 from zk.acl_store import AclDataError, decode_acls, decode_change, encode_acls, encode_change
 
 ERRORS = (AclDataError,)
+DICTIONARY = "json.dict"
 _UNKNOWN = (AclOperation.UNKNOWN, AclPermissionType.UNKNOWN)
 
 

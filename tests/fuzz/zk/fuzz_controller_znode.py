@@ -10,6 +10,7 @@ from zk import layout
 from zk.layout import LayoutError
 
 ERRORS = (LayoutError,)
+DICTIONARY = "json.dict"
 
 
 def fuzz_one(data: bytes) -> None:

@@ -13,6 +13,7 @@ from zk.credential_store import credentials_from_config, decode_user_config, enc
 from zk.errors import StoreError
 
 ERRORS = (StoreError,)
+DICTIONARY = "json.dict"
 
 
 def fuzz_one(data: bytes) -> None:

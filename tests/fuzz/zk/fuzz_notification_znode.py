@@ -20,6 +20,7 @@ from zk.notifications import purge_mark_of
 from zk.requests import decode_record, record_op
 
 ERRORS = (LayoutError, StoreError)
+DICTIONARY = "json.dict"
 
 
 def fuzz_one(data: bytes) -> None:

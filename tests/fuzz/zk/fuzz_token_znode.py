@@ -12,6 +12,7 @@ from zk import layout
 from zk.layout import LayoutError
 
 ERRORS = (LayoutError,)
+DICTIONARY = "json.dict"
 
 _NEIGHBOUR = ("t0", (b'{"version":3,"owner":"User%3Aa","tokenRequester":"User%3Aa",'
                      b'"renewers":[],"issueTimestamp":1,"maxTimestamp":3,"expiryTimestamp":2,'
