@@ -198,6 +198,6 @@ def _credentials(values: dict[str, object]) -> Credentials:
     for name in _INTS:
         try:
             values[name] = int(values[name])  # type: ignore[arg-type]
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: JSON's Infinity
             raise CredentialsError(f"{name} is not a number") from None
     return Credentials(**{k: (v if k in _INTS else str(v)) for k, v in values.items()})

@@ -64,7 +64,7 @@ class HeldToken:
                 renew_at_ms=None if raw.get("renew_at_ms") is None else int(raw["renew_at_ms"]),
                 retire_at_ms=None if raw.get("retire_at_ms") is None else int(raw["retire_at_ms"]),
             )
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):  # Overflow: JSON's Infinity
             raise StateError("a token entry is incomplete") from None
         return cls(held, hmac)
 
@@ -123,7 +123,7 @@ class AgentState:
                                       else int(raw["clock_uncertainty_ms"])),
                 labels={str(k): str(v) for k, v in (raw.get("labels") or {}).items()},
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             if isinstance(exc, StateError):
                 raise
             raise StateError("the state file is incomplete") from None

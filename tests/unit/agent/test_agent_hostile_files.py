@@ -29,3 +29,27 @@ def test_state_file_nested_too_deep_or_with_a_huge_integer_is_a_state_error(tmp_
     path.write_bytes(data)
     with pytest.raises(StateError):
         StateFile(path).load("User:alice")
+
+
+@pytest.mark.parametrize("field", ["period_ms", "create_started_ms"])
+def test_state_file_with_an_infinite_number_is_a_state_error(tmp_path, field):
+    path = tmp_path / "state.json"
+    path.write_text(f'{{"version": 1, "owner": "User:alice", "{field}": Infinity}}')
+    with pytest.raises(StateError):
+        StateFile(path).load("User:alice")
+
+
+def test_state_file_with_an_infinite_token_time_is_a_state_error(tmp_path):
+    path = tmp_path / "state.json"
+    path.write_text('{"version": 1, "owner": "User:alice", "current": {"hmac": "", '
+                    '"token_id": "t", "issue_ms": Infinity, "expiry_ms": 1, "max_ms": 1}}')
+    with pytest.raises(StateError):
+        StateFile(path).load("User:alice")
+
+
+def test_json_credentials_with_an_infinite_time_are_refused():
+    data = (b'{"token_id": "t", "hmac": "aG1hYw==", "sasl_mechanism": "SCRAM-SHA-512", '
+            b'"security_protocol": "SASL_PLAINTEXT", "owner": "User:a", '
+            b'"issue_timestamp_ms": Infinity, "expiry_timestamp_ms": 1, "max_timestamp_ms": 1}')
+    with pytest.raises(CredentialsError, match="issue_ms is not a number"):
+        parse(data, "json")
