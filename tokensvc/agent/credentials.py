@@ -168,8 +168,8 @@ def parse(data: bytes, fmt: str | None = None) -> Credentials:
         labels = raw.get("labels") or {}
         if not isinstance(labels, dict):
             raise CredentialsError("labels is not an object")
-        return replace(_credentials(values),
-                       labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())))
+        return _utf8(replace(_credentials(values),
+                             labels=tuple(sorted((str(k), str(v)) for k, v in labels.items()))))
     elif fmt == "env":
         values = {}
         for line in text.splitlines():
@@ -188,7 +188,18 @@ def parse(data: bytes, fmt: str | None = None) -> Credentials:
         values = {name: props.get(key) for key, name in _PROPERTIES.items()}
     else:
         raise CredentialsError(f"unknown credentials format {fmt!r}")
-    return _credentials(values)
+    return _utf8(_credentials(values))
+
+
+def _utf8(creds: Credentials) -> Credentials:
+    """``creds``, refused if a text holds a lone surrogate (JSON's ``\\ud800`` or the
+    properties' ``\\uD800`` escape reads as one): no client could send it."""
+    try:
+        "".join([*(str(getattr(creds, name)) for name in _PROPERTIES.values()),
+                 *(k + v for k, v in creds.labels)]).encode("utf-8")
+    except UnicodeEncodeError:
+        raise CredentialsError("a value is not UTF-8 text") from None
+    return creds
 
 
 def _credentials(values: dict[str, object]) -> Credentials:

@@ -53,3 +53,21 @@ def test_json_credentials_with_an_infinite_time_are_refused():
             b'"issue_timestamp_ms": Infinity, "expiry_timestamp_ms": 1, "max_timestamp_ms": 1}')
     with pytest.raises(CredentialsError, match="issue_ms is not a number"):
         parse(data, "json")
+
+
+@pytest.mark.parametrize("where", ["owner", "label"])
+def test_json_credentials_with_a_lone_surrogate_are_refused(where):
+    owner = "User:\\ud800" if where == "owner" else "User:a"
+    labels = '{"job": "\\ud800"}' if where == "label" else "{}"
+    data = (f'{{"token_id": "t", "hmac": "aG1hYw==", "sasl_mechanism": "SCRAM-SHA-512", '
+            f'"security_protocol": "SASL_PLAINTEXT", "owner": "{owner}", "labels": {labels}, '
+            f'"issue_timestamp_ms": 1, "expiry_timestamp_ms": 2, "max_timestamp_ms": 3}}')
+    with pytest.raises(CredentialsError, match="not UTF-8"):
+        parse(data.encode(), "json")
+
+
+def test_properties_credentials_with_a_lone_surrogate_escape_are_refused():
+    creds = Credentials("tid", "aG1hYw==", "User:alice", 1, 2, 3)
+    text = render(creds, "properties", 0).replace(b"sasl.username=tid", b"sasl.username=\\uD800")
+    with pytest.raises(CredentialsError, match="not UTF-8"):
+        parse(text, "properties")
