@@ -60,6 +60,7 @@ from tokensvc.authz.acl import (
 )
 from tokensvc.core.errors import Errors
 from zk.errors import NotControllerError, StoreError, ZnodeMissing, translate
+from zk.layout import has_lone_surrogate
 from zk.notifications import NotificationRoot, Version
 from zk.reads import ZnodeReads
 from zk.requests import RecordOp, RequestKeyExistsError
@@ -155,6 +156,8 @@ def decode_acls(data: bytes | None, path: str = "ACL znode") -> set[AccessContro
         return set()
     try:
         obj = json.loads(data.decode("utf-8"))
+        if has_lone_surrogate(data, obj):
+            raise AclDataError(f"{path}: holds a lone surrogate escape (not UTF-8 text)")
         if obj.get("version") != ACL_VERSION:
             raise AclDataError(f"{path}: unsupported version {obj.get('version')!r}")
         entries = set()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -59,6 +60,23 @@ class LayoutError(ValueError):
     """A znode's bytes do not decode to what its path promises."""
 
 
+# A JSON escape of a UTF-16 surrogate: ``\ud800`` alone reads as a lone surrogate, which
+# is no UTF-8 text (encoding it again, or logging it, would raise).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def has_lone_surrogate(data: bytes, value: object) -> bool:
+    """True when ``value``, parsed from the JSON ``data``, holds a lone surrogate (checked
+    only when ``data`` escapes a surrogate at all: a cheap scan in the common case)."""
+    if not _SURROGATE_ESCAPE.search(data):
+        return False
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _dumps(value: Mapping[str, Any]) -> bytes:
     # Jackson's compact form, as Kafka writes it: no spaces, UTF-8, '/' unescaped.
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
@@ -75,6 +93,8 @@ def _loads_object(data: bytes | None, what: str) -> dict[str, Any]:
         raise LayoutError(f"{what} znode is not UTF-8 JSON: {exc.__class__.__name__}") from None
     if not isinstance(value, dict):
         raise LayoutError(f"{what} znode is not a JSON object")
+    if has_lone_surrogate(data, value):
+        raise LayoutError(f"{what} znode holds a lone surrogate escape (not UTF-8 text)")
     return value
 
 
@@ -313,8 +333,11 @@ def _decode_batch(
     datas = [data for _, data in batch]
     if not all(datas):
         return None
+    joined = b"[" + b",".join(datas) + b"]"  # type: ignore[arg-type]
+    if _SURROGATE_ESCAPE.search(joined):
+        return None  # each znode then checked on its own
     try:
-        objects = json.loads(b"[" + b",".join(datas) + b"]")  # type: ignore[arg-type]
+        objects = json.loads(joined)
     except (UnicodeDecodeError, ValueError, RecursionError):
         return None
     if len(objects) != len(batch):

@@ -84,3 +84,28 @@ def test_unreadable_purge_mark_reads_as_never_purged(data):
 def test_unreadable_request_record_is_a_store_error(data):
     with pytest.raises(StoreError, match="does not decode"):
         requests.decode_record("k", data)
+
+
+LONE = TOKEN.replace(b'"owner":"User%3Aa"', b'"owner":"User%3Aa\\ud800"')
+PAIR = TOKEN.replace(b'"owner":"User%3Aa"', b'"owner":"User%3Aa\\ud83d\\ude00"')
+
+
+def test_token_znode_with_a_lone_surrogate_escape_is_a_layout_error():
+    with pytest.raises(LayoutError, match="lone surrogate"):
+        layout.decode_token(LONE)
+    tokens, failed = layout.decode_tokens([("t", LONE)])
+    assert tokens == [] and [token_id for token_id, _ in failed] == ["t"]
+
+
+def test_token_znode_with_an_escaped_surrogate_pair_is_read_and_written_again():
+    token = layout.decode_token(PAIR)
+    assert token.owner.name == "a\U0001f600"
+    assert layout.decode_token(layout.encode_token(token)) == token
+    assert layout.decode_tokens([("t", PAIR)])[0] == [token]
+
+
+def test_acl_znode_with_a_lone_surrogate_escape_is_an_acl_data_error():
+    data = (b'{"version":1,"acls":[{"principal":"User:\\udc00","host":"*",'
+            b'"operation":"Read","permissionType":"Allow"}]}')
+    with pytest.raises(AclDataError, match="lone surrogate"):
+        decode_acls(data)
