@@ -21,8 +21,8 @@ HOSTILE = [
     '{"schema": 1, "ts": Infinity, "broker_id": 1, "event_id": "e", "type": "token"}',
     '{"schema": 1, "ts": 1' + "0" * 5000 + ', "broker_id": 1, "event_id": "e", "type": "token"}',
     '{"schema": 1, "ts": 1, "broker_id": 1, "event_id": "\\ud800", "type": "token"}',
-    '{"schema": 1, "ts": 1, "broker_id": 1, "event_id": "e", "type": "token", '
-    '"labels": {"job": ["not", "text"]}}',
+    ('{"schema": 1, "ts": 1, "broker_id": 1, "event_id": "e", "type": "token", '
+     '"labels": {"job": ["not", "text"]}}'),
     "\x00\x01\x02",
     "{" * 3000,
 ]
