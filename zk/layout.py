@@ -281,7 +281,10 @@ class _Shared:
         if not isinstance(raw, dict):
             raise LayoutError(f"{what} znode field 'labels' is not an object")
         key = tuple(raw.items())
-        found = self._labels.get(key)
+        try:
+            found = self._labels.get(key)
+        except TypeError:  # a value that is no text (a list, an object): refused by the rules
+            return _labels(raw, what)
         if found is None:
             found = self._labels[key] = _labels(raw, what)
         return found

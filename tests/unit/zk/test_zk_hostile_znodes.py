@@ -109,3 +109,14 @@ def test_acl_znode_with_a_lone_surrogate_escape_is_an_acl_data_error():
             b'"operation":"Read","permissionType":"Allow"}]}')
     with pytest.raises(AclDataError, match="lone surrogate"):
         decode_acls(data)
+
+
+@pytest.mark.parametrize("labels", [b'{"job":["etl"]}', b'{"job":{"a":"b"}}'])
+def test_bulk_decode_skips_a_znode_whose_label_value_is_no_text(labels):
+    bad = TOKEN[:-1] + b',"labels":' + labels + b"}"
+    with pytest.raises(LayoutError):
+        layout.decode_token(bad)
+    good = TOKEN.replace(b'"tokenId":"t"', b'"tokenId":"u"')
+    tokens, failed = layout.decode_tokens([("u", good), ("t", bad)])
+    assert [t.token_id for t in tokens] == ["u"]
+    assert [token_id for token_id, _ in failed] == ["t"]
