@@ -61,6 +61,7 @@ from tokensvc.authz.acl import (
 )
 from tokensvc.core.errors import Errors
 from zk.errors import NotControllerError, StoreError, ZnodeMissing, translate
+from zk.layout import has_lone_surrogate
 from zk.notifications import NotificationRoot, Version
 from zk.reads import ZnodeReads
 from zk.requests import RecordOp, RequestKeyExistsError
@@ -158,6 +159,8 @@ def decode_acls(data: bytes | None, path: str = "ACL znode") -> set[AccessContro
         return set()
     try:
         obj = json.loads(data.decode("utf-8"))
+        if has_lone_surrogate(data, obj):
+            raise AclDataError(f"{path}: holds a lone surrogate escape (not UTF-8 text)")
         if obj.get("version") != ACL_VERSION:
             raise AclDataError(f"{path}: unsupported version {obj.get('version')!r}")
         entries = set()
@@ -176,7 +179,8 @@ def decode_acls(data: bytes | None, path: str = "ACL znode") -> set[AccessContro
         return entries
     except AclDataError:
         raise
-    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError,
+            RecursionError) as exc:
         raise AclDataError(f"{path}: not Kafka's ACL JSON ({exc.__class__.__name__})") from None
 
 
@@ -211,7 +215,8 @@ def decode_change(data: bytes | None, pattern_type: PatternType) -> ResourcePatt
             obj["name"],
             PatternType.parse(obj["patternType"]),
         )
-    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError,
+            RecursionError) as exc:
         raise AclDataError(f"ACL change notification does not decode: {exc}") from None
 
 

@@ -105,7 +105,7 @@ def decode_user_config(data: bytes | None) -> dict[str, str]:
         return {}
     try:
         body = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise StoreError("user config znode is not JSON") from exc
     config = body.get("config") if isinstance(body, dict) else None
     if config is None:
@@ -125,7 +125,7 @@ def decode_change_user(data: bytes | None) -> str | None:
     (topics, clients, quotas of ``users/<u>/clients/<c>``) or unreadable."""
     try:
         body = json.loads((data or b"").decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return None
     path = body.get("entity_path") if isinstance(body, dict) else None
     if not isinstance(path, str):
@@ -160,7 +160,7 @@ def sequence_of(child: str) -> int | None:
     if not child.startswith(CHANGE_PREFIX):
         return None
     digits = child[len(CHANGE_PREFIX):]
-    return int(digits) if digits.isdigit() else None
+    return int(digits) if digits.isascii() and digits.isdigit() else None
 
 
 class CredentialStore:

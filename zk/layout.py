@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +85,23 @@ class LayoutError(ValueError):
     """A znode's bytes do not decode to what its path promises."""
 
 
+# A JSON escape of a UTF-16 surrogate: ``\ud800`` alone reads as a lone surrogate, which
+# is no UTF-8 text (encoding it again, or logging it, would raise).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def has_lone_surrogate(data: bytes, value: object) -> bool:
+    """True when ``value``, parsed from the JSON ``data``, holds a lone surrogate (checked
+    only when ``data`` escapes a surrogate at all: a cheap scan in the common case)."""
+    if not _SURROGATE_ESCAPE.search(data):
+        return False
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _dumps(value: Mapping[str, Any]) -> bytes:
     # Jackson's compact form, as Kafka writes it: no spaces, UTF-8, '/' unescaped.
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
@@ -94,10 +112,14 @@ def _loads_object(data: bytes | None, what: str) -> dict[str, Any]:
         raise LayoutError(f"{what} znode is empty")
     try:
         value = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        # ValueError: a JSONDecodeError, or an integer of more than 4300 digits;
+        # RecursionError: arrays or objects nested deeper than the interpreter's stack.
         raise LayoutError(f"{what} znode is not UTF-8 JSON: {exc.__class__.__name__}") from None
     if not isinstance(value, dict):
         raise LayoutError(f"{what} znode is not a JSON object")
+    if has_lone_surrogate(data, value):
+        raise LayoutError(f"{what} znode holds a lone surrogate escape (not UTF-8 text)")
     return value
 
 
@@ -156,6 +178,7 @@ def is_token_change_name(name: str) -> bool:
     return (
         len(name) == _TOKEN_CHANGE_NAME_LEN
         and name.startswith(TOKEN_CHANGE_PREFIX)
+        and name.isascii()
         and name[len(TOKEN_CHANGE_PREFIX):].isdigit()
     )
 
@@ -168,7 +191,7 @@ def token_change_sequence(name: str) -> int | None:
     if not name.startswith(TOKEN_CHANGE_PREFIX):
         return None
     digits = name[len(TOKEN_CHANGE_PREFIX) :]
-    if not digits.isdigit():
+    if not (digits.isascii() and digits.isdigit()):  # '²' is a digit int() refuses
         return None
     return int(digits)
 
@@ -356,7 +379,10 @@ class _Shared:
         if not isinstance(raw, dict):
             raise LayoutError(f"{what} znode field 'labels' is not an object")
         key = tuple(raw.items())
-        found = self._labels.get(key)
+        try:
+            found = self._labels.get(key)
+        except TypeError:  # a value that is no text (a list, an object): refused by the rules
+            return _labels(raw, what)
         if found is None:
             found = self._labels[key] = _labels(raw, what)
         return found
@@ -408,9 +434,12 @@ def _decode_batch(
     datas = [data for _, data in batch]
     if not all(datas):
         return None
+    joined = b"[" + b",".join(datas) + b"]"  # type: ignore[arg-type]
+    if _SURROGATE_ESCAPE.search(joined):
+        return None  # each znode then checked on its own
     try:
-        objects = json.loads(b"[" + b",".join(datas) + b"]")  # type: ignore[arg-type]
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        objects = json.loads(joined)
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return None
     if len(objects) != len(batch):
         return None
@@ -526,7 +555,7 @@ def _format_endpoint(name: str, host: str, port: int) -> str:
 def _parse_endpoint(text: str) -> tuple[str, str, int]:
     name, sep, address = text.partition("://")
     host, colon, port = address.rpartition(":")
-    if not sep or not name or not colon or not port.isdigit():
+    if not sep or not name or not colon or not (port.isascii() and port.isdigit()):
         raise LayoutError(f"broker endpoint {text!r} is not NAME://host:port")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
@@ -592,7 +621,7 @@ def decode_broker(broker_id: int, data: bytes | None) -> dict[str, Any]:
     timestamp = obj.get("timestamp", "-1")
     try:
         timestamp_ms = int(timestamp)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: JSON's Infinity
         raise LayoutError(f"{what} znode field 'timestamp' is not a number") from None
     return {
         "id": int(broker_id),

@@ -176,6 +176,16 @@ class NotificationRoot:
 _PATTERNS: dict[str, re.Pattern[str]] = {}
 
 
+def purge_mark_of(data: bytes | None) -> int:
+    """The purge mark a notification root's data holds (``{"purged_through": N}``); -1
+    for an empty root or data that does not hold one."""
+    try:
+        return int(json.loads(data.decode("utf-8"))["purged_through"]) if data else -1
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, OverflowError,
+            RecursionError):
+        return -1
+
+
 def _name_pattern(prefix: str) -> re.Pattern[str]:
     pattern = _PATTERNS.get(prefix)
     if pattern is None:
@@ -531,10 +541,7 @@ class ChangeNotifications:
             return None
         data, stat = self._client.get(root.path)
         self._mark_version[root.name] = stat.version
-        try:
-            mark = int(json.loads(data.decode("utf-8"))["purged_through"]) if data else -1
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-            mark = -1
+        mark = purge_mark_of(data)
         self._mark_value[root.name] = mark
         return mark
 

@@ -63,6 +63,16 @@ class Record:
     outcome: Any
 
 
+def decode_record(key: str, data: bytes | None) -> Record:
+    """The record a request record znode holds; StoreError for anything else."""
+    try:
+        body = json.loads((data or b"").decode("utf-8"))
+        return Record(int(body["api"]), body.get("outcome"))
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError, AttributeError,
+            OverflowError, RecursionError):
+        raise StoreError(f"request record {key} does not decode") from None
+
+
 class RequestKeyExistsError(StoreError):
     """A write found its request key already recorded: an earlier attempt of the same
     client request was applied; nothing was written."""
@@ -91,11 +101,7 @@ class RequestRecords:
                               lambda: self._client.get_async(path).get(timeout=self._timeout_s))
         except ZnodeMissing:
             return None
-        try:
-            body = json.loads(data.decode("utf-8"))
-            return Record(int(body["api"]), body.get("outcome"))
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-            raise StoreError(f"request record {key} does not decode") from None
+        return decode_record(key, data)
 
     def put(self, op: RecordOp) -> None:
         """Record a request that changed nothing; RequestKeyExistsError if recorded."""

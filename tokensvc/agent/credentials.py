@@ -100,7 +100,10 @@ class Credentials:
 
 
 def _iso(epoch_ms: int) -> str:
-    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (ValueError, OverflowError, OSError):  # beyond the years datetime can show
+        return f"{epoch_ms} ms"
 
 
 def render(creds: Credentials, fmt: str, written_at_ms: int) -> bytes:
@@ -157,14 +160,16 @@ def parse(data: bytes, fmt: str | None = None) -> Credentials:
             raw = json.loads(text)
         except json.JSONDecodeError as exc:
             raise CredentialsError(f"not JSON: {exc.msg} at line {exc.lineno}") from None
+        except (ValueError, RecursionError):  # an integer of 4300+ digits, nesting too deep
+            raise CredentialsError("not JSON a reader accepts") from None
         if not isinstance(raw, dict):
             raise CredentialsError("not a JSON object")
         values = {name: raw.get(key) for key, name in _JSON.items()}
         labels = raw.get("labels") or {}
         if not isinstance(labels, dict):
             raise CredentialsError("labels is not an object")
-        return replace(_credentials(values),
-                       labels=tuple(sorted((str(k), str(v)) for k, v in labels.items())))
+        return _utf8(replace(_credentials(values),
+                             labels=tuple(sorted((str(k), str(v)) for k, v in labels.items()))))
     elif fmt == "env":
         values = {}
         for line in text.splitlines():
@@ -183,7 +188,18 @@ def parse(data: bytes, fmt: str | None = None) -> Credentials:
         values = {name: props.get(key) for key, name in _PROPERTIES.items()}
     else:
         raise CredentialsError(f"unknown credentials format {fmt!r}")
-    return _credentials(values)
+    return _utf8(_credentials(values))
+
+
+def _utf8(creds: Credentials) -> Credentials:
+    """``creds``, refused if a text holds a lone surrogate (JSON's ``\\ud800`` or the
+    properties' ``\\uD800`` escape reads as one): no client could send it."""
+    try:
+        "".join([*(str(getattr(creds, name)) for name in _PROPERTIES.values()),
+                 *(k + v for k, v in creds.labels)]).encode("utf-8")
+    except UnicodeEncodeError:
+        raise CredentialsError("a value is not UTF-8 text") from None
+    return creds
 
 
 def _credentials(values: dict[str, object]) -> Credentials:
@@ -193,6 +209,6 @@ def _credentials(values: dict[str, object]) -> Credentials:
     for name in _INTS:
         try:
             values[name] = int(values[name])  # type: ignore[arg-type]
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: JSON's Infinity
             raise CredentialsError(f"{name} is not a number") from None
     return Credentials(**{k: (v if k in _INTS else str(v)) for k, v in values.items()})

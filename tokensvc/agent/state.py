@@ -64,7 +64,7 @@ class HeldToken:
                 renew_at_ms=None if raw.get("renew_at_ms") is None else int(raw["renew_at_ms"]),
                 retire_at_ms=None if raw.get("retire_at_ms") is None else int(raw["retire_at_ms"]),
             )
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):  # Overflow: JSON's Infinity
             raise StateError("a token entry is incomplete") from None
         return cls(held, hmac)
 
@@ -123,7 +123,7 @@ class AgentState:
                                       else int(raw["clock_uncertainty_ms"])),
                 labels={str(k): str(v) for k, v in (raw.get("labels") or {}).items()},
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
             if isinstance(exc, StateError):
                 raise
             raise StateError("the state file is incomplete") from None
@@ -141,7 +141,7 @@ class StateFile:
             return AgentState(owner=owner)
         try:
             state = AgentState.from_json(json.loads(self.path.read_bytes()))
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # ValueError: not JSON, not UTF-8
             raise StateError(f"cannot read the state file {self.path}: {exc}") from None
         if state.owner != owner:
             raise StateError(

@@ -128,6 +128,8 @@ def decode_token(line: str, line_number: int = 1) -> ExportedToken:
         record = json.loads(line)
     except ValueError as exc:
         raise TokenExportError(f"line {line_number}: not JSON ({exc})") from None
+    except RecursionError:
+        raise TokenExportError(f"line {line_number}: not JSON (nested too deep)") from None
     if not isinstance(record, dict):
         raise TokenExportError(f"line {line_number}: expected a JSON object")
     missing = [name for name in REQUIRED if name not in record]

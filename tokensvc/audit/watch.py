@@ -286,10 +286,12 @@ class TokenLabels:
     def learn(self, line: bytes | str) -> None:
         try:
             event = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return
-        labels = event.get("labels") if isinstance(event, dict) else None
-        token_id = event.get("token_id") if isinstance(event, dict) else None
+        if not isinstance(event, dict):
+            return
+        labels = event.get("labels")
+        token_id = event.get("token_id")
         if (event.get("type") == "token" and event.get("action") in ("create", "revoke")
                 and event.get("outcome") == "success" and isinstance(token_id, str)
                 and isinstance(labels, dict) and labels):

@@ -246,7 +246,7 @@ def decode(data: bytes) -> Snapshot:
         raise _malformed("the header runs past the end of the file")
     try:
         header = json.loads(bytes(view[start:start + header_len]).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         raise _malformed("the header is not UTF-8 JSON") from None
     if type(header) is not dict:
         raise _malformed("the header is not a JSON object")

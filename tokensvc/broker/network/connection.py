@@ -62,7 +62,7 @@ from typing import Any
 
 from tokensvc.broker.context import RequestContext
 from tokensvc.broker.gates.clockskew import ClockSkewed
-from tokensvc.broker.network.decoding import decode_client_request
+from tokensvc.broker.network.decoding import decode_client_body
 from tokensvc.broker.network.memory import RequestMemoryPool
 from tokensvc.broker.network.precomputed import PrecomputedResponses
 from tokensvc.broker.network.receive import RECEIVE_BUFFER_BYTES, ReceiveBuffer
@@ -72,7 +72,7 @@ from tokensvc.broker.sessions.session import IllegalSaslState, Route, Session, S
 from tokensvc.core.config import BrokerConfig, Listener
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.principal import ANONYMOUS
-from tokensvc.protocol import FrameTooLargeError, UnsupportedVersionError
+from tokensvc.protocol import FrameTooLargeError, UnsupportedVersionError, decode_request_header
 from tokensvc.protocol.api import ApiKey
 from tokensvc.protocol.primitives import INT32
 from tokensvc.scram.server import ScramAuthenticationError
@@ -330,7 +330,7 @@ class Connection(asyncio.BufferedProtocol):
                       raw=True)
             return
         try:
-            header, body = decode_client_request(payload)
+            header, offset = decode_request_header(payload)
         except UnsupportedVersionError as exc:
             if exc.header is not None and exc.header.api_key == ApiKey.API_VERSIONS:
                 # Kafka answers an unknown ApiVersions version with a v0 response
@@ -355,6 +355,9 @@ class Connection(asyncio.BufferedProtocol):
             session.close()
             self._close("api not allowed")
             return
+        # Only now the body: one a client may not send yet (any API but ApiVersions and
+        # SASL before a login) is refused unread, however long it is.
+        body = decode_client_body(header, payload, offset)
         started = time.perf_counter()
         if route is Route.API_VERSIONS:
             self._write(svc.precomputed.api_versions(header.api_version, header.correlation_id))

@@ -32,16 +32,21 @@ _SASL_AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
 def decode_client_request(payload: bytes) -> tuple[RequestHeader, dict]:
     """Header and body of one request payload; bytes after the body are ignored."""
     header, offset = decode_request_header(payload)
+    return header, decode_client_body(header, payload, offset)
+
+
+def decode_client_body(header: RequestHeader, payload: bytes, offset: int) -> dict:
+    """The body of a request whose header ``decode_request_header`` read (ending at
+    ``offset``): a broker reads the header first, and the body only of a request the
+    session may send now (a body costs CPU in proportion to its size)."""
     schema = REQUESTS[api_key_of(header.api_key)]
     try:
         if header.api_key == _SASL_AUTHENTICATE:  # half of a token login's requests
-            return header, read_sasl_authenticate_request(Reader(payload, offset),
-                                                          header.api_version)
-        body = schema.read(
+            return read_sasl_authenticate_request(Reader(payload, offset), header.api_version)
+        return schema.read(
             Reader(payload, offset),
             header.api_version,
             flexible(header.api_key, header.api_version),
         )
     except ProtocolError as exc:
         raise exc.within(f"{schema.name}(v{header.api_version})") from None
-    return header, body
