@@ -24,7 +24,7 @@ import time
 from bench import env, zkraw
 from bench.common import try_login
 from bench.suite import BenchContext, Outcome, ratio
-from tokensvc.kafka import KafkaBroker
+from tokensvc.kafka import KafkaBroker, KafkaStartError
 from zk.client import ZkSettings
 from zk.credential_store import bootstrap_user
 from zk.server import ManagedZooKeeper
@@ -32,6 +32,8 @@ from zk.server import ManagedZooKeeper
 ID = "B16"
 TITLE = "an Apache Kafka broker's start with N tokens in ZooKeeper"
 ADMIN = ("bench-admin", "bench-admin-password")
+# How long one start may take; a start still loading then is reported as "not ready within".
+START_BUDGET_S = 1800
 
 
 def _start(ctx: BenchContext, connect: str, name: str, token_id: str | None,
@@ -39,7 +41,13 @@ def _start(ctx: BenchContext, connect: str, name: str, token_id: str | None,
     broker = KafkaBroker(ctx.directory(name), 1, ZkSettings(connect), admin=ADMIN,
                          secret_key=ctx.master_key, heap_mb=1024)
     began = time.monotonic()
-    broker.start(timeout=1800)
+    try:
+        broker.start(timeout=START_BUDGET_S)
+    except KafkaStartError as exc:
+        if broker.pid is not None or "not ready" not in str(exc):
+            raise
+        # Still loading when the budget ran out: that is the figure (a lower bound).
+        return {"ready_s": None, "not_ready_within_s": START_BUDGET_S}
     ready_s = time.monotonic() - began
     login_s = None
     try:
@@ -76,12 +84,14 @@ def run(ctx: BenchContext) -> Outcome:
                             env.token_password(ctx, last) if last else None)
             result["written_s"] = round(written_s, 1)
             results[size] = result
-    largest = results[sizes[-1]]["ready_s"]
+    ready = [size for size in sizes if results[size]["ready_s"] is not None]
+    largest_size = ready[-1]
+    largest = results[largest_size]["ready_s"]
     empty = results[0]["ready_s"]
-    per_token_ms = ((largest - empty) / sizes[-1] * 1000) if sizes[-1] else None
+    per_token_ms = ((largest - empty) / largest_size * 1000) if largest_size else None
     return Outcome(
         ID, TITLE,
-        measured=largest, unit=f"s ready with {sizes[-1]:,} tokens",
+        measured=largest, unit=f"s ready with {largest_size:,} tokens",
         reference=empty, reference_unit="s ready with none",
         reference_label="the same broker on an empty chroot",
         ratio=ratio(largest, empty),
