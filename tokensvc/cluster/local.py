@@ -39,7 +39,6 @@ from tokensvc.cluster.probe import answers_api_versions
 from tokensvc.cluster.processes import (
     _alive,
     _broker_command,
-    _die_with_parent,
     _log_tail,
     _terminate,
     stop_process,
@@ -53,6 +52,7 @@ from tokensvc.cluster.zookeeper import (
 from tokensvc.core.config import KAFKA_SHARED
 from tokensvc.core.configdef import ConfigError
 from tokensvc.core.zk_security import ZK_KEY_NAMES
+from tokensvc.jvm.process import die_with_parent
 from tokensvc.kafka import KafkaBroker
 from tokensvc.properties import read_properties
 from zk.brokers import BrokerRegistry
@@ -403,7 +403,7 @@ class LocalCluster:
                 cwd=self.directory,
                 start_new_session=True,
                 # Only a prctl call runs between fork and exec: nothing that takes a lock.
-                preexec_fn=_die_with_parent if self._die_with_parent else None,  # noqa: PLW1509
+                preexec_fn=die_with_parent if self._die_with_parent else None,  # noqa: PLW1509
             )
         self.broker_info(broker_id)["pid"] = broker.process.pid
 

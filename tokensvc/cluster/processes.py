@@ -7,7 +7,6 @@ cannot prove it started.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -19,14 +18,6 @@ from tokensvc.cluster.errors import ClusterError
 from tokensvc.cluster.layout import (
     STOP_GRACE_S,
 )
-
-_PR_SET_PDEATHSIG = 1
-# Loaded in the parent: the child between fork and exec only makes one foreign call.
-_LIBC = ctypes.CDLL(None, use_errno=True)
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _reap(pid: int) -> bool:

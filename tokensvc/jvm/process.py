@@ -27,9 +27,14 @@ _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    os.setsid()
+def die_with_parent() -> None:  # runs in the child between fork and exec
+    """Have the kernel kill this (child) process when the thread that started it ends."""
     _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _own_session_dying_with_parent() -> None:  # runs in the child between fork and exec
+    os.setsid()
+    die_with_parent()
 
 
 class SupervisedProcess:
@@ -65,7 +70,7 @@ class SupervisedProcess:
                 stdin=subprocess.DEVNULL,
                 env=self.env,
                 cwd=self.cwd,
-                preexec_fn=_die_with_parent if self.die_with_parent else os.setsid,  # noqa: PLW1509
+                preexec_fn=_own_session_dying_with_parent if self.die_with_parent else os.setsid,  # noqa: PLW1509
             )
 
     @property
