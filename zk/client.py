@@ -52,7 +52,7 @@ from kazoo.exceptions import (
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.interfaces import IAsyncResult
 from kazoo.protocol.serialization import Connect, GetChildren2
-from kazoo.protocol.states import ZnodeStat
+from kazoo.protocol.states import KeeperState, ZnodeStat
 from kazoo.retry import KazooRetry
 
 from tokensvc.core.configdef import ConfigError
@@ -476,6 +476,11 @@ def _start(client: KazooClient, settings: ZkSettings, where: str, timeout: float
         client.start(timeout=timeout)
         client.exists_async("/").get(timeout=timeout)
     except Exception as exc:  # noqa: BLE001 - every failure becomes one line
+        # kazoo reports CONNECTED before its SASL exchange, and a refused login moves the
+        # state to AUTH_FAILED right after: a start() that wakes only then sees a client
+        # no longer connected and raises its time-out. The state says what happened.
+        if client.client_state == KeeperState.AUTH_FAILED and not isinstance(exc, AuthFailedError):
+            exc = AuthFailedError()
         client.stop()
         client.close()
         raise ZooKeeperUnavailable(_start_failure(exc, settings, where, timeout)) from None
