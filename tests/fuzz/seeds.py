@@ -15,6 +15,12 @@ import sys
 
 from tests.fuzz.runner import corpus_dir, harness_module, targets
 
+# The README's line on the files tests/fuzz/capture_znodes.py writes, kept when a README is
+# written again.
+KAFKA_LIVE_NOTE = ("`kafka-live-*`: znodes written by a live Apache Kafka 3.9.1 broker "
+                   "(ZooKeeper mode) and its tools, in this harness's input format; captured "
+                   "by `python -m tests.fuzz.capture_znodes`.")
+
 
 def write_seeds(target: str) -> int:
     """Write ``target``'s generated seeds; returns how many (0 when it has none)."""
@@ -28,12 +34,13 @@ def write_seeds(target: str) -> int:
     for name, data in made.items():
         (directory / f"gen-{name}").write_bytes(data)
     origin = " ".join((make.__doc__ or "").split())
+    live = f"\n{KAFKA_LIVE_NOTE}\n" if any(directory.glob("kafka-live-*")) else ""
     (directory / "README.md").write_text(
         f"# Seed corpus of tests/fuzz/{target.partition('/')[0]}/fuzz_"
         f"{target.partition('/')[2]}.py\n\n"
         f"`gen-*`: {origin}\n\nWritten by `python -m tests.fuzz.seeds {target}` (the "
         f"harness's `seeds()`); the first byte of some inputs picks the harness's mode "
-        f"(its docstring says which).\n")
+        f"(its docstring says which).\n{live}")
     return len(made)
 
 
