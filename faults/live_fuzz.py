@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import multiprocessing
 import os
 import random
 import socket
@@ -38,8 +39,9 @@ import sys
 import tempfile
 import threading
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from faults.cluster import MECHANISM, FaultCluster, token_password
 from tokensvc.admin import AdminClient
@@ -115,6 +117,55 @@ class RawSession:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.sock.close()
+
+
+def _probe_loop(conn: Connection) -> None:
+    """The probe client's process: for each address received, one login as the probe
+    user, answered with its milliseconds or the reason it failed; ``None`` ends it."""
+    cache: dict = {}
+    while (address := conn.recv()) is not None:
+        started = time.monotonic()
+        try:
+            session = RawSession(address, "127.0.0.1", timeout=5.0)
+            try:
+                session.login(PROBE_USER, PROBE_PASSWORD, token=False, cache=cache)
+            finally:
+                session.close()
+        except (OSError, ConnectionError, ValueError) as exc:
+            conn.send(f"{type(exc).__name__}: {exc}")
+            continue
+        conn.send((time.monotonic() - started) * 1000)
+
+
+class Prober:
+    """The probe is a client of its own, in a process of its own: a login's time is the
+    brokers' answer, not the wait for this process's interpreter lock, which the fuzzing
+    threads hold most of the time (in one process, a probe waited up to ~40 ms for it on
+    each of its round trips)."""
+
+    def __init__(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self._process = context.Process(target=_probe_loop, args=(child,), daemon=True,
+                                         name="live-fuzz-probe")
+
+    def __enter__(self) -> Self:
+        self._process.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self._conn.send(None)
+        self._process.join(timeout=10)
+        if self._process.is_alive():
+            self._process.kill()
+
+    def login(self, address: tuple[str, int]) -> float | str:
+        """Milliseconds of one probe login on ``address``, or why it failed."""
+        self._conn.send(address)
+        if not self._conn.poll(30):
+            return "the probe process did not answer within 30 s"
+        return self._conn.recv()
 
 
 # --- inputs ----------------------------------------------------------------------------
@@ -356,18 +407,12 @@ class LiveFuzzer(FaultCluster):
                 continue
             self.samples.setdefault(broker, []).append((now, rss_kb // 1024, fds))
 
-    def _probe(self, broker: int, cache: dict) -> None:
-        started = time.monotonic()
-        try:
-            session = RawSession(self.address(broker), "127.0.0.1", timeout=5.0)
-            try:
-                session.login(PROBE_USER, PROBE_PASSWORD, token=False, cache=cache)
-            finally:
-                session.close()
-        except (OSError, ConnectionError, ValueError) as exc:
-            self.probe_failures.append(f"broker {broker}: {type(exc).__name__}: {exc}")
-            return
-        self.probe_ms.append((time.monotonic() - started) * 1000)
+    def _probe(self, broker: int, prober: Prober) -> None:
+        outcome = prober.login(self.address(broker))
+        if isinstance(outcome, str):
+            self.probe_failures.append(f"broker {broker}: {outcome}")
+        else:
+            self.probe_ms.append(outcome)
 
     def tracebacks(self) -> dict[int, int]:
         out = {}
@@ -379,13 +424,16 @@ class LiveFuzzer(FaultCluster):
 
     def run(self, seconds: float) -> dict[str, Any]:
         brokers = self.cluster.broker_ids()
-        cache: dict = {}
+        with Prober() as prober:
+            return self._run(seconds, brokers, prober)
+
+    def _run(self, seconds: float, brokers: list[int], prober: Prober) -> dict[str, Any]:
         for broker in brokers:  # the probe's own salted passwords
-            self._probe(broker, cache)
+            self._probe(broker, prober)
         self.probe_ms.clear()
         started = time.monotonic()
         for turn in range(BASELINE_S):
-            self._probe(brokers[turn % len(brokers)], cache)
+            self._probe(brokers[turn % len(brokers)], prober)
             time.sleep(max(0.0, turn + 1 - (time.monotonic() - started)))
         baseline_ms = sorted(self.probe_ms)
         self.probe_ms.clear()
@@ -401,7 +449,7 @@ class LiveFuzzer(FaultCluster):
         started = time.monotonic()
         turn = 0
         while (elapsed := time.monotonic() - started) < seconds:
-            self._probe(brokers[turn % len(brokers)], cache)
+            self._probe(brokers[turn % len(brokers)], prober)
             turn += 1
             self._sample(elapsed)
             time.sleep(max(0.0, turn - (time.monotonic() - started)))
