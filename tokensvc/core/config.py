@@ -484,6 +484,10 @@ def _build(values: Mapping[str, object], resolved: Mapping[str, str]) -> BrokerC
     }
     protocol_map = _protocol_map(values)
     listeners = _listeners(values, "listeners", protocol_map) or []
+    if not listeners:
+        # "listeners=" or "listeners = ," is set but names nothing: a broker with no
+        # port to serve on (Kafka fills only an absent key with its default).
+        raise ConfigError("listeners", "names no listener (expected NAME://host:port, ...)")
     names = [lst.name for lst in listeners]
     advertised = _listeners(values, "advertised.listeners", protocol_map)
     for lst in advertised or []:

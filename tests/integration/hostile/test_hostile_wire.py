@@ -309,10 +309,14 @@ class Canary:
     failures: list[str] = field(default_factory=list)
     requests: int = 0
     logins: int = 0
+    logins_during: int = 0  # the logins done before the hostile connections were all over
 
     async def run(self, stop: asyncio.Event) -> None:
+        """Until ``stop`` and at least 3 logins: the canary shares the test's event loop
+        with the 500 connections, and on a busy machine the fuzz may end before it has
+        logged in three times; every login, during or after, must succeed."""
         cache: dict = {}
-        while not stop.is_set():
+        while not (stop.is_set() and self.logins >= 3):
             try:
                 reader, writer = await asyncio.open_connection(*self.address)
                 try:
@@ -345,8 +349,9 @@ async def fuzz(address: tuple[str, int], password: str, all_cases: list[Case]
                 return f"login failed: {exc!r}"
 
     outcomes = await asyncio.gather(*(one(case) for case in all_cases))
+    canary.logins_during = canary.logins
     stop.set()
-    await canary_task
+    await asyncio.wait_for(canary_task, 60)
     by_kind: dict[str, Counter] = {}
     for case, outcome in zip(all_cases, outcomes, strict=True):
         by_kind.setdefault(case[0], Counter())[outcome] += 1
@@ -375,7 +380,7 @@ def test_five_hundred_hostile_connections_leave_the_broker_serving(cluster: Loca
     assert totals["hung"] == 0, {k: c for k, c in by_kind.items() if c["hung"]}
     assert set(totals) <= {"answered", "closed"}, totals
     assert canary.failures == []
-    assert canary.logins >= 3
+    assert canary.logins_during >= 1 and canary.logins >= 3
     assert cluster.broker_pid(1) is not None
     deadline = time.monotonic() + IDLE_MS / 1000 + 5
     while broker_metric(cluster, 1, "tokensvc_active_connections") > 0:

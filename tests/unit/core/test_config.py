@@ -297,6 +297,12 @@ def test_required_key_missing_is_refused(key: str) -> None:
     assert "required" in str(refused(key, **{key.replace(".", "__"): None}))
 
 
+@pytest.mark.parametrize("value", [",", " , ,"])
+def test_listeners_set_but_naming_none_is_refused(value: str) -> None:
+    # Fuzzer finding 17 (core/server_properties): "listeners = ," was an IndexError.
+    assert "names no listener" in str(refused("listeners", listeners=value))
+
+
 @pytest.mark.parametrize("value", ["one", "1.5", "1_000", "0x10"])
 def test_non_number_is_refused(value: str) -> None:
     error = refused("request.timeout.ms", request__timeout__ms=value)
