@@ -39,7 +39,7 @@ many listings of the token change notifications each broker made, with the names
 held together (``tokensvc_token_notification_listings``, ``..._names_listed``).
 
 Target (issue 38): the lag's largest sample <= 20 ms on every broker in every phase.
-``--quick`` (CI smoke) runs 20,000 tokens with 1,000 revoked, 1,000 due and 200
+``--quick`` (CI smoke) runs 5,000 tokens with 250 revoked, 250 due and 100
 creates, and does not wait for the purge before the creates. ``python -m bench.b13_stalls --tokens N`` runs one size alone.
 """
 
@@ -111,7 +111,7 @@ class Scale:
     @classmethod
     def of(cls, quick: bool, tokens: int | None = None) -> Scale:
         if quick:
-            return cls(20_000, 1_000, 1_000, 200, 2.0, 10.0, False)
+            return cls(5_000, 250, 250, 100, 2.0, 10.0, False)
         return cls(tokens or 1_000_000, 10_000, 10_000, 1_000, 5.0, 60.0, True)
 
 
