@@ -11,15 +11,22 @@ SCRAM-SHA-512 credential (4,096 PBKDF2 iterations each) before it serves; the fi
 the start with the largest size, the reference the start with none. B4 is tokensvc's
 own cold start, which derives nothing at load.
 
+``python -m bench.b16_kafka_start --tokens 0,100000 --budget-s 3600`` runs the sizes given
+alone, with a longer budget per start.
+
 Target: none. The figure says what a Kafka cluster's token population costs each of its
 brokers at every start (docs/kafka.md).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import json
+import sys
 import time
+from pathlib import Path
 
 from bench import env, zkraw
 from bench.common import try_login
@@ -37,17 +44,17 @@ START_BUDGET_S = 1800
 
 
 def _start(ctx: BenchContext, connect: str, name: str, token_id: str | None,
-           password: str | None) -> dict:
+           password: str | None, budget_s: float = START_BUDGET_S) -> dict:
     broker = KafkaBroker(ctx.directory(name), 1, ZkSettings(connect), admin=ADMIN,
                          secret_key=ctx.master_key, heap_mb=1024)
     began = time.monotonic()
     try:
-        broker.start(timeout=START_BUDGET_S)
+        broker.start(timeout=budget_s)
     except KafkaStartError as exc:
         if broker.pid is not None or "not ready" not in str(exc):
             raise
         # Still loading when the budget ran out: that is the figure (a lower bound).
-        return {"ready_s": None, "not_ready_within_s": START_BUDGET_S}
+        return {"ready_s": None, "not_ready_within_s": budget_s}
     ready_s = time.monotonic() - began
     login_s = None
     try:
@@ -65,8 +72,9 @@ def _start(ctx: BenchContext, connect: str, name: str, token_id: str | None,
             "first_token_login_s": round(login_s, 2) if login_s is not None else None}
 
 
-def run(ctx: BenchContext) -> Outcome:
-    sizes = (0, 300) if ctx.quick else (0, 10_000, 100_000)
+def measure(ctx: BenchContext, sizes: tuple[int, ...],
+            budget_s: float = START_BUDGET_S) -> dict[int, dict]:
+    """One Kafka broker's start per size (the first size should be 0: the reference)."""
     results: dict[int, dict] = {}
     with contextlib.ExitStack() as stack:
         server = ManagedZooKeeper(ctx.directory("b16-zk"), die_with_parent=True)
@@ -81,9 +89,16 @@ def run(ctx: BenchContext) -> Outcome:
             written_s = time.monotonic() - began
             last = tokens[-1].token_id if tokens else None
             result = _start(ctx, connect, f"b16-kafka-{size}", last,
-                            env.token_password(ctx, last) if last else None)
+                            env.token_password(ctx, last) if last else None, budget_s)
             result["written_s"] = round(written_s, 1)
             results[size] = result
+            print(f"[B16] {size} tokens: {result}", file=sys.stderr, flush=True)
+    return results
+
+
+def run(ctx: BenchContext) -> Outcome:
+    sizes = (0, 300) if ctx.quick else (0, 10_000, 100_000)
+    results = measure(ctx, sizes)
     ready = [size for size in sizes if results[size]["ready_s"] is not None]
     largest_size = ready[-1]
     largest = results[largest_size]["ready_s"]
@@ -99,3 +114,30 @@ def run(ctx: BenchContext) -> Outcome:
         details={"by_size": {str(k): v for k, v in results.items()},
                  "ms_per_token": round(per_token_ms, 3) if per_token_ms else None},
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.b16_kafka_start",
+                                     description="B16 alone, at the sizes given")
+    parser.add_argument("--tokens", default="0,10000,100000",
+                        help="comma-separated sizes, the first the reference (default "
+                             "0,10000,100000)")
+    parser.add_argument("--budget-s", type=float, default=START_BUDGET_S,
+                        help=f"how long one start may take (default {START_BUDGET_S})")
+    parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
+    args = parser.parse_args(argv)
+    sizes = tuple(int(part) for part in args.tokens.split(",") if part.strip())
+    ctx = BenchContext(False)
+    try:
+        results = measure(ctx, sizes, args.budget_s)
+    finally:
+        ctx.close()
+    text = json.dumps({str(k): v for k, v in results.items()}, indent=1)
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
