@@ -170,14 +170,21 @@ def test_confluent_kafka_logs_in_lists_topics_and_describes_the_cluster(
     cluster: LocalCluster, listener: str, mechanism: str
 ) -> None:
     admin = confluent_admin(cluster, listener, mechanism, "admin", admin_password(cluster))
-    metadata = admin.list_topics(timeout=15)
+    ports = _port_by_id(cluster, listener)
+
+    def every_broker_listed():
+        # A broker that met a slow machine may be re-registering: listed again within
+        # seconds, as Kafka's metadata would.
+        listed = admin.list_topics(timeout=15)
+        assert {b.id: b.port for b in listed.brokers.values()} == ports
+        return listed
+
+    metadata = eventually(every_broker_listed, timeout=30)
     described = admin.describe_cluster(
         request_timeout=15, include_authorized_operations=True
     ).result(timeout=20)
 
-    ports = _port_by_id(cluster, listener)
     assert metadata.topics == {}
-    assert {b.id: b.port for b in metadata.brokers.values()} == ports
     assert metadata.controller_id in BROKER_IDS
     assert {n.id: n.port for n in described.nodes} == ports
     assert described.cluster_id == metadata.cluster_id and described.cluster_id
@@ -400,7 +407,8 @@ def test_kafka_python_logs_in_with_a_token_on_every_broker(cluster: LocalCluster
         client = eventually(
             lambda a=address: kafka_python_admin(
                 cluster, "SASL_SSL", bootstrap=[a], bootstrap_timeout_ms=2000, **login
-            )
+            ),
+            timeout=30,  # a TLS connect and a login each try: seconds on a busy machine
         )
         try:
             assert client.list_topics() == []
