@@ -54,7 +54,7 @@ from zk import znode_acls
 from zk.client import ZkSettings, open_client
 
 TOKENS, USERS, ACLS = 1_000, 100, 100
-PACE_S = 0.05  # between one identity's logins (LoginLoad)
+PACE_S = 0.2  # between one identity's logins (LoginLoad): five a second each
 pytestmark = pytest.mark.heavy(minutes=4)  # 1,000 tokens, two rolling restarts
 IDENTITY = "tokensvc:migration-secret"
 ZK_KEYS = {"zookeeper.digest": IDENTITY, "zookeeper.set.acl": "true",
