@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import multiprocessing
 import os
 import sys
@@ -63,7 +62,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bench import env, zkraw
 from bench.b9_scale import _describe_all
-from bench.suite import BenchContext, Outcome, Target
+from bench.suite import BenchContext, Outcome, Target, run_alone
 from bench.wire import WireError, create_token_body, open_logged_in
 from tokensvc.admin import AdminClient, tokens_absent
 from tokensvc.broker.loop.loopwatch import STALL_BUCKETS
@@ -515,16 +514,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = parser.parse_args(argv)
-    ctx = BenchContext(args.quick)
-    try:
-        results = measure(ctx, Scale.of(args.quick, args.tokens))
-    finally:
-        ctx.close()
-    text = json.dumps(results, indent=1)
-    if args.out:
-        args.out.write_text(text)
-    print(text)
-    return 0
+    scale = Scale.of(args.quick, args.tokens)
+    return run_alone(args.quick, lambda ctx: measure(ctx, scale), args.out)
 
 
 if __name__ == "__main__":

@@ -23,14 +23,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import sys
 import time
 from pathlib import Path
 
 from bench import env, zkraw
 from bench.common import try_login
-from bench.suite import BenchContext, Outcome, ratio
+from bench.suite import BenchContext, Outcome, ratio, run_alone
 from tokensvc.kafka import KafkaBroker, KafkaStartError
 from zk.client import ZkSettings
 from zk.credential_store import bootstrap_user
@@ -127,16 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = parser.parse_args(argv)
     sizes = tuple(int(part) for part in args.tokens.split(",") if part.strip())
-    ctx = BenchContext(False)
-    try:
-        results = measure(ctx, sizes, args.budget_s)
-    finally:
-        ctx.close()
-    text = json.dumps({str(k): v for k, v in results.items()}, indent=1)
-    if args.out:
-        args.out.write_text(text)
-    print(text)
-    return 0
+    return run_alone(False, lambda ctx: measure(ctx, sizes, args.budget_s), args.out)
 
 
 if __name__ == "__main__":

@@ -305,3 +305,18 @@ def _steal_seconds() -> float | None:
         return int(fields[8]) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return None
+
+
+def run_alone(quick: bool, measure: Callable[[BenchContext], object], out: Path | None) -> int:
+    """One benchmark's figures outside the suite (``python -m bench.bNN_...``): ``measure``
+    on a context of its own, the figures printed as JSON and written to ``out`` if given."""
+    ctx = BenchContext(quick)
+    try:
+        results = measure(ctx)
+    finally:
+        ctx.close()
+    text = json.dumps(results, indent=1)
+    if out is not None:
+        out.write_text(text)
+    print(text)
+    return 0
