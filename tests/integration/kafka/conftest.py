@@ -22,6 +22,7 @@ from tokensvc.client_config import ClientConfig
 from tokensvc.cluster import LocalCluster
 from tokensvc.kafka import reauth_key
 from tokensvc.scram.formatter import ScramMechanism
+from zk.client import open_client
 
 SCRAM_256_REAUTH_MS = 3000
 
@@ -51,3 +52,13 @@ def admin_config(broker: KafkaUnderTest) -> ClientConfig:
 def kafka_admin(kafka_broker: KafkaUnderTest) -> Iterator[AdminClient]:
     with AdminClient(kafka_broker.bootstrap, admin_config(kafka_broker), timeout_s=30) as admin:
         yield admin
+
+
+@pytest.fixture(scope="module")
+def zk(cluster: LocalCluster) -> Iterator:
+    """A ZooKeeper client with the brokers' credentials on the ``cluster`` of the module
+    that asks for it (each Kafka module starts its own)."""
+    client = open_client(cluster.zk_settings())
+    yield client
+    client.stop()
+    client.close()

@@ -59,7 +59,6 @@ from tokensvc.core.errors import Errors
 from tokensvc.kafka import run_tool
 from tokensvc.scram.formatter import ScramMechanism
 from zk import layout
-from zk.client import open_client
 
 # ZooKeeper, 3 tokensvc and 2 Kafka brokers, Kafka's tools and four clients.
 pytestmark = [pytest.mark.slow, pytest.mark.heavy(minutes=4)]
@@ -84,14 +83,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, kafka_jvm: None) -> LocalC
     ) as local:
         print(f"ZooKeeper, 3 tokensvc and 2 Kafka brokers up in {time.monotonic() - began:.1f}s")
         yield local
-
-
-@pytest.fixture(scope="module")
-def zk(cluster: LocalCluster):
-    client = open_client(cluster.zk_settings())
-    yield client
-    client.stop()
-    client.close()
 
 
 # -- helpers ------------------------------------------------------------------------------

@@ -47,7 +47,6 @@ from tokensvc.kafka import KafkaBroker, KafkaStartError, run_tool
 from tokensvc.scram.formatter import ScramMechanism, derive_credential
 from zk import layout
 from zk.acl_store import AclStore
-from zk.client import open_client
 from zk.credential_store import CredentialStore
 from zk.token_store import TokenStore
 
@@ -62,14 +61,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, kafka_jvm: None) -> LocalC
                          die_with_parent=True, timeout=180) as local:
         print(f"ZooKeeper and 2 Kafka brokers up in {time.monotonic() - began:.1f}s")
         yield local
-
-
-@pytest.fixture(scope="module")
-def zk(cluster: LocalCluster):
-    client = open_client(cluster.zk_settings())
-    yield client
-    client.stop()
-    client.close()
 
 
 def _admin_args(cluster: LocalCluster) -> list[str]:
