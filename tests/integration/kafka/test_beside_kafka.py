@@ -69,6 +69,9 @@ REAUTH_MS = 4_000
 OWNER_LIMIT = 8
 TOOL_TIMEOUT_S = 180.0
 SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule"
+# Both sides' ZooKeeper sessions (default 18 s): a killed controller's /controller or
+# /tokensvc/controller goes when its session expires, and the kill test waits for both.
+SESSION_TIMEOUT = {"zookeeper.session.timeout.ms": "8000"}
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +81,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, kafka_jvm: None) -> LocalC
         tmp_path_factory.mktemp("beside-kafka"), brokers=3, kafka_brokers=2,
         kafka_reauth_ms=REAUTH_MS, die_with_parent=True, timeout=180,
         overrides={"delegation.token.max.per.owner": str(OWNER_LIMIT),
-                   "delegation.token.expiry.check.interval.ms": "1000"},
-        kafka_overrides={"delegation.token.expiry.check.interval.ms": "1000"},
+                   "delegation.token.expiry.check.interval.ms": "1000", **SESSION_TIMEOUT},
+        kafka_overrides={"delegation.token.expiry.check.interval.ms": "1000",
+                         **SESSION_TIMEOUT},
     ) as local:
         print(f"ZooKeeper, 3 tokensvc and 2 Kafka brokers up in {time.monotonic() - began:.1f}s")
         yield local
