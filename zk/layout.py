@@ -552,6 +552,10 @@ def _format_endpoint(name: str, host: str, port: int) -> str:
     return f"{name}://{shown}:{int(port)}"
 
 
+# The characters Kafka's EndPoint takes in a host (an IPv6 address in brackets or not).
+_ENDPOINT_HOST = re.compile(r"[0-9A-Za-z\-%._:]*")
+
+
 def _parse_endpoint(text: str) -> tuple[str, str, int]:
     name, sep, address = text.partition("://")
     host, colon, port = address.rpartition(":")
@@ -559,6 +563,8 @@ def _parse_endpoint(text: str) -> tuple[str, str, int]:
         raise LayoutError(f"broker endpoint {text!r} is not NAME://host:port")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
+    if not _ENDPOINT_HOST.fullmatch(host):
+        raise LayoutError(f"broker endpoint {text!r} names no host Kafka would take")
     return name, host, int(port)
 
 

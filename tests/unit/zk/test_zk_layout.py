@@ -214,6 +214,29 @@ def test_decode_of_broker_with_bad_endpoint_names_it():
         layout.decode_broker(0, data)
 
 
+@pytest.mark.parametrize("host", ["[[]]", "[]]", "bro ker", "a/b", "[::1"])
+def test_decode_of_broker_with_a_host_kafka_would_not_take_is_refused(host):
+    # Fuzzer finding 18: "[[]]" read as the host "[]", written back as "[]" and read again
+    # as "" -- a registration that changed on its way through. Kafka's EndPoint takes
+    # letters, digits and "-%._:" in a host, in brackets or not.
+    data = ('{"version":5,"endpoints":["T://%s:3"],"jmx_port":-1,"timestamp":"5"}'
+            % host).encode()
+    with pytest.raises(LayoutError, match="host"):
+        layout.decode_broker(0, data)
+
+
+@pytest.mark.parametrize("shown, host", [("[::1]", "::1"), ("::1", "::1"), ("", ""),
+                                         ("fe80::1%eth0", "fe80::1%eth0"),
+                                         ("broker-1.example.com", "broker-1.example.com")])
+def test_an_endpoint_host_kafka_takes_is_read_and_written_back_the_same(shown, host):
+    data = ('{"version":5,"endpoints":["T://%s:3"],"jmx_port":-1,"timestamp":"5"}'
+            % shown).encode()
+    decoded = layout.decode_broker(0, data)
+    assert decoded["endpoints"] == {"T": ("T", host, 3)}
+    again = layout.decode_broker(0, layout.encode_broker(decoded["endpoints"], 5))
+    assert again["endpoints"] == decoded["endpoints"]
+
+
 def test_cluster_id_json_is_kafkas():
     data = layout.encode_cluster_id("AAAAAAAAAAAAAAAAAAAAAA")
     assert data == b'{"version":"1","id":"AAAAAAAAAAAAAAAAAAAAAA"}'
