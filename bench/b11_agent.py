@@ -13,7 +13,7 @@ follow the file through :class:`~tokensvc.agent.clients.CredentialsWatcher`:
   100 ms on one kept connection (reconnecting when a retired token's session is closed):
   its failed requests are counted.
 
-The run lasts until the agent has published 100 replacements (5 with ``--quick``). The
+The run lasts until the agent has published 100 replacements (3 with ``--quick``). The
 agent's CPU seconds and peak RSS come from ``/proc`` when it is stopped.
 
 Targets: 0 ms without a valid credential, 0 failed requests.
@@ -73,7 +73,7 @@ def _config(watcher: CredentialsWatcher) -> ClientConfig:
 
 
 def run(ctx: BenchContext) -> Outcome:
-    replacements = 5 if ctx.quick else 100
+    replacements = 3 if ctx.quick else 100
     extra = {"delegation.token.expiry.time.ms": str(EXPIRY_MS),
              "delegation.token.max.lifetime.ms": str(MAX_MS),
              "delegation.token.expiry.check.interval.ms": "1000"}

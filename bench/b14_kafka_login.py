@@ -29,7 +29,7 @@ TARGET_P99_MS = 1_000.0
 
 
 def run(ctx: BenchContext) -> Outcome:
-    samples = 20 if ctx.quick else 200
+    samples = 10 if ctx.quick else 200
     beside = env.beside_kafka(ctx)
     handle = beside.handle
     _controller, others = handle.roles()

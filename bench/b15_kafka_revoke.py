@@ -1,7 +1,7 @@
 """B15: revoke 10,000 tokens through tokensvc, until every Kafka broker refuses them.
 
 Measured: tokensvc beside Kafka (:func:`bench.env.beside_kafka`). 10,000 tokens of
-``User:kafka-bulk`` (320 with ``--quick``) are created through tokensvc, 16 at a time,
+``User:kafka-bulk`` (80 with ``--quick``) are created through tokensvc, 16 at a time,
 and the run waits until both Kafka brokers serve the last of them. A super user then runs
 ``revoke_tokens(owner=User:kafka-bulk)`` through a tokensvc non-controller: one request,
 the controller's transactions of at most a few hundred deletions each, one change
@@ -36,7 +36,7 @@ def _served(address: str, config, token_id: str) -> bool:
 
 
 def run(ctx: BenchContext) -> Outcome:
-    count = 320 if ctx.quick else 10_000
+    count = 80 if ctx.quick else 10_000
     beside = env.beside_kafka(ctx)
     cluster = beside.cluster
     config = load_client_config(cluster.info["admin"]["properties"])

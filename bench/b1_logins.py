@@ -20,7 +20,7 @@ anything.
 Also measured: the broker process's CPU time per login inside the window (less
 sensitive to a shared machine than the wall rate), and the login rate while a
 second client process holds ``IDLE_CONNECTIONS`` logged-in idle connections to the
-same broker.
+same broker (50 with ``--quick``).
 
 Targets: >= 2,000 logins/s and >= 0.3 of the in-process rate.
 """
@@ -40,7 +40,6 @@ from typing import Any
 from bench import env
 from bench.common import MECHANISM, login_once
 from bench.load import (
-    SPAWN_ALLOWANCE_S,
     CpuWindow,
     Window,
     WorkerReport,
@@ -220,7 +219,10 @@ def measured_logins(
 ) -> tuple[WorkerReport, float, float | None, int]:
     """Run the login workload (with ``idle`` held connections when > 0); the report, the
     window, the broker's CPU seconds in the window, and the idle connections held."""
-    start = time.time() + SPAWN_ALLOWANCE_S + 1.0 + (idle / 500.0)
+    # The holder opens and logs in its connections before the window: 2 ms each, and
+    # never less than 2 s (its process starts beside the load's).
+    start = time.time() + sizes.spawn_allowance_s + sizes.warmup_s + (
+        max(2.0, idle / 500.0) if idle else 0.0)
     cpu = (CpuWindow(lambda: process_cpu_seconds(pid), start, start + sizes.b1_seconds)
            if pid else None)
     holder = None
@@ -235,7 +237,7 @@ def measured_logins(
         report, seconds = run_processes(
             "bench.b1_logins:login_workload",
             {"address": address, "tokens": tokens, "concurrency": sizes.b1_concurrency},
-            processes=sizes.b1_processes, warmup_s=1.0, seconds=sizes.b1_seconds,
+            processes=sizes.b1_processes, warmup_s=sizes.warmup_s, seconds=sizes.b1_seconds,
             start_at=start,
         )
         held = holder.result(timeout=120).done if holder else 0
@@ -331,7 +333,7 @@ def _wait_listening(port: int, timeout: float = 30.0) -> None:
     raise RuntimeError(f"the transport-floor server never listened on port {port}")
 
 
-def transport_floor(concurrency: int, seconds: float) -> float:
+def transport_floor(concurrency: int, seconds: float, sizes: Any) -> float:
     """Connect + 3 round trips + close per second against a server that does nothing."""
     port = free_port()
     server = multiprocessing.get_context("spawn").Process(
@@ -342,7 +344,8 @@ def transport_floor(concurrency: int, seconds: float) -> float:
         _wait_listening(port)
         report, window = run_processes(
             "bench.b1_logins:floor_workload", {"port": port, "concurrency": concurrency},
-            processes=1, warmup_s=1.0, seconds=seconds,
+            processes=1, warmup_s=sizes.warmup_s, seconds=seconds,
+            spawn_allowance_s=sizes.spawn_allowance_s,
         )
     finally:
         server.terminate()
@@ -422,7 +425,7 @@ def run(ctx: BenchContext) -> Outcome:
     pid = handle.cluster.broker_info(broker_id).get("pid")
     report, seconds, cpu, _ = measured_logins(address, tokens, pid, sizes)
     measured = report.done / seconds
-    idle_count = 100 if ctx.quick else IDLE_CONNECTIONS
+    idle_count = 50 if ctx.quick else IDLE_CONNECTIONS
     idle_report, idle_seconds, idle_cpu, held = measured_logins(
         address, tokens, pid, sizes, idle=idle_count
     )
@@ -430,10 +433,11 @@ def run(ctx: BenchContext) -> Outcome:
         "bench.b1_logins:reauth_workload",
         {"address": address, "tokens": tokens, "concurrency": sizes.b1_concurrency},
         processes=sizes.b1_processes,
-        warmup_s=1.0,
+        warmup_s=sizes.warmup_s,
         seconds=min(sizes.b1_seconds, 5.0),
+        spawn_allowance_s=sizes.spawn_allowance_s,
     )
-    floor = transport_floor(sizes.b1_concurrency, min(sizes.b1_seconds, 5.0))
+    floor = transport_floor(sizes.b1_concurrency, min(sizes.b1_seconds, 5.0), sizes)
     kid = key_id(ctx.master_key)
     infos = [
         TokenInformation(r["TokenId"], env.OWNER, env.OWNER, (), r["IssueTimestampMs"],

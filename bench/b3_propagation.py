@@ -28,7 +28,7 @@ ID = "B3"
 TITLE = "propagation: create acked on A -> first login on B (p99)"
 TARGET_P99_MS = 100.0
 # Notifications written before the second sample (quick mode, full mode).
-BACKLOG = {True: 2_000, False: 20_000}
+BACKLOG = {True: 500, False: 20_000}
 
 
 async def sample_propagation(

@@ -11,8 +11,9 @@ flight each, from a separate process) that runs from before ``T`` until after th
 last sweep: each sweep's time, from the first due token's znode deletion to the
 last (seen by exists watches of a separate ZooKeeper session), and the create p99
 of the creates that overlap a sweep. One sweep is too short for a p99, so three
-batches of 1% fall due 3 s apart (``T``, ``T+3``, ``T+6``) and the creates that
-overlap any of the three sweeps are pooled; the figure is the slowest sweep.
+batches of 1% fall due 3 s apart (``T``, ``T+3``, ``T+6``; 1 s apart with ``--quick``)
+and the creates that overlap any of the three sweeps are pooled; the figure is the
+slowest sweep.
 
 Reference (same run, same load): the create p99 of the creates sent before ``T``,
 when nothing is due and sweeps find nothing.
@@ -37,10 +38,11 @@ TARGET_P99_RATIO = 2.0
 SWEEP_INTERVAL_MS = 500
 CONCURRENCY = 8
 # Sweeps per run, each of its own 1% batch: one sweep of 1,000 tokens takes about a
-# quarter of a second, too few creates for a p99; the rounds' creates are pooled.
+# quarter of a second, too few creates for a p99; the rounds' creates are pooled. The
+# load's window opens ``sizes.b5_settle_s`` (the broker follows the rewrites) and
+# ``sizes.spawn_allowance_s`` (the load's process starts) after the rewrites; the first
+# batch falls due ``sizes.b5_window_s`` later, the others ``sizes.b5_round_gap_s`` apart.
 ROUNDS = 3
-ROUND_GAP_S = 3.0
-SETTLE_S = 2.0
 
 
 def swept_total(metrics_address: str) -> float:
@@ -56,7 +58,7 @@ def run(ctx: BenchContext) -> Outcome:
     sizes = ctx.sizes
     store = env.preloaded(ctx)
     due_count = max(1, int(len(store.tokens) * sizes.b5_due_fraction))
-    # ROUNDS batches of 1% each, due ROUND_GAP_S apart; within a batch all share one
+    # ROUNDS batches of 1% each, due b5_round_gap_s apart; within a batch all share one
     # deadline, so the cache orders them by token id, which is the deletion order.
     batches = [
         sorted(store.tokens[len(store.tokens) - (k + 1) * due_count:
@@ -70,8 +72,8 @@ def run(ctx: BenchContext) -> Outcome:
     with env.cluster_on(ctx, f"b5-sweep-{time.monotonic_ns()}", store.connect,
                         extra=extra) as handle:
         broker = handle.cluster.broker_info(1)
-        due_at = time.time() + SETTLE_S + window_s + 3.0
-        due_times = [due_at + k * ROUND_GAP_S for k in range(ROUNDS)]
+        due_at = time.time() + sizes.b5_settle_s + window_s + sizes.spawn_allowance_s
+        due_times = [due_at + k * sizes.b5_round_gap_s for k in range(ROUNDS)]
         for batch, when in zip(batches, due_times, strict=True):
             zkraw.rewrite_tokens(store.connect, [t.with_expiry(int(when * 1000)) for t in batch])
         ends = [tid for batch in batches for tid in (batch[0].token_id, batch[-1].token_id)]
@@ -86,7 +88,8 @@ def run(ctx: BenchContext) -> Outcome:
                 },
                 processes=1,
                 warmup_s=0.0,
-                seconds=window_s + (ROUNDS - 1) * ROUND_GAP_S + sizes.b5_sweep_allowance_s,
+                seconds=window_s + (ROUNDS - 1) * sizes.b5_round_gap_s
+                + sizes.b5_sweep_allowance_s,
                 start_at=due_at - window_s,
             )
             deadline = time.monotonic() + 30

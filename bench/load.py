@@ -103,11 +103,13 @@ def run_processes(
     warmup_s: float,
     seconds: float,
     start_at: float | None = None,
+    spawn_allowance_s: float = SPAWN_ALLOWANCE_S,
 ) -> tuple[WorkerReport, float]:
     """Run ``target`` (``"module:function"``) in ``processes`` fresh processes; the pooled
     report and the window's length in seconds. The window opens ``warmup_s`` after the
-    workers have had time to start, or at wall-clock ``start_at`` when given."""
-    start = start_at if start_at is not None else time.time() + SPAWN_ALLOWANCE_S + warmup_s
+    workers have had ``spawn_allowance_s`` to start, or at wall-clock ``start_at`` when
+    given."""
+    start = start_at if start_at is not None else time.time() + spawn_allowance_s + warmup_s
     window = Window(start, start + seconds)
     context = multiprocessing.get_context("spawn")
     total = WorkerReport()

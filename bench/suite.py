@@ -93,20 +93,28 @@ class Sizes:
     b5_due_fraction: float
     b5_window_s: float
     b5_sweep_allowance_s: float
+    b5_round_gap_s: float
+    b5_settle_s: float
     b6_events: tuple[int, int]
     b7_tokens: int
+    # Load processes (bench.load): the time their spawn is given before the warm-up, and
+    # the warm-up before a measured window opens.
+    spawn_allowance_s: float
+    warmup_s: float
 
     @classmethod
     def for_mode(cls, quick: bool) -> Sizes:
         if quick:
             return cls(
-                b1_seconds=2.0, b1_processes=1, b1_concurrency=16,
-                b2_seconds=2.0, b2_concurrency=16,
-                b3_samples=15,
-                tokens=5_000, b4_eager_sample=100,
-                b5_due_fraction=0.01, b5_window_s=3.0, b5_sweep_allowance_s=3.0,
-                b6_events=(2_000, 8_000),
-                b7_tokens=10_000,
+                b1_seconds=1.0, b1_processes=1, b1_concurrency=16,
+                b2_seconds=1.0, b2_concurrency=16,
+                b3_samples=10,
+                tokens=2_000, b4_eager_sample=20,
+                b5_due_fraction=0.01, b5_window_s=1.5, b5_sweep_allowance_s=1.5,
+                b5_round_gap_s=1.0, b5_settle_s=1.0,
+                b6_events=(1_000, 4_000),
+                b7_tokens=2_000,
+                spawn_allowance_s=1.0, warmup_s=0.5,
             )
         return cls(
             b1_seconds=10.0, b1_processes=1, b1_concurrency=64,
@@ -114,8 +122,10 @@ class Sizes:
             b3_samples=200,
             tokens=100_000, b4_eager_sample=2_000,
             b5_due_fraction=0.01, b5_window_s=8.0, b5_sweep_allowance_s=8.0,
+            b5_round_gap_s=3.0, b5_settle_s=2.0,
             b6_events=(1_000_000, 10_000_000),
             b7_tokens=100_000,
+            spawn_allowance_s=3.0, warmup_s=1.0,
         )
 
 
