@@ -1,9 +1,10 @@
 """B13: the event loop's stalls on every broker during admin work, at 1M tokens.
 
-Set-up: one managed ZooKeeper holding the tokens (written straight into it in Kafka's
-layout, :func:`bench.zkraw.write_tokens`, as B9 does): ``REVOKED`` of ``User:b13-bulk``,
+Set-up: one managed ZooKeeper (with ``--quick`` the one the suite's quick run shares)
+holding the tokens (written straight into it in Kafka's layout,
+:func:`bench.zkraw.write_tokens`, as B9 does): ``REVOKED`` of ``User:b13-bulk``,
 ``DUE`` of ``User:b13-due``, the rest spread over 1,000 owners. Then a 3-broker local
-cluster on it (expiry sweep every 500 ms, token cache snapshot every 60 s -- 10 s with ``--quick``
+cluster on it (expiry sweep every 500 ms, token cache snapshot every 60 s -- 6 s with ``--quick``
 -- when the cache changed; the phases start right after every broker's first write, so
 the rest and the revocation fit before the next). Phases, one after the other:
 
@@ -40,7 +41,9 @@ held together (``tokensvc_token_notification_listings``, ``..._names_listed``).
 
 Target (issue 38): the lag's largest sample <= 20 ms on every broker in every phase.
 ``--quick`` (CI smoke) runs 5,000 tokens with 250 revoked, 250 due and 100
-creates, and does not wait for the purge before the creates. ``python -m bench.b13_stalls --tokens N`` runs one size alone.
+creates, rests 1 s, lets the due tokens fall due 2 s after their rewrite (5 s in the full
+run), and does not wait for the purge before the creates.
+``python -m bench.b13_stalls --tokens N`` runs one size alone.
 """
 
 from __future__ import annotations
@@ -106,12 +109,14 @@ class Scale:
     rest_s: float
     snapshot_interval_s: float
     wait_for_purge: bool  # before the creates (a minute or two; not in the smoke test)
+    # How far ahead of their rewrite the due tokens fall due (and 2 ms more per token).
+    sweep_lead_s: float
 
     @classmethod
     def of(cls, quick: bool, tokens: int | None = None) -> Scale:
         if quick:
-            return cls(5_000, 250, 250, 100, 2.0, 10.0, False)
-        return cls(tokens or 1_000_000, 10_000, 10_000, 1_000, 5.0, 60.0, True)
+            return cls(5_000, 250, 250, 100, 1.0, 6.0, False, 2.0)
+        return cls(tokens or 1_000_000, 10_000, 10_000, 1_000, 5.0, 60.0, True, 5.0)
 
 
 # -- what a phase reads from the processes -----------------------------------------------
@@ -283,9 +288,7 @@ def _tokens(master_key: str, scale: Scale, now_ms: int,
 @contextlib.contextmanager
 def _cluster(ctx: BenchContext, scale: Scale) -> Iterator[tuple[LocalCluster, ManagedZooKeeper,
                                                                 list[TokenInformation], float]]:
-    zk = ManagedZooKeeper(ctx.directory("b13-zk"), die_with_parent=True)
-    zk.start()
-    try:
+    with env.zookeeper(ctx, "b13-zk") as zk:
         connect = f"{zk.connect}/b13"
         due: list[TokenInformation] = []
         started = time.monotonic()
@@ -306,8 +309,6 @@ def _cluster(ctx: BenchContext, scale: Scale) -> Iterator[tuple[LocalCluster, Ma
             yield cluster, zk, due, fill_s
         finally:
             cluster.down()
-    finally:
-        zk.stop()
 
 
 # -- the phases --------------------------------------------------------------------------
@@ -435,7 +436,7 @@ def measure(ctx: BenchContext, scale: Scale) -> dict[str, Any]:
         phases["resync"] = stage.phase("resync", lambda: _resync(stage, cluster, others[1]))
         # The due tokens fall due at one instant, after their rewrite has been followed.
         sizes = {b: m["tokensvc_token_cache_size"] for b, m in stage.read().metrics.items()}
-        when = time.time() + 5.0 + len(due) / 500
+        when = time.time() + scale.sweep_lead_s + len(due) / 500
         zkraw.rewrite_tokens(cluster.info["zookeeper"]["connect"],
                              [t.with_expiry(int(when * 1000)) for t in due])
         results["rewrite_done_before_due"] = time.time() < when

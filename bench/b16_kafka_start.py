@@ -1,15 +1,16 @@
 """B16: an Apache Kafka broker's start with 10,000 and 100,000 tokens in ZooKeeper.
 
-Measured: a managed ZooKeeper of its own; per size (none, 10,000 and 100,000 tokens;
-``--quick``: none and 300), the tokens are written straight into a chroot of
-their own (Kafka's znode, no change notifications: what a Kafka broker finds at start),
-with the admin user a Kafka broker logs in to the others as. One Kafka 3.9 broker
-(ZooKeeper mode) is then started on the chroot and timed until it is ready (its listener
-accepts connections and it is registered) and until a token login works on it. A Kafka
-broker loads every token at start and derives, for each, a SCRAM-SHA-256 and a
-SCRAM-SHA-512 credential (4,096 PBKDF2 iterations each) before it serves; the figure is
-the start with the largest size, the reference the start with none. B4 is tokensvc's
-own cold start, which derives nothing at load.
+Measured: a managed ZooKeeper of its own (with ``--quick`` the one the suite's quick run
+shares); per size (none, 10,000 and 100,000 tokens; ``--quick``: none and 20), the
+tokens are written straight into a chroot of their own (Kafka's znode, no change
+notifications: what a Kafka broker finds at start), with the admin user a Kafka broker
+logs in to the others as. One Kafka 3.9 broker (ZooKeeper mode) is then started on the
+chroot and timed until it is ready (its listener accepts connections and it is
+registered) and until a token login works on it. A Kafka broker loads every token at
+start and derives, for each, a SCRAM-SHA-256 and a SCRAM-SHA-512 credential (4,096
+PBKDF2 iterations each) before it serves; the figure is the start with the largest size,
+the reference the start with none. B4 is tokensvc's own cold start, which derives
+nothing at load.
 
 ``python -m bench.b16_kafka_start --tokens 0,100000 --budget-s 3600`` runs the sizes given
 alone, with a longer budget per start.
@@ -33,7 +34,6 @@ from bench.suite import BenchContext, Outcome, ratio, run_alone
 from tokensvc.kafka import KafkaBroker, KafkaStartError
 from zk.client import ZkSettings
 from zk.credential_store import bootstrap_user
-from zk.server import ManagedZooKeeper
 
 ID = "B16"
 TITLE = "an Apache Kafka broker's start with N tokens in ZooKeeper"
@@ -76,9 +76,7 @@ def measure(ctx: BenchContext, sizes: tuple[int, ...],
     """One Kafka broker's start per size (the first size should be 0: the reference)."""
     results: dict[int, dict] = {}
     with contextlib.ExitStack() as stack:
-        server = ManagedZooKeeper(ctx.directory("b16-zk"), die_with_parent=True)
-        server.start()
-        stack.callback(server.stop)
+        server = stack.enter_context(env.zookeeper(ctx, "b16-zk"))
         for size in sizes:
             connect = f"{server.connect}/b16-{size}"
             bootstrap_user(ZkSettings(connect), *ADMIN)
@@ -96,7 +94,7 @@ def measure(ctx: BenchContext, sizes: tuple[int, ...],
 
 
 def run(ctx: BenchContext) -> Outcome:
-    sizes = (0, 300) if ctx.quick else (0, 10_000, 100_000)
+    sizes = (0, 20) if ctx.quick else (0, 10_000, 100_000)
     results = measure(ctx, sizes)
     ready = [size for size in sizes if results[size]["ready_s"] is not None]
     largest_size = ready[-1]

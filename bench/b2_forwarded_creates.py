@@ -103,6 +103,10 @@ def run(ctx: BenchContext) -> Outcome:
     # writes, tens of thousands, then slow no other benchmark either.
     # No per-owner limit: the super user creates tens of thousands of tokens here, and a
     # create refused by delegation.token.max.per.owner would be timed as a create.
+    # Quick mode (a smoke test, a few thousand writes) runs on the shared 3-broker cluster,
+    # the last benchmark to use it, which saves a cluster's start.
+    if ctx.quick:
+        return _run(ctx, env.cluster3(ctx))
     with contextlib.ExitStack() as stack:
         return _run(ctx, env.start_cluster(ctx, stack, "b2-cluster", 3, extra=UNLIMITED))
 
@@ -126,8 +130,9 @@ def _run(ctx: BenchContext, handle: env.ClusterHandle) -> Outcome:
             "labels": BENCH_LABELS if ctx.label_tokens else None,
         },
         processes=1,
-        warmup_s=1.0,
+        warmup_s=sizes.warmup_s,
         seconds=sizes.b2_seconds,
+        spawn_allowance_s=sizes.spawn_allowance_s,
     )
     if report.errors:
         raise RuntimeError(f"{report.errors} creates failed in the window, e.g. "

@@ -1,6 +1,7 @@
 """B9: one broker at 10k, 100k and 1M tokens in one run, and each figure's 1M / 100k ratio.
 
-Set-up: one managed ZooKeeper with its default settings (heap included). For each
+Set-up: one managed ZooKeeper with its default settings (heap included; with ``--quick``
+the server the suite's quick run shares, :func:`bench.env.zookeeper`). For each
 size in turn, tokens are added straight into ZooKeeper in Kafka's layout (pipelined
 transactions, :func:`bench.zkraw.write_tokens`) until it holds that many: most owned
 by 1,000 owners, and 100 owned by ``User:b9-probe`` at every size, so "describe one
@@ -43,7 +44,8 @@ owner" asks for the same 100 tokens each time. Then, per size:
 * ``sweep_s``: 1% of the tokens are rewritten (with change notifications) to expire
   together; from the first to the last deletion of those znodes, seen by exists
   watches of a separate session (sweep every 500 ms, the controller is this broker);
-* ``logins_per_s``: 16 loops of connect + token login + close for 3 s.
+* ``logins_per_s``: 16 loops of connect + token login + close for 3 s (1 s with
+  ``--quick``).
 
 Also recorded: the ZooKeeper's heap in use after a full collection (``jcmd``) and
 its data directory size. The machine's load average goes with every figure.
@@ -101,6 +103,11 @@ START_TIMEOUT_S = 300.0
 SWEEP_INTERVAL_MS = 500
 LOGIN_SECONDS = 3.0
 LOGIN_LOOPS = 16
+# How far ahead of the rewrite the swept tokens fall due: the rewrite's time to spare.
+SWEEP_LEAD_S = 5.0
+# --quick (a smoke test of a few thousand tokens): the same, shorter.
+QUICK_LOGIN_SECONDS = 1.0
+QUICK_SWEEP_LEAD_S = 1.0
 DESCRIBE_OWNER_SAMPLES = 20
 MB = 1024 * 1024
 
@@ -357,11 +364,11 @@ class _GcPauses:
         gc.callbacks.remove(self._seen)
 
 
-async def _login_rate(address: str, token_id: str, password: str) -> float:
+async def _login_rate(address: str, token_id: str, password: str, seconds: float) -> float:
     salted: dict = {}
     await login_once(address, token_id, password, salted)
     done = 0
-    stop = time.perf_counter() + LOGIN_SECONDS
+    stop = time.perf_counter() + seconds
 
     async def loop() -> None:
         nonlocal done
@@ -439,9 +446,12 @@ def _measure_size(ctx: BenchContext, zk: ManagedZooKeeper, connect: str,
         admin = cluster.info["admin"]
         figures.update(asyncio.run(_describe(address, admin["username"], admin["password"],
                                              (probe.token_id, password))))
-        figures["logins_per_s"] = asyncio.run(_login_rate(address, probe.token_id, password))
+        figures["logins_per_s"] = asyncio.run(_login_rate(
+            address, probe.token_id, password,
+            QUICK_LOGIN_SECONDS if ctx.quick else LOGIN_SECONDS))
         try:
-            figures.update(_sweep(connect, tokens))
+            figures.update(_sweep(connect, tokens,
+                                  QUICK_SWEEP_LEAD_S if ctx.quick else SWEEP_LEAD_S))
         except RuntimeError as exc:
             figures["sweep_error"] = str(exc)
     figures["load_avg_1m_after"] = _load()
@@ -494,15 +504,16 @@ def _deletions(connect: str, token_ids: list[str]) -> Any:
         yield times
 
 
-def _sweep(connect: str, tokens: list[TokenInformation]) -> dict[str, Any]:
+def _sweep(connect: str, tokens: list[TokenInformation], lead_s: float) -> dict[str, Any]:
     """1% of the tokens (never a probe-owner token) fall due at one instant; seconds
-    from the first deletion to the last. The instant leaves the rewrite time
-    (``rewrite_s``) to spare, then exists watches are set on the batch's ends."""
+    from the first deletion to the last. The instant, ``lead_s`` and more per token
+    ahead, leaves the rewrite time (``rewrite_s``) to spare, then exists watches are set
+    on the batch's ends."""
     due = max(1, len(tokens) // 100)
     batch = sorted(tokens[-due:], key=lambda t: t.token_id)
     ends = [batch[0].token_id, batch[-1].token_id]
     started = time.time()
-    when = started + 5.0 + due / 500
+    when = started + lead_s + due / 500
     zkraw.rewrite_tokens(connect, [t.with_expiry(int(when * 1000)) for t in batch])
     rewritten = time.time()
     try:
@@ -521,12 +532,10 @@ def _sweep(connect: str, tokens: list[TokenInformation]) -> dict[str, Any]:
 
 def run(ctx: BenchContext) -> Outcome:
     sizes = _sizes(ctx.quick)
-    zk = ManagedZooKeeper(ctx.directory("b9-zk"), die_with_parent=True)
-    zk.start()
-    connect = f"{zk.connect}/b9"
     tokens: list[TokenInformation] = []
     per_size: dict[int, dict[str, Any]] = {}
-    try:
+    with env.zookeeper(ctx, "b9-zk") as zk:
+        connect = f"{zk.connect}/b9"
         for size in sizes:
             now_ms = int(time.time() * 1000)
             fresh = _tokens(ctx.master_key, len(tokens), size - len(tokens), now_ms)
@@ -539,8 +548,6 @@ def run(ctx: BenchContext) -> Outcome:
             except Exception as exc:  # noqa: BLE001 - reported with the sizes measured
                 per_size[size] = {"tokens": size, "error": f"{type(exc).__name__}: {exc}"}
                 break
-    finally:
-        zk.stop()
     return _outcome(sizes, per_size)
 
 
