@@ -3,6 +3,10 @@ and exactly-once after kill -9 in the middle of a batch (a real subprocess).
 
 One SparkSession (tests/spark_support.py) serves the in-process runs; the crash test
 runs ``tokensvc audit ingest`` in its own process group, as a person would.
+
+Reports cost the same whatever the input's size (a report of 20 events about as much as
+one of 2,500: Spark's jobs, not the rows): tests reuse the module's reports where they
+read the same input rather than run them again.
 """
 
 from __future__ import annotations
@@ -44,6 +48,10 @@ from tokensvc.audit.reporting.options import REPORTS, build_options
 pytestmark = [pytest.mark.spark, pytest.mark.heavy(minutes=12), pytest.mark.timeout(900)]
 
 T0 = 1_704_067_200_000  # 2024-01-01T00:00:00Z
+# Generated events of the module's shared data: enough for two dates and every planted
+# anomaly (the generator plants them at fractions of the count). Spark's cost here is per
+# job, not per row: the ingest and two reports of 2,500 events cost a few CPU s more.
+EVENTS = 600
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -77,7 +85,7 @@ def both(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> dict[
     """Generated events plus a compressed rotated file, extra fields and bad lines;
     ingested once, and reported both from the lake and from the JSON files."""
     data = tmp_path_factory.mktemp("audit")
-    generate(data, 2_500, seed=21, brokers=3)
+    generate(data, EVENTS, seed=21, brokers=3)
     with gzip.open(data / "audit-4-20240101T000000-0.jsonl.1.gz", "wt") as fh:
         for n in range(12):  # a burst on one token from a fourth broker, rotated away
             fh.write(login_line(T0 + 3_600_000 + n * 1000, 7) + "\n")
@@ -104,7 +112,7 @@ def both(tmp_path_factory: pytest.TempPathFactory, spark: SparkSession) -> dict[
 
 def test_every_valid_event_is_in_the_lake_once(spark: SparkSession, both: dict) -> None:
     ids = [r["event_id"] for r in lake_rows(spark, both["lake"])]
-    assert len(ids) == len(set(ids)) == both["json_summary"]["events_read"] == 2_500 + 12 + 5
+    assert len(ids) == len(set(ids)) == both["json_summary"]["events_read"] == EVENTS + 12 + 5
     assert both["totals"].events == len(ids)
 
 
@@ -199,11 +207,12 @@ def test_batch_partial_tables_merge_to_what_the_events_give(spark: SparkSession,
     assert all(rows[table] > 0 for table in aggregates.TABLES), rows  # none left empty
 
 
-def test_report_merges_the_partial_tables_of_many_batches(tmp_path: Path,
-                                                          spark: SparkSession) -> None:
-    data, lake = tmp_path / "audit", tmp_path / "lake"
-    generate(data, 600, seed=5, brokers=3)  # three files: three one-chunk batches
-    run_ingest(spark, IngestOptions(str(data), str(lake), once=True, max_files_per_batch=1),
+def test_report_merges_the_partial_tables_of_many_batches(tmp_path: Path, spark: SparkSession,
+                                                          both: dict) -> None:
+    # The module's audit files (five: three batches of at most two chunks) into a lake of
+    # their own; the report from those files is the module's JSON report.
+    data, lake = both["data"], tmp_path / "lake"
+    run_ingest(spark, IngestOptions(str(data), str(lake), once=True, max_files_per_batch=2),
                echo=print)
     layout = lake_layout(lake)
     assert len(list(layout.stats.iterdir())) == 3
@@ -211,15 +220,17 @@ def test_report_merges_the_partial_tables_of_many_batches(tmp_path: Path,
         layout.batch_prefix(n) for n in range(3)]
     snapshot = str(data / SNAPSHOT_FILE)
 
-    def usage(out: str, *, input_path: str | None = None, lake_path: str | None = None
-              ) -> dict[str, Any]:
-        run_report(spark, build_options(input_path, str(tmp_path / out), tokens=snapshot,
-                                        lake=lake_path))
-        rows = spark.read.parquet(str(tmp_path / out / "token_usage" / "parquet")).collect()
+    def usage(out: Path) -> dict[str, Any]:
+        rows = spark.read.parquet(str(out / "token_usage" / "parquet")).collect()
         return {r["token_id"]: r.asDict() for r in rows}
 
-    from_json = usage("json", input_path=str(data))
-    assert usage("lake", lake_path=str(lake)) == from_json
+    def lake_usage(out: str) -> dict[str, Any]:
+        run_report(spark, build_options(None, str(tmp_path / out), tokens=snapshot,
+                                        lake=str(lake)))
+        return usage(tmp_path / out)
+
+    from_json = usage(both["out_json"])
+    assert lake_usage("lake") == from_json
 
     # The report reads the partial tables: one batch's token rows changed by hand
     # (same number of rows) show in its token_usage.
@@ -228,7 +239,7 @@ def test_report_merges_the_partial_tables_of_many_batches(tmp_path: Path,
     changed.coalesce(1).write.parquet(str(tmp_path / "changed"))
     part.unlink()
     os.replace(next((tmp_path / "changed").glob("part-*.parquet")), part)
-    doctored = usage("doctored", lake_path=str(lake))
+    doctored = lake_usage("doctored")
     assert {t: r["logins_ok"] - from_json[t]["logins_ok"] for t, r in doctored.items()
             if r["logins_ok"] != from_json[t]["logins_ok"]}
     assert {r["logins_ok"] - from_json[t]["logins_ok"] for t, r in doctored.items()} <= {0, 1000}
@@ -251,6 +262,10 @@ def test_batch_statistics_count_what_the_lake_holds(spark: SparkSession, both: d
     events = spark.read.parquet(str(lake_layout(both["lake"]).events))
     assert events.filter(F.col(ID_HASH).isNull()
                          | (F.col(ID_HASH) != F.xxhash64("event_id"))).count() == 0
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
 
 
 def _lake_and_json_reports(spark: SparkSession, data: Path, lake: Path, out: Path
@@ -281,6 +296,7 @@ def test_duplicates_within_and_across_batches_are_counted_as_from_json(
     from_lake, from_json = _lake_and_json_reports(spark, data, lake, tmp_path / "two")
     assert from_lake["duplicates"] == from_json["duplicates"] == 5
     assert from_lake["events"] == from_json["events"] == 23
+    two_files, two_json = _files(data), from_json
 
     # A third file holds one event twice: its own batch says an id repeats.
     twice = login_line(T0 + 99_000, 99, broker=6)
@@ -295,11 +311,14 @@ def test_duplicates_within_and_across_batches_are_counted_as_from_json(
         {k: v for k, v in from_json.items() if k not in skip}
 
     # The third batch's events removed by hand: its statistics no longer match the
-    # files, so the report counts by scanning what is there.
+    # files, so the report counts by scanning what is there. The audit files are those of
+    # the second step again, byte for byte: its JSON report is theirs.
     for part in lake_layout(lake).events.rglob("b000000000002-*.parquet"):
         part.unlink()
     (data / "audit-6-20240101T000000-0.jsonl").unlink()
-    from_lake, from_json = _lake_and_json_reports(spark, data, lake, tmp_path / "removed")
+    assert _files(data) == two_files
+    from_lake = run_report(spark, build_options(None, str(tmp_path / "removed"), lake=str(lake)))
+    from_json = two_json
     assert (from_lake["lines"], from_lake["duplicates"], from_lake["events"]) == \
         (from_json["lines"], from_json["duplicates"], from_json["events"]) == (28, 5, 23)
 
