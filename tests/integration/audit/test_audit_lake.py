@@ -2,7 +2,9 @@
 and exactly-once after kill -9 in the middle of a batch (a real subprocess).
 
 One SparkSession (tests/spark_support.py) serves the in-process runs; the crash test
-runs ``tokensvc audit ingest`` in its own process group, as a person would.
+runs ``tokensvc audit ingest`` in its own process group, as a person would, kills it with
+SIGKILL mid-batch, then runs the command again in this process (on that session: a Spark
+JVM start is most of such a run's cost) until a SIGTERM.
 
 Reports cost the same whatever the input's size (a report of 20 events about as much as
 one of 2,500: Spark's jobs, not the rows): tests reuse the module's reports where they
@@ -17,11 +19,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -358,26 +362,66 @@ def test_report_needs_exactly_one_source(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "lake directory does not exist" in result.output
 
 
-def _ingest_process(data: Path, lake: Path, log: Path, *, once: bool,
-                    stall: int | None) -> subprocess.Popen[bytes]:
+def _ingest_args(data: Path, lake: Path) -> list[str]:
+    return ["ingest", "--input", str(data), "--lake", str(lake), "--master", "local[1]",
+            "--max-files-per-batch", "1", "--trigger-s", "0.5"]
+
+
+def _ingest_process(data: Path, lake: Path, log: Path, *, stall: int
+                    ) -> subprocess.Popen[bytes]:
+    """``tokensvc audit ingest --once`` in a process group of its own, with its own Spark
+    JVM, whose batch ``stall`` blocks after moving its first file into the lake."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
-    env.pop(STALL_ENV, None)
-    if stall is not None:
-        env[STALL_ENV] = str(stall)
-    args = [sys.executable, "-m", "cli.tokensvc", "audit", "ingest", "--input", str(data),
-            "--lake", str(lake), "--master", "local[1]", "--max-files-per-batch", "1",
-            "--trigger-s", "0.5"]
+    env[STALL_ENV] = str(stall)
+    args = [sys.executable, "-m", "cli.tokensvc", "audit", *_ingest_args(data, lake), "--once"]
     with open(log, "wb") as out:
-        return subprocess.Popen(args + (["--once"] if once else []), cwd=ROOT, env=env,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
+def _ingest_here_until_sigterm(data: Path, lake: Path, ready: Callable[[], bool]
+                               ) -> tuple[Result, bool]:
+    """``tokensvc audit ingest`` as a long-running job in this process (the command takes
+    this process's Spark session: one JVM start fewer than a process of its own), stopped
+    by a SIGTERM to this process once ``ready()``. Its result, and whether the signal went
+    while the command was still running."""
+    finished, sent = threading.Event(), threading.Event()
+    failed: list[AssertionError] = []
+
+    def terminate() -> None:
+        try:
+            wait_for(lambda: ready() or finished.is_set(), 300, "batch 2 of the second run")
+        except AssertionError as exc:
+            failed.append(exc)  # the job is stopped all the same
+        if not finished.is_set():
+            sent.set()
+            os.kill(os.getpid(), signal.SIGTERM)  # as `kill PID` does
+
+    # The command handles SIGTERM while it runs, then puts this handler back: a signal
+    # that crosses its end is ignored rather than ending the test run.
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    thread = threading.Thread(target=terminate, name="sigterm-after-batch-2", daemon=True)
+    thread.start()
+    try:
+        result = CliRunner().invoke(audit, _ingest_args(data, lake))
+    finally:
+        finished.set()
+        thread.join(60)
+        signal.signal(signal.SIGTERM, previous)
+    if failed:
+        raise failed[0]
+    return result, sent.is_set()
+
+
+CRASH_EVENTS = 300  # three files: three one-chunk batches
 
 
 def test_kill_9_in_the_middle_of_a_batch_then_run_again_loses_and_repeats_nothing(
-        tmp_path: Path, spark: SparkSession) -> None:
+        tmp_path: Path, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
     data, lake = tmp_path / "audit", tmp_path / "lake"
-    generate(data, 1_500, seed=3, brokers=3)  # three files: three one-chunk batches
+    generate(data, CRASH_EVENTS, seed=3, brokers=3)
     layout = lake_layout(lake)
-    first = _ingest_process(data, lake, tmp_path / "first.log", once=True, stall=1)
+    first = _ingest_process(data, lake, tmp_path / "first.log", stall=1)
     try:
         wait_for(lambda: (lake / "stalled-1").exists() or first.poll() is not None, 300,
                  "batch 1 half written")
@@ -392,29 +436,24 @@ def test_kill_9_in_the_middle_of_a_batch_then_run_again_loses_and_repeats_nothin
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(60)
 
-    # Run again, this time as a long-running job stopped by SIGTERM.
-    second = _ingest_process(data, lake, tmp_path / "second.log", once=False, stall=None)
-    log = tmp_path / "second.log"
-    try:
-        wait_for(lambda: "batch 2:" in log.read_text() or second.poll() is not None, 300,
-                 "batch 2 of the second run")
-        assert second.poll() is None, log.read_text()[-3000:]
-        os.kill(second.pid, signal.SIGTERM)  # the tokensvc process, as `kill PID` does
-        assert second.wait(120) == 0, log.read_text()[-3000:]
-    finally:
-        if second.poll() is None:
-            os.killpg(second.pid, signal.SIGKILL)
-    text = log.read_text()
+    # Run again, this time as a long-running job stopped by SIGTERM once batch 2 is in.
+    monkeypatch.delenv(STALL_ENV, raising=False)
+    second, running = _ingest_here_until_sigterm(
+        data, lake, lambda: (layout.checkpoint / "commits" / "2").exists())
+    text = second.output
+    assert running, text[-3000:]
+    assert second.exit_code == 0, (second.exception, text[-3000:])
+    assert "batch 2:" in text
     assert "SIGTERM: stopping" in text and "ingested" in text
     ids = [r["event_id"] for r in lake_rows(spark, lake)]
-    assert len(ids) == len(set(ids)) == 1_500
+    assert len(ids) == len(set(ids)) == CRASH_EVENTS
     assert not list(layout.batches.iterdir())
     # Each batch's statistics once: the re-run of batch 1 replaced nothing twice.
     stats = read_stats(lake)
-    assert stats is not None and stats.statuses["ok"] == 1_500
+    assert stats is not None and stats.statuses["ok"] == CRASH_EVENTS
     assert sorted(p.name for p in layout.stats.iterdir()) == [
         layout.stats_file(n).name for n in range(len(list(layout.stats.iterdir())))]
-    assert distinct_id_hashes(spark, lake) == 1_500
+    assert distinct_id_hashes(spark, lake) == CRASH_EVENTS
     # ... and each batch's partial tables once: one file per table and batch, which
     # merged give what the events in the lake give.
     batches = len(list(layout.stats.iterdir()))
