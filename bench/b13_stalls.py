@@ -4,7 +4,7 @@ Set-up: one managed ZooKeeper (with ``--quick`` the one the suite's quick run sh
 holding the tokens (written straight into it in Kafka's layout,
 :func:`bench.zkraw.write_tokens`, as B9 does): ``REVOKED`` of ``User:b13-bulk``,
 ``DUE`` of ``User:b13-due``, the rest spread over 1,000 owners. Then a 3-broker local
-cluster on it (expiry sweep every 500 ms, token cache snapshot every 60 s -- 6 s with ``--quick``
+cluster on it (expiry sweep every 500 ms, token cache snapshot every 60 s -- 10 s with ``--quick``
 -- when the cache changed; the phases start right after every broker's first write, so
 the rest and the revocation fit before the next). Phases, one after the other:
 
@@ -115,7 +115,7 @@ class Scale:
     @classmethod
     def of(cls, quick: bool, tokens: int | None = None) -> Scale:
         if quick:
-            return cls(5_000, 250, 250, 100, 1.0, 6.0, False, 2.0)
+            return cls(5_000, 250, 250, 100, 1.0, 10.0, False, 2.0)
         return cls(tokens or 1_000_000, 10_000, 10_000, 1_000, 5.0, 60.0, True, 5.0)
 
 
