@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench.suite import RESULTS_DIR, BenchContext, Outcome, now_utc, table, timed, write_results
+from tokensvc.jvm import FAST_COMPILE, SHORT_LIVED_KAFKA
 from tokensvc.kafka import broker as kafka_broker
 from zk import server as zk_server
 
@@ -53,10 +54,9 @@ AUTHZ_ID = "authz"
 # theirs, unless the environment names their flags already: the client compiler only (C2's
 # compile time never pays back in a JVM that lives seconds; quick figures are not read)
 # and, for Kafka, the serial collector. The full run keeps the JVMs' defaults.
-FAST_COMPILE = "-XX:TieredStopAtLevel=1"
 QUICK_JVM_FLAGS = {
     zk_server.JVMFLAGS_ENV: FAST_COMPILE,
-    kafka_broker.JVMFLAGS_ENV: f"{FAST_COMPILE} -XX:+UseSerialGC",
+    kafka_broker.JVMFLAGS_ENV: SHORT_LIVED_KAFKA,
     "SPARK_SUBMIT_OPTS": FAST_COMPILE,
 }
 

@@ -129,22 +129,18 @@ def zookeeper(ctx: BenchContext, name: str) -> Iterator[ManagedZooKeeper]:
     when the block ends. In quick mode the benchmarks of :data:`QUICK_ZOOKEEPER_USERS`
     share one, stopped after the last of them: at smoke-test sizes a JVM start each was
     much of what they cost."""
+    def start(stack: contextlib.ExitStack, directory: str) -> ManagedZooKeeper:
+        server = ManagedZooKeeper(ctx.directory(directory), die_with_parent=True)
+        server.start()
+        stack.callback(server.stop)
+        return server
+
     if ctx.quick:
-
-        def start(stack: contextlib.ExitStack) -> ManagedZooKeeper:
-            server = ManagedZooKeeper(ctx.directory("quick-zk"), die_with_parent=True)
-            server.start()
-            stack.callback(server.stop)
-            return server
-
-        yield ctx.shared("quick-zookeeper", start, users=QUICK_ZOOKEEPER_USERS)
+        yield ctx.shared("quick-zookeeper", lambda stack: start(stack, "quick-zk"),
+                         users=QUICK_ZOOKEEPER_USERS)
         return
-    server = ManagedZooKeeper(ctx.directory(name), die_with_parent=True)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+    with contextlib.ExitStack() as stack:
+        yield start(stack, name)
 
 
 def new_token_id() -> str:

@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from tests.spark_support import SPARK_CONF_DIR_ENV, spark_conf_dir
-from tests.support.jvm_start import FAST_COMPILE, use_kafka_archives, zookeeper_flags
+from tests.support.jvm_start import use_kafka_archives, zookeeper_flags
+from tokensvc.jvm import FAST_COMPILE
 from zk.server import JVMFLAGS_ENV, ManagedZooKeeper
 
 _chroots = itertools.count(1)

@@ -47,7 +47,7 @@ from pathlib import Path
 
 from tokensvc import devcerts
 from tokensvc.cluster import LocalCluster
-from tokensvc.jvm import find_java
+from tokensvc.jvm import FAST_COMPILE, SHORT_LIVED_KAFKA, find_java
 from tokensvc.kafka import broker as kafka_broker
 from tokensvc.kafka import kafka_jars, run_tool
 from tokensvc.kafka import tools as kafka_tools
@@ -58,11 +58,7 @@ from zk.server import (
     zookeeper_classpath,
 )
 
-FAST_COMPILE = "-XX:TieredStopAtLevel=1"
 NO_FSYNC = "-Dzookeeper.forceSync=no"
-# Kafka brokers and tools in the tests: the client compiler and the serial collector (a
-# broker of a test lives a minute; G1's threads and C2 never pay back on two cores).
-KAFKA_FLAGS = f"{FAST_COMPILE} -XX:+UseSerialGC"
 
 
 def _archive_path(cache: Path) -> Path:
@@ -145,9 +141,9 @@ def _dump_kafka_archives(broker_target: Path, tool_target: Path) -> None:
     before = {env: os.environ.get(env) for env in (kafka_broker.JVMFLAGS_ENV,
                                                     kafka_tools.JVMFLAGS_ENV)}
     os.environ[kafka_broker.JVMFLAGS_ENV] = (
-        f"{KAFKA_FLAGS} -XX:ArchiveClassesAtExit={partial[broker_target]}")
+        f"{SHORT_LIVED_KAFKA} -XX:ArchiveClassesAtExit={partial[broker_target]}")
     os.environ[kafka_tools.JVMFLAGS_ENV] = (
-        f"{KAFKA_FLAGS} -XX:ArchiveClassesAtExit={partial[tool_target]}")
+        f"{SHORT_LIVED_KAFKA} -XX:ArchiveClassesAtExit={partial[tool_target]}")
     try:
         with tempfile.TemporaryDirectory(prefix="tokensvc-kafka-jsa-") as work:
             cluster = LocalCluster.up(Path(work), brokers=0, kafka_brokers=1,
@@ -183,7 +179,8 @@ def use_kafka_archives(cache: Path | None = None) -> None:
     if not wanted:
         return
     cache = cache or Path(sys.prefix) / "tokensvc-cache"
-    flags = {kafka_broker.JVMFLAGS_ENV: KAFKA_FLAGS, kafka_tools.JVMFLAGS_ENV: KAFKA_FLAGS}
+    flags = {kafka_broker.JVMFLAGS_ENV: SHORT_LIVED_KAFKA,
+             kafka_tools.JVMFLAGS_ENV: SHORT_LIVED_KAFKA}
     try:
         cache.mkdir(parents=True, exist_ok=True)
         broker_archive, tool_archive = _kafka_archive_paths(cache)
@@ -195,8 +192,10 @@ def use_kafka_archives(cache: Path | None = None) -> None:
                 print(f"tests: Kafka class-data archives built in "
                       f"{time.monotonic() - began:.1f} s", file=sys.stderr)
         flags = {
-            kafka_broker.JVMFLAGS_ENV: f"-XX:SharedArchiveFile={broker_archive} {KAFKA_FLAGS}",
-            kafka_tools.JVMFLAGS_ENV: f"-XX:SharedArchiveFile={tool_archive} {KAFKA_FLAGS}",
+            kafka_broker.JVMFLAGS_ENV:
+                f"-XX:SharedArchiveFile={broker_archive} {SHORT_LIVED_KAFKA}",
+            kafka_tools.JVMFLAGS_ENV:
+                f"-XX:SharedArchiveFile={tool_archive} {SHORT_LIVED_KAFKA}",
         }
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:  # JvmError too
         print(f"tests: no Kafka class-data archives ({exc}); starting Kafka JVMs without",

@@ -16,13 +16,21 @@ stores, readiness) lives with the service (``zk/server.py``, ``tokensvc/kafka/``
 here: this room knows no service.
 """
 
-from tokensvc.jvm.command import JavaCommand, classpath, env_flags
+from tokensvc.jvm.command import (
+    FAST_COMPILE,
+    SHORT_LIVED_KAFKA,
+    JavaCommand,
+    classpath,
+    env_flags,
+)
 from tokensvc.jvm.jars import Artifact, cache_dir, installed_jars, resolve
 from tokensvc.jvm.java import JvmError, find_java, java_major_version, require_java
 from tokensvc.jvm.ports import free_port, port_in_use
 from tokensvc.jvm.process import SupervisedProcess
 
 __all__ = [
+    "FAST_COMPILE",
+    "SHORT_LIVED_KAFKA",
     "Artifact",
     "JavaCommand",
     "JvmError",

@@ -20,6 +20,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# Flags for JVMs that live seconds or a minute (the test suite's, the quick benchmark
+# run's), never a default: the client compiler only (C2's compile time never pays back),
+# and for a Kafka broker or tool the serial collector too (G1's threads cost more than
+# they save on two cores).
+FAST_COMPILE = "-XX:TieredStopAtLevel=1"
+SHORT_LIVED_KAFKA = f"{FAST_COMPILE} -XX:+UseSerialGC"
+
 
 def env_flags(variable: str, environ: Mapping[str, str] = os.environ) -> list[str]:
     """The JVM flags of environment variable ``variable``, split as a shell would (an

@@ -219,8 +219,8 @@ def test_decode_of_broker_with_a_host_kafka_would_not_take_is_refused(host):
     # Fuzzer finding 18: "[[]]" read as the host "[]", written back as "[]" and read again
     # as "" -- a registration that changed on its way through. Kafka's EndPoint takes
     # letters, digits and "-%._:" in a host, in brackets or not.
-    data = ('{"version":5,"endpoints":["T://%s:3"],"jmx_port":-1,"timestamp":"5"}'
-            % host).encode()
+    data = ('{"version":5,"endpoints":["T://' + host
+            + ':3"],"jmx_port":-1,"timestamp":"5"}').encode()
     with pytest.raises(LayoutError, match="host"):
         layout.decode_broker(0, data)
 
@@ -229,8 +229,8 @@ def test_decode_of_broker_with_a_host_kafka_would_not_take_is_refused(host):
                                          ("fe80::1%eth0", "fe80::1%eth0"),
                                          ("broker-1.example.com", "broker-1.example.com")])
 def test_an_endpoint_host_kafka_takes_is_read_and_written_back_the_same(shown, host):
-    data = ('{"version":5,"endpoints":["T://%s:3"],"jmx_port":-1,"timestamp":"5"}'
-            % shown).encode()
+    data = ('{"version":5,"endpoints":["T://' + shown
+            + ':3"],"jmx_port":-1,"timestamp":"5"}').encode()
     decoded = layout.decode_broker(0, data)
     assert decoded["endpoints"] == {"T": ("T", host, 3)}
     again = layout.decode_broker(0, layout.encode_broker(decoded["endpoints"], 5))
