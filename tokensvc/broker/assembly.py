@@ -80,6 +80,7 @@ from zk.expiry import ExpirySweeper
 from zk.kraft import KraftMigrationWatch
 from zk.layout import coordination
 from zk.notifications import Purge, VersionWaiter
+from zk.quota_store import QuotaStore
 from zk.requests import RequestKeyExistsError, RequestRecords, valid_request_key
 from zk.token_store import TokenStore
 from zk.token_sync import TokenSync
@@ -441,6 +442,7 @@ async def _assemble(
     token_store = TokenStore(zk, beside_kafka=config.kafka_zookeeper_shared)
     credential_store = CredentialStore(zk)
     acl_store = AclStore(zk)
+    quota_store = QuotaStore(zk)
     records = RequestRecords(zk)
     paths = coordination(config.kafka_zookeeper_shared)
     registry = BrokerRegistry(zk, paths=paths)
@@ -545,6 +547,7 @@ async def _assemble(
             oauth=local.oauth,
         ),
         ledger=ledger,
+        quotas=quota_store,
     )
     forwarder = EnvelopeForwarder(
         config,

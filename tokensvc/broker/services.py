@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from tokensvc.core.cache import TokenCache
     from tokensvc.core.config import BrokerConfig
     from tokensvc.core.manager import TokenManager
+    from tokensvc.core.quotas import QuotaConfigs
 
 CLUSTER_RESOURCE = "kafka-cluster"
 CREATE_DELEGATION_TOKEN = int(ApiKey.CREATE_DELEGATION_TOKEN)
@@ -446,3 +447,5 @@ class Services:
     cluster: ClusterView
     auth: AuthService
     ledger: Ledger | None = None
+    # Kafka's quota znodes, read for DescribeClientQuotas (None: not served).
+    quotas: QuotaConfigs | None = None

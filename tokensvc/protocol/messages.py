@@ -15,6 +15,7 @@ from tokensvc.protocol.api import ApiKey
 from tokensvc.protocol.schema import (
     BOOL,
     BYTES,
+    FLOAT64_T,
     INT8_T,
     INT16_T,
     INT32_T,
@@ -360,6 +361,44 @@ DELETE_ACLS_RESPONSE = Struct(
     ))),
 )
 
+# --- Client quotas (48, KIP-546): describe only -----------------------------
+
+# MatchType: 0 an exact name (Match), 1 the default entity, 2 any specified name.
+QUOTA_MATCH_EXACT = 0
+QUOTA_MATCH_DEFAULT = 1
+QUOTA_MATCH_SPECIFIED = 2
+
+DESCRIBE_CLIENT_QUOTAS_REQUEST = Struct(
+    "DescribeClientQuotasRequest",
+    f("Components", Array(Struct(
+        "ComponentData",
+        f("EntityType", STRING),
+        f("MatchType", INT8_T),
+        f("Match", STRING, nullable=0),
+    ))),
+    f("Strict", BOOL),
+)
+
+DESCRIBE_CLIENT_QUOTAS_RESPONSE = Struct(
+    "DescribeClientQuotasResponse",
+    f("ThrottleTimeMs", INT32_T),
+    f("ErrorCode", INT16_T),
+    f("ErrorMessage", STRING, nullable=0),
+    f("Entries", Array(Struct(
+        "EntryData",
+        f("Entity", Array(Struct(
+            "EntityData",
+            f("EntityType", STRING),
+            f("EntityName", STRING, nullable=0),
+        ))),
+        f("Values", Array(Struct(
+            "ValueData",
+            f("Key", STRING),
+            f("Value", FLOAT64_T),
+        ))),
+    )), nullable=0),
+)
+
 # --- SCRAM credentials (50, 51) --------------------------------------------
 
 DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST = Struct(
@@ -482,6 +521,7 @@ REQUESTS: dict[ApiKey, Struct] = {
     ApiKey.CREATE_ACLS: CREATE_ACLS_REQUEST,
     ApiKey.DESCRIBE_ACLS: DESCRIBE_ACLS_REQUEST,
     ApiKey.DELETE_ACLS: DELETE_ACLS_REQUEST,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: DESCRIBE_CLIENT_QUOTAS_REQUEST,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: DESCRIBE_USER_SCRAM_CREDENTIALS_REQUEST,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: ALTER_USER_SCRAM_CREDENTIALS_REQUEST,
     ApiKey.ENVELOPE: ENVELOPE_REQUEST,
@@ -500,6 +540,7 @@ RESPONSES: dict[ApiKey, Struct] = {
     ApiKey.CREATE_ACLS: CREATE_ACLS_RESPONSE,
     ApiKey.DESCRIBE_ACLS: DESCRIBE_ACLS_RESPONSE,
     ApiKey.DELETE_ACLS: DELETE_ACLS_RESPONSE,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: DESCRIBE_CLIENT_QUOTAS_RESPONSE,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: DESCRIBE_USER_SCRAM_CREDENTIALS_RESPONSE,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: ALTER_USER_SCRAM_CREDENTIALS_RESPONSE,
     ApiKey.ENVELOPE: ENVELOPE_RESPONSE,

@@ -21,6 +21,7 @@ INT8 = struct.Struct(">b")
 INT16 = struct.Struct(">h")
 INT32 = struct.Struct(">i")
 INT64 = struct.Struct(">q")
+FLOAT64 = struct.Struct(">d")
 
 MAX_UVARINT_BYTES = 5
 MAX_UINT32 = 0xFFFFFFFF

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokensvc.protocol.errors import EncodeError, ProtocolError
-from tokensvc.protocol.primitives import INT8, INT16, INT32, INT64, Reader, Writer
+from tokensvc.protocol.primitives import FLOAT64, INT8, INT16, INT32, INT64, Reader, Writer
 
 MAX_STRING_LENGTH = 0x7FFF
 MAX_ARRAY_LENGTH = 0x7FFFFFFF
@@ -76,6 +76,29 @@ class _Int(WireType):
         if not isinstance(value, int):
             raise EncodeError(f"{self.name} needs an int, got {type(value).__name__}")
         w.fixed(self.codec, value)
+
+
+class _Float64(WireType):
+    """An IEEE 754 double, big-endian (Kafka's ``float64``; quota values)."""
+
+    name = "float64"
+
+    def zero(self) -> float:
+        return 0.0
+
+    def min_size(self, version: int, flexible: bool) -> int:
+        return FLOAT64.size
+
+    def read(self, r: Reader, version: int, flexible: bool, nullable: bool) -> float:
+        return r.unpack(FLOAT64, "float64")[0]
+
+    def write(self, w: Writer, value: Any, version: int, flexible: bool, nullable: bool) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise EncodeError(f"float64 needs a float, got {type(value).__name__}")
+        try:
+            w.raw(FLOAT64.pack(float(value)))
+        except OverflowError:
+            raise EncodeError(f"{value!r} does not fit a float64") from None
 
 
 class _Bool(WireType):
@@ -207,6 +230,7 @@ INT8_T = _Int("int8", INT8)
 INT16_T = _Int("int16", INT16)
 INT32_T = _Int("int32", INT32)
 INT64_T = _Int("int64", INT64)
+FLOAT64_T = _Float64()
 BOOL = _Bool()
 UUID = _Uuid()
 STRING = _String()

@@ -1,6 +1,6 @@
 """Every request body of every API key and version a broker serves, and what a broker
-reads out of it before any handler runs: ACL bindings and filters, token labels, and
-inside an Envelope (KIP-590) the forwarded principal, client address and inner request.
+reads out of it before any handler runs: ACL bindings and filters, token labels, client
+quota filters, and inside an Envelope (KIP-590) the forwarded principal, client address and inner request.
 
 The first two bytes pick the (api key, version) pair, cycling through every pair
 served; the rest is the body. Properties: the round trip of ``wire.check_request``; the
@@ -15,6 +15,7 @@ from tokensvc.authz.wire import binding_from_creation, filter_from_wire
 from tokensvc.broker.handlers.envelope import _host
 from tokensvc.core.errors import KafkaError
 from tokensvc.core.labels import validate
+from tokensvc.core.quotas import quota_filter
 from tokensvc.protocol import SUPPORTED, ApiKey
 from tokensvc.protocol.principal_serde import deserialize_principal, serialize_principal
 
@@ -53,5 +54,7 @@ def fuzz_one(data: bytes) -> None:
         _labels(body.get("Labels"))
     elif api_key == ApiKey.EXPIRE_DELEGATION_TOKEN:
         _labels(body.get("RevokeLabels"))
+    elif api_key == ApiKey.DESCRIBE_CLIENT_QUOTAS:
+        quota_filter(body["Components"], body["Strict"])
     elif api_key == ApiKey.ENVELOPE:
         _envelope(body)

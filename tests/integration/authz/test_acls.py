@@ -281,6 +281,31 @@ def test_describe_on_the_cluster_lets_a_user_list_but_not_change_acls(cluster):
             Errors.CLUSTER_AUTHORIZATION_FAILED]
 
 
+def test_describe_client_quotas_needs_describe_configs_on_the_cluster(cluster, zk_chroot):
+    # Kafka's rule: DescribeConfigs on the cluster. The quota is written into the user's
+    # config znode as Kafka's kafka-configs.sh writes it, beside its SCRAM credential.
+    name = unique("quota-viewer")
+    add_user(cluster, name, "viewer-secret")
+    with zk_client(zk_chroot) as zk:
+        path = f"/config/users/{name}"
+        data, stat = zk.get(path)
+        body = json.loads(data)
+        body["config"]["producer_byte_rate"] = "1024"
+        zk.set(path, json.dumps(body).encode(), version=stat.version)
+    request = {"Components": [{"EntityType": "user", "MatchType": 0, "Match": name}],
+               "Strict": True}
+    with WireClient(followers(cluster)[0].address(), name, "viewer-secret") as viewer:
+        refused = viewer.request(ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, request)
+        assert (refused["ErrorCode"], refused["Entries"]) == (
+            Errors.CLUSTER_AUTHORIZATION_FAILED, None)
+        grant_cluster(cluster, f"User:{name}", int(AclOperation.DESCRIBE_CONFIGS))
+        answered = viewer.request(ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, request)
+    assert answered["ErrorCode"] == 0, answered
+    assert answered["Entries"] == [{
+        "Entity": [{"EntityType": "user", "EntityName": name}],
+        "Values": [{"Key": "producer_byte_rate", "Value": 1024.0}]}]
+
+
 # --- order, audit, metrics -----------------------------------------------------------------
 
 

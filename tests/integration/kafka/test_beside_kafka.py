@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -41,6 +43,7 @@ from kazoo.exceptions import NoNodeError
 
 from cli.delegation_token import delegation_token
 from tests.support import kafka_clients
+from tests.support.build_cache import java_program
 from tests.support.local_cluster import logs_in, user_config
 from tests.support.wait import poll_until
 from tokensvc.admin import AdminClient, AdminError
@@ -56,7 +59,8 @@ from tokensvc.authz.acl import (
 from tokensvc.client_config import ClientConfig, load_client_config
 from tokensvc.cluster import LocalCluster
 from tokensvc.core.errors import Errors
-from tokensvc.kafka import run_tool
+from tokensvc.jvm import SHORT_LIVED_KAFKA
+from tokensvc.kafka import kafka_jars, run_tool
 from tokensvc.scram.formatter import ScramMechanism
 from zk import layout
 
@@ -437,14 +441,58 @@ def test_kafkas_own_tools_work_against_the_tokensvc_brokers(cluster: LocalCluste
     _tool("kafka-configs.sh", *common, "--alter", "--add-config",
           f"SCRAM-SHA-256=[iterations=4096,password={password}]", "--entity-type", "users",
           "--entity-name", user)
-    # Its --describe also asks DescribeClientQuotas, which tokensvc does not serve (quotas
-    # are Kafka's): against a Kafka broker it shows the credential tokensvc wrote.
-    shown = _tool("kafka-configs.sh", "--bootstrap-server", _kafka(cluster), "--command-config",
-                  _props(cluster), "--describe", "--entity-type", "users", "--entity-name", user)
-    assert "SCRAM-SHA-256=iterations=4096" in shown, shown
+    # Its --describe asks DescribeClientQuotas and DescribeUserScramCredentials: the
+    # quota a Kafka broker set on the user (AlterClientQuotas is Kafka's) and the credential.
+    _tool("kafka-configs.sh", "--bootstrap-server", _kafka(cluster), "--command-config",
+          _props(cluster), "--alter", "--add-config", "producer_byte_rate=2048",
+          "--entity-type", "users", "--entity-name", user)
+    shown = _tool("kafka-configs.sh", *common, "--describe", "--entity-type", "users",
+                  "--entity-name", user)
+    assert f"Quota configs for user-principal '{user}' are producer_byte_rate=2048.0" in shown, \
+        shown
+    assert f"SCRAM credential configs for user-principal '{user}' are " \
+           "SCRAM-SHA-256=iterations=4096" in shown, shown
     for address in tokensvc.split(","):
         assert poll_until(lambda a=address: _logs_in(
             a, user_config(user, password, "SCRAM-SHA-256")), timeout=20), address
+
+
+QUOTA_MATRIX = Path(__file__).resolve().parents[2] / "java" / "ClientQuotaMatrix.java"
+
+
+def test_client_quotas_are_described_as_a_kafka_broker_describes_them(
+        cluster: LocalCluster) -> None:
+    """DescribeClientQuotas on a tokensvc broker answers what a Kafka broker on the same
+    ZooKeeper answers, filter for filter (kafka-clients' Admin, quotas set through Kafka):
+    exact, default and any-name components, strict or not, users, client ids and their
+    pairs, ips, a sanitized name, and the filters Kafka refuses."""
+    java = shutil.which("java")
+    assert java, "java (a JDK 17) is needed to run tests/java/ClientQuotaMatrix.java"
+    classpath = java_program(QUOTA_MATRIX, kafka_jars())
+    prefix = _unique("quota")
+    ran = subprocess.run(
+        [java, *SHORT_LIVED_KAFKA.split(), "-cp", classpath, "ClientQuotaMatrix", _props(cluster), prefix,
+         _kafka(cluster), _tokensvc(cluster)],
+        check=False, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
+    assert ran.returncode == 0, (ran.stdout, ran.stderr[-3000:])
+    answers: dict[str, dict[str, str]] = {}
+    for line in ran.stdout.splitlines():
+        name, bootstrap, answer = line.split("\t")
+        answers.setdefault(name, {})[bootstrap] = answer
+    assert len(answers) == 20, answers
+    for name, by_broker in answers.items():
+        assert by_broker[_tokensvc(cluster)] == by_broker[_kafka(cluster)], name
+    ours = {name: by_broker[_tokensvc(cluster)] for name, by_broker in answers.items()}
+    assert ours["user"] == f"{{user={prefix}-user}}={{producer_byte_rate=1024.0}}"
+    assert ours["user-client"] == (f"{{client-id={prefix}-client, user={prefix}-user}}="
+                                   "{producer_byte_rate=10.0}")
+    assert ours["user-sanitized"] == f"{{user={prefix} user ü*}}={{request_percentage=12.5}}"
+    assert ours["defaults"] == "{client-id=null, user=null}={consumer_byte_rate=1.0E9}"
+    assert ours["ip"] == "{ip=127.0.0.77}={connection_creation_rate=5.0}"
+    assert ours["strict-nothing"] == ours["missing-user"] == ""
+    assert ours["duplicate-user"] == ours["ip-with-user"] == \
+        "error org.apache.kafka.common.errors.InvalidRequestException"
+    assert ours["unknown-type"] == "error org.apache.kafka.common.errors.UnsupportedVersionException"
 
 
 # -- Kafka stays in charge (last: it kills brokers) --------------------------------------------

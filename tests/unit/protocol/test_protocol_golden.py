@@ -91,7 +91,8 @@ def test_flexible_versions_follow_kafka() -> None:
         ApiKey.METADATA: 9, ApiKey.DESCRIBE_CLUSTER: 0, ApiKey.CREATE_DELEGATION_TOKEN: 2,
         ApiKey.RENEW_DELEGATION_TOKEN: 2, ApiKey.EXPIRE_DELEGATION_TOKEN: 2,
         ApiKey.DESCRIBE_DELEGATION_TOKEN: 2, ApiKey.CREATE_ACLS: 2, ApiKey.DESCRIBE_ACLS: 2,
-        ApiKey.DELETE_ACLS: 2, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: 0,
+        ApiKey.DELETE_ACLS: 2, ApiKey.DESCRIBE_CLIENT_QUOTAS: 1,
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: 0,
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0, ApiKey.ENVELOPE: 0,
     }
     assert set(first_flexible) == set(SUPPORTED)
@@ -119,7 +120,7 @@ def test_supported_versions_are_those_of_the_brief() -> None:
         ApiKey.RENEW_DELEGATION_TOKEN: (0, 2), ApiKey.EXPIRE_DELEGATION_TOKEN: (0, 2),
         ApiKey.DESCRIBE_DELEGATION_TOKEN: (0, 3), ApiKey.CREATE_ACLS: (0, 3),
         ApiKey.DESCRIBE_ACLS: (0, 3), ApiKey.DELETE_ACLS: (0, 3),
-        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+        ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1), ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0), ApiKey.ENVELOPE: (0, 0),
     }
 

@@ -34,6 +34,8 @@ with warnings.catch_warnings():
         DeleteAclsResponse,
         DescribeAclsRequest,
         DescribeAclsResponse,
+        DescribeClientQuotasRequest,
+        DescribeClientQuotasResponse,
         DescribeClusterRequest,
         DescribeClusterResponse,
         DescribeUserScramCredentialsRequest,
@@ -74,6 +76,7 @@ KAFKA_PYTHON: dict[ApiKey, tuple[type, type]] = {
     ApiKey.CREATE_ACLS: (CreateAclsRequest, CreateAclsResponse),
     ApiKey.DESCRIBE_ACLS: (DescribeAclsRequest, DescribeAclsResponse),
     ApiKey.DELETE_ACLS: (DeleteAclsRequest, DeleteAclsResponse),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (DescribeClientQuotasRequest, DescribeClientQuotasResponse),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (
         DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse,
     ),

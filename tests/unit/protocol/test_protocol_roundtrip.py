@@ -120,6 +120,15 @@ REQUEST_SAMPLES: dict[ApiKey, list[tuple[int, dict]]] = {
         (0, {"Filters": [_ACL_FILTER_ANY, _ACL_FILTER_EXACT]}),
         (0, {"Filters": []}),
     ],
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: [
+        (0, {"Components": [
+            {"EntityType": "user", "MatchType": 0, "Match": "alice"},
+            {"EntityType": "client-id", "MatchType": 1, "Match": None},
+        ], "Strict": True}),
+        (0, {"Components": [{"EntityType": "ip", "MatchType": 2, "Match": None}],
+             "Strict": False}),
+        (0, {"Components": [], "Strict": False}),
+    ],
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: [
         (0, {"Users": None}),
         (0, {"Users": []}),
@@ -323,6 +332,17 @@ RESPONSE_SAMPLES: dict[ApiKey, list[tuple[int, dict]]] = {
             {"ErrorCode": 42, "ErrorMessage": "bad filter", "MatchingAcls": []},
         ]}),
         (0, {"FilterResults": []}),
+    ],
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: [
+        (0, {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "Entries": [
+            {"Entity": [{"EntityType": "user", "EntityName": "alice"},
+                        {"EntityType": "client-id", "EntityName": None}],
+             "Values": [{"Key": "producer_byte_rate", "Value": 1024.0},
+                        {"Key": "request_percentage", "Value": 12.5}]},
+            {"Entity": [{"EntityType": "user", "EntityName": "bøb"}], "Values": []},
+        ]}),
+        (0, {"ThrottleTimeMs": 3, "ErrorCode": 42, "ErrorMessage": "duplicate user component",
+             "Entries": None}),
     ],
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: [
         (0, {"ThrottleTimeMs": 0, "ErrorCode": 0, "ErrorMessage": None, "Results": [

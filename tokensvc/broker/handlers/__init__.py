@@ -7,7 +7,15 @@ what a handler is.
 
 from __future__ import annotations
 
-from tokensvc.broker.handlers import acls, cluster, envelope, sasl, scram_users, tokens
+from tokensvc.broker.handlers import (
+    acls,
+    client_quotas,
+    cluster,
+    envelope,
+    sasl,
+    scram_users,
+    tokens,
+)
 from tokensvc.broker.handlers.base import ApiHandler, simple_error
 from tokensvc.protocol.api import ApiKey
 
@@ -23,6 +31,7 @@ HANDLERS: dict[int, ApiHandler] = {
     ApiKey.RENEW_DELEGATION_TOKEN: tokens.RENEW_DELEGATION_TOKEN,
     ApiKey.EXPIRE_DELEGATION_TOKEN: tokens.EXPIRE_DELEGATION_TOKEN,
     ApiKey.DESCRIBE_DELEGATION_TOKEN: tokens.DESCRIBE_DELEGATION_TOKEN,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: client_quotas.DESCRIBE_CLIENT_QUOTAS,
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: scram_users.DESCRIBE_USER_SCRAM_CREDENTIALS,
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: scram_users.ALTER_USER_SCRAM_CREDENTIALS,
     ApiKey.ENVELOPE: envelope.ENVELOPE,
