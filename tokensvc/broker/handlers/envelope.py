@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 from tokensvc.authz.acl import AclOperation, ResourceType
 from tokensvc.broker.context import RequestContext, WriteTicket, committed_token_fields
 from tokensvc.broker.handlers.base import ApiHandler
-from tokensvc.broker.loop.offloop import LARGE_ITEMS
+from tokensvc.broker.loop.offloop import LARGE_FRAME_BYTES, LARGE_ITEMS
 from tokensvc.broker.network.decoding import decode_client_request
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.protocol import ProtocolError
@@ -119,7 +119,10 @@ async def handle_envelope(services: Services, ctx: RequestContext, body: dict) -
         return _error(ctx.api_version, Errors.INVALID_REQUEST)
     data = bytes(body.get("RequestData") or b"")
     try:
-        inner_header, inner_body = decode_client_request(data)
+        # A client's large request (an ACL batch) is decoded off the loop here too.
+        inner_header, inner_body = (
+            await asyncio.to_thread(decode_client_request, data)
+            if len(data) > LARGE_FRAME_BYTES else decode_client_request(data))
     except ProtocolError:
         return _error(ctx.api_version, Errors.INVALID_REQUEST)
     if not ledger.writes_api(inner_header.api_key):

@@ -2,7 +2,9 @@
 
 Owns one rule: a Kafka message with a long array (a revocation's ten thousand
 revoked tokens, an EnvelopeResponse carrying their committed states) is encoded or
-decoded in a worker thread, not on the event loop. The codec is Python: in a thread
+decoded in a worker thread, not on the event loop; so is a client's request body longer
+than :data:`LARGE_FRAME_BYTES` (the connection decodes it in a thread, and the
+controller's envelope handler the same request forwarded to it). The codec is Python: in a thread
 it gives the GIL back every switch interval (0.5 ms in a broker,
 :mod:`tokensvc.broker.loop.eventloop`), so logins keep being answered; on the loop, the
 same work held it for hundreds of milliseconds in one piece (B13,

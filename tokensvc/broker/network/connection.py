@@ -35,7 +35,8 @@ frames from the broker's
   SaslAuthenticate (and raw SASL frames, when the session says frames are raw) run
   on the spot, without a task: a task is made only if that coroutine has to wait
   (the failed-login delay; :mod:`tokensvc.broker.network.trampoline`). Other APIs
-  run as one task each. No lock anywhere.
+  run as one task each; a body longer than ``LARGE_FRAME_BYTES`` (64 KiB) is decoded in
+  that task, in a worker thread (:mod:`tokensvc.broker.loop.offloop`). No lock anywhere.
 - **Time.** One timer per connection, re-armed lazily: a connection is
   closed when idle for ``connections.max.idle.ms``, or when a frame begun
   has not arrived completely within ``request.timeout.ms`` (capped by the
@@ -62,6 +63,7 @@ from typing import Any
 
 from tokensvc.broker.context import RequestContext
 from tokensvc.broker.gates.clockskew import ClockSkewed
+from tokensvc.broker.loop.offloop import LARGE_FRAME_BYTES
 from tokensvc.broker.network.decoding import decode_client_body
 from tokensvc.broker.network.memory import RequestMemoryPool
 from tokensvc.broker.network.precomputed import PrecomputedResponses
@@ -72,7 +74,12 @@ from tokensvc.broker.sessions.session import IllegalSaslState, Route, Session, S
 from tokensvc.core.config import BrokerConfig, Listener
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.principal import ANONYMOUS
-from tokensvc.protocol import FrameTooLargeError, UnsupportedVersionError, decode_request_header
+from tokensvc.protocol import (
+    FrameTooLargeError,
+    RequestHeader,
+    UnsupportedVersionError,
+    decode_request_header,
+)
 from tokensvc.protocol.api import ApiKey
 from tokensvc.protocol.primitives import INT32
 from tokensvc.scram.server import ScramAuthenticationError
@@ -357,6 +364,14 @@ class Connection(asyncio.BufferedProtocol):
             return
         # Only now the body: one a client may not send yet (any API but ApiVersions and
         # SASL before a login) is refused unread, however long it is.
+        if route is Route.REQUEST and len(payload) - offset > LARGE_FRAME_BYTES \
+                and api != ApiKey.ENVELOPE:
+            # A large body (an ACL batch near socket.request.max.bytes) is decoded in a
+            # thread: 0.2-1.3 s per MB of Python on the loop would hold every login.
+            data = bytes(payload)  # the receive buffer is reused once this returns
+            self._run(self._decode_and_dispatch(self._context(header, session, data), offset),
+                      svc.api_name(api), time.perf_counter(), inline=False)
+            return
         body = decode_client_body(header, payload, offset)
         started = time.perf_counter()
         if route is Route.API_VERSIONS:
@@ -370,17 +385,8 @@ class Connection(asyncio.BufferedProtocol):
             self._after_response(True)
             return
         login = route is Route.AUTHENTICATE
-        ctx = RequestContext(
-            header=header,
-            principal=session.principal or ANONYMOUS,
-            listener=self._listener.name,
-            security_protocol=self._listener.security_protocol,
-            client_host=session.client_host,
-            client_port=session.client_port,
-            # Only APIs that may be forwarded keep their bytes; the login path copies nothing.
-            payload=b"" if login else bytes(payload),
-            session=session,
-        )
+        # Only APIs that may be forwarded keep their bytes; the login path copies nothing.
+        ctx = self._context(header, session, b"" if login else bytes(payload))
         if api == ApiKey.ENVELOPE and self._overlap_envelopes:
             name = svc.api_name(api)
             task = self._loop.create_task(svc.dispatch(ctx, body))
@@ -388,6 +394,23 @@ class Connection(asyncio.BufferedProtocol):
             task.add_done_callback(lambda t: self._finished(t, name, started, False))
             return
         self._run(svc.dispatch(ctx, body), svc.api_name(api), started, inline=login)
+
+    def _context(self, header: RequestHeader, session: Session, payload: bytes) -> RequestContext:
+        return RequestContext(
+            header=header,
+            principal=session.principal or ANONYMOUS,
+            listener=self._listener.name,
+            security_protocol=self._listener.security_protocol,
+            client_host=session.client_host,
+            client_port=session.client_port,
+            payload=payload,
+            session=session,
+        )
+
+    async def _decode_and_dispatch(self, ctx: RequestContext, offset: int
+                                   ) -> tuple[bytes | list[bytes], int]:
+        body = await asyncio.to_thread(decode_client_body, ctx.header, ctx.payload, offset)
+        return await self._svc.dispatch(ctx, body)
 
     async def _raw_sasl(self, payload: bytes) -> bytes | None:
         """One raw SASL token after SaslHandshake v0: the challenge, or None to close."""
