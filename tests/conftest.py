@@ -66,9 +66,10 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     ``TOKENSVC_TEST_WORKERS``. Much of the suite's time on two cores is spent waiting
     (fault tests sleeping through partitions and pauses, the agent's three minutes,
     clusters and JVMs starting), so a worker more than the cores keep busy pays. On
-    2026-11-29, three workers ran it in 17 min 37 s to 20 min 41 s, four in 17 min 05-28 s
-    and five in 17 min 18 s (docs/performance.md); four met time limits of tests under
-    client load, which now allow for a busy machine."""
+    2026-11-29, three workers ran it in 17 min 37 s to 20 min 41 s and four in 17 min
+    05-28 s with other work beside; with nothing beside, four in 13 min 26 s and five in
+    13 min 38 s (docs/performance.md). Four met time limits of tests under client load,
+    which now allow for a busy machine."""
     wanted = os.environ.get(WORKERS_ENV)
     if wanted:
         return max(0, int(wanted))
