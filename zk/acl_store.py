@@ -65,6 +65,7 @@ from zk.layout import has_lone_surrogate
 from zk.notifications import NotificationRoot, Version
 from zk.reads import ZnodeReads
 from zk.requests import RecordOp, RequestKeyExistsError
+from zk.writes import check_transaction
 
 LITERAL_ACLS = "/kafka-acl"
 EXTENDED_ACLS = "/kafka-acl-extended"
@@ -391,7 +392,7 @@ class AclStore:
         recorded."""
         paths = {p: resource_path(p) for p in changes}
         for attempt in range(MAX_UPDATE_RETRIES):
-            reads = {p: self._read_versioned(path) for p, path in paths.items()}
+            reads = self._read_many(paths)
             effects = {p: (reads[p][0], frozenset(changes[p](reads[p][0]))) for p in changes}
             changed = [p for p, (old, new) in effects.items() if old != new]
             op = record(effects) if record is not None else record_op
@@ -427,6 +428,7 @@ class AclStore:
         raise StoreError(f"ACL update lost {MAX_UPDATE_RETRIES} races with other writers")
 
     def _commit(self, tx: Any, guard: Guard | None, writes: int, recorded: bool) -> list:
+        check_transaction(tx, "update ACLs")
         results = self._reads.call("update ACLs", tx.commit_async)
         failures = [r for r in results if isinstance(r, Exception)]
         if not failures:
@@ -452,6 +454,21 @@ class AclStore:
         except ZnodeMissing:
             return frozenset(), None
         return frozenset(decode_acls(data, path)), stat.version
+
+    def _read_many(self, paths: dict[ResourcePattern, str]
+                   ) -> dict[ResourcePattern, tuple[frozenset[AccessControlEntry], int | None]]:
+        """:meth:`_read_versioned` of every path, in multi-read batches (a request naming
+        thousands of resources read them one round trip each: 1.5 ms per filter)."""
+        patterns = list(paths)
+        found = self._reads.get_many([paths[p] for p in patterns], "read ACLs")
+        reads: dict[ResourcePattern, tuple[frozenset[AccessControlEntry], int | None]] = {}
+        for pattern, value in zip(patterns, found):
+            if value is None:
+                reads[pattern] = (frozenset(), None)
+            else:
+                data, stat = value  # type: ignore[misc]
+                reads[pattern] = (frozenset(decode_acls(data, paths[pattern])), stat.version)
+        return reads
 
     def _children(self, path: str) -> list[str]:
         try:

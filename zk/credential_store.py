@@ -61,6 +61,7 @@ from zk.errors import UNAVAILABLE, NotControllerError, StoreError, ZnodeMissing,
 from zk.reads import ZnodeReads
 from zk.requests import RecordOp, RequestKeyExistsError
 from zk.token_store import TokenStore
+from zk.writes import check_transaction
 
 # (path, version) checked in the same transaction as a write: the controller's guard.
 Guard = tuple[str, int]
@@ -394,6 +395,7 @@ class CredentialStore:
                            sequence=True)
             if not writes and record_op is None:
                 return effects, [], []
+            check_transaction(txn, "write credentials")
             results = self._reads.call("write credentials", txn.commit_async)
             token_start = len(results) - 2 * len(doomed)
             failed_at = [i for i, r in enumerate(results)

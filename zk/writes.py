@@ -13,6 +13,8 @@ trip each, for every store and the notification recipe:
 - :func:`commit_all`: many prepared transactions committed pipelined, each answer its
   list of results (kazoo's, failures included) in order: the token store's batched
   deletes (a token and its notification per pair of operations).
+- :func:`check_transaction`: a transaction that would be over what ZooKeeper takes in
+  one request is refused before it is sent (ZooKeeper would close the connection).
 
 Failures other than a missing znode are store errors (:mod:`zk.errors`), each wait capped
 at the caller's timeout.
@@ -29,11 +31,19 @@ from typing import Any
 from kazoo.client import KazooClient
 from kazoo.protocol.states import ZnodeStat
 
-from zk.errors import ZnodeMissing, zk_call
+from tokensvc.core.errors import Errors
+from zk.errors import StoreError, ZnodeMissing, zk_call
 from zk.reads import pipelined, wait
 
 # Requests in flight per window of pipelined deletes or transactions.
 WINDOW = 5_000
+# ZooKeeper closes the connection of a client whose request is over jute.maxbuffer
+# (0xfffff bytes by default): a store's one transaction per request stays below this.
+MAX_TRANSACTION_BYTES = 1_000_000
+# A multi operation's own bytes besides its path and data (header, lengths, version,
+# flags), and each znode ACL of a create (scheme, id, permissions).
+_OP_BYTES = 24
+_ACL_BYTES = 64
 # Stats in flight per window of :func:`created_before` (its scan usually stops early).
 STAT_WINDOW = 64
 
@@ -108,3 +118,26 @@ def commit_all(
             pending.append(zk_call(what, tx.commit_async))
         out.extend(wait(what, async_result, timeout_s) for async_result in pending)
     return out
+
+
+def transaction_bytes(tx: Any) -> int:
+    """About the size of a kazoo transaction's request: each operation's path and data
+    (``TransactionRequest.operations``) and a bound for the rest."""
+    total = 0
+    for op in tx.operations:
+        data = getattr(op, "data", None) or b""
+        total += _OP_BYTES + len(op.path.encode()) + len(data)
+        total += _ACL_BYTES * len(getattr(op, "acl", None) or ())
+    return total
+
+
+def check_transaction(tx: Any, what: str) -> None:
+    """INVALID_REQUEST (a store error) for a transaction over :data:`MAX_TRANSACTION_BYTES`:
+    a request naming too many items for one ZooKeeper transaction is refused whole,
+    nothing written, instead of costing the broker its ZooKeeper connection."""
+    size = transaction_bytes(tx)
+    if size > MAX_TRANSACTION_BYTES:
+        raise StoreError(
+            f"{what}: one ZooKeeper transaction of about {size:,} bytes, over the "
+            f"{MAX_TRANSACTION_BYTES:,} sent in one request; send fewer items per request",
+            Errors.INVALID_REQUEST)

@@ -7,17 +7,27 @@ DeleteAcls of 3,000 filters (about 120 KB, past the 64 KiB bound) to the broker 
 not the controller: it decodes the body in a thread and forwards it, and the controller
 decodes the same request, out of its EnvelopeRequest, in a thread too. The answer is
 whole (one result per filter) and nothing was deleted.
+
+And a request naming more than fits one ZooKeeper transaction is refused whole, at once.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 
 from tests.support.client import WireClient
-from tests.support.inproc import chroot_with_users, controller, follower, running_brokers
+from tests.support.inproc import (
+    chroot_with_users,
+    controller,
+    follower,
+    running_brokers,
+    zk_client,
+)
 from tokensvc.broker.handlers import envelope
 from tokensvc.broker.loop.offloop import LARGE_FRAME_BYTES
 from tokensvc.broker.network import connection
+from tokensvc.core.errors import Errors
 from tokensvc.protocol.api import ApiKey
 
 FILTERS = 3_000
@@ -66,3 +76,29 @@ def test_a_large_request_is_decoded_off_the_loop_on_both_brokers(zookeeper, monk
     # A small request's body stays on the loop: a thread hop would cost more than it does.
     assert [thread for key, _, thread in decoded if key == ApiKey.DESCRIBE_CLUSTER] == [
         other.thread.name]
+
+
+def test_a_request_too_large_for_one_zookeeper_transaction_is_refused_whole(zookeeper):
+    """20,000 filters make a request record over what ZooKeeper takes in one request: the
+    controller refuses the DeleteAcls at once (INVALID_REQUEST per filter, saying why),
+    sends ZooKeeper nothing, and goes on serving; before, ZooKeeper dropped its
+    connection and the client waited out request.timeout.ms (30 s) for REQUEST_TIMED_OUT."""
+    connect = chroot_with_users(zookeeper.connect, "too-large",
+                                [("admin", "admin-secret"), ("broker", "broker-secret")])
+    with running_brokers(connect, (1,)) as brokers:
+        broker = brokers[0]
+        with WireClient(broker.address(), "admin", "admin-secret", timeout=25) as admin:
+            started = time.monotonic()
+            answer = admin.request(ApiKey.DELETE_ACLS, 3,
+                                   {"Filters": [_filter(i) for i in range(20_000)]})
+            refused_in = time.monotonic() - started
+            after = admin.request(ApiKey.DELETE_ACLS, 3, {"Filters": [_filter(1)]})
+    with zk_client(connect) as zk:
+        records = zk.get_children("/delegation_token/requests")
+    results = answer["FilterResults"]
+    assert {(r["ErrorCode"], r["MatchingAcls"] == []) for r in results} == {
+        (Errors.INVALID_REQUEST, True)}
+    assert "send fewer items per request" in results[0]["ErrorMessage"]
+    assert refused_in < 20, refused_in
+    assert [r["ErrorCode"] for r in after["FilterResults"]] == [0]
+    assert len(records) == 1  # only the small request's record was written
