@@ -284,17 +284,17 @@ def test_an_acl_kafka_adds_between_our_read_and_our_write_survives(zk, monkeypat
     kafkas = AccessControlEntry("User:kafka-acls", "*", AclOperation.WRITE, AclPermissionType.ALLOW)
     path = "/kafka-acl/Topic/orders"
     kafka.create(path, encode_acls(set()))
-    original = store._read_versioned
+    original = store._read_many
     raced = []
 
-    def read_then_kafka_writes(read_path):
-        found = original(read_path)
+    def read_then_kafka_writes(paths):
+        found = original(paths)
         if not raced:
             raced.append(True)
             kafka.set(path, encode_acls({kafkas}))  # AclAuthorizer's conditional set
         return found
 
-    monkeypatch.setattr(store, "_read_versioned", read_then_kafka_writes)
+    monkeypatch.setattr(store, "_read_many", read_then_kafka_writes)
     store.add([AclBinding(topic, ours)])
     assert raced
     assert decode_acls(client.get(path)[0]) == {ours, kafkas}
