@@ -448,17 +448,10 @@ class AclStore:
 
     # --- reads -------------------------------------------------------------------------
 
-    def _read_versioned(self, path: str) -> tuple[frozenset[AccessControlEntry], int | None]:
-        try:
-            data, stat = self._reads.call(f"read {path}", lambda: self._client.get_async(path))
-        except ZnodeMissing:
-            return frozenset(), None
-        return frozenset(decode_acls(data, path)), stat.version
-
     def _read_many(self, paths: dict[ResourcePattern, str]
                    ) -> dict[ResourcePattern, tuple[frozenset[AccessControlEntry], int | None]]:
-        """:meth:`_read_versioned` of every path, in multi-read batches (a request naming
-        thousands of resources read them one round trip each: 1.5 ms per filter)."""
+        """Each pattern's entries and znode version (None: no znode), the paths read in
+        multi-read batches (one round trip each cost 1.5 ms per filter of a request)."""
         patterns = list(paths)
         found = self._reads.get_many([paths[p] for p in patterns], "read ACLs")
         reads: dict[ResourcePattern, tuple[frozenset[AccessControlEntry], int | None]] = {}
@@ -482,7 +475,7 @@ class AclStore:
             path = resource_path(pattern)
         except ValueError:
             return set()
-        return set(self._read_versioned(path)[0])
+        return set(self._read_many({pattern: path})[pattern][0])
 
     def load_all(self) -> dict[ResourcePattern, set[AccessControlEntry]]:
         """Every stored ACL, read with pipelined requests (listings, then data).

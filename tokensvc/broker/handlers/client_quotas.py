@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from tokensvc.authz.acl import AclOperation, ResourceType
+from tokensvc.authz.acl import CLUSTER_NAME, AclOperation, ResourceType
 from tokensvc.broker.handlers.base import ApiHandler
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.quotas import describe, quota_filter
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from tokensvc.broker.context import RequestContext
     from tokensvc.broker.services import Services
 
-CLUSTER = "kafka-cluster"
 
 
 def _error(version: int, error: Errors, message: str | None = None) -> dict:
@@ -32,7 +31,7 @@ def _error(version: int, error: Errors, message: str | None = None) -> dict:
 
 async def handle_describe(services: Services, ctx: RequestContext, body: dict) -> dict:
     if not services.authz.authorize(ctx, AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER,
-                                    CLUSTER):
+                                    CLUSTER_NAME):
         return _error(ctx.api_version, Errors.CLUSTER_AUTHORIZATION_FAILED)
     configs = services.quotas
     if configs is None:

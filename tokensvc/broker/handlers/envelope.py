@@ -36,7 +36,7 @@ import asyncio
 import ipaddress
 from typing import TYPE_CHECKING
 
-from tokensvc.authz.acl import AclOperation, ResourceType
+from tokensvc.authz.acl import CLUSTER_NAME, AclOperation, ResourceType
 from tokensvc.broker.context import RequestContext, WriteTicket, committed_token_fields
 from tokensvc.broker.handlers.base import ApiHandler
 from tokensvc.broker.loop.offloop import LARGE_FRAME_BYTES, LARGE_ITEMS
@@ -48,7 +48,6 @@ from tokensvc.protocol.principal_serde import deserialize_principal
 if TYPE_CHECKING:
     from tokensvc.broker.services import Services
 
-CLUSTER = "kafka-cluster"
 
 
 def _error(version: int, error: Errors) -> dict:
@@ -79,7 +78,7 @@ def sender_refusal(services: Services, ctx: RequestContext) -> str | None:
         return None
     try:
         allowed = services.authz.authorize(ctx, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER,
-                                           CLUSTER)
+                                           CLUSTER_NAME)
     except KafkaError:  # AUTHORIZER_NOT_READY: not provably a broker yet
         allowed = False
     return None if allowed else "not_a_broker"

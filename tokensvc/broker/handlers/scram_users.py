@@ -23,7 +23,7 @@ import asyncio
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from tokensvc.authz.acl import AclOperation, ResourceType
+from tokensvc.authz.acl import CLUSTER_NAME, AclOperation, ResourceType
 from tokensvc.broker.handlers.base import ApiHandler, replay_recorded
 from tokensvc.core.errors import Errors, KafkaError
 from tokensvc.core.principal import KafkaPrincipal
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from tokensvc.broker.context import RequestContext
     from tokensvc.broker.services import Services
 
-CLUSTER = "kafka-cluster"
 CATCH_UP_TIMEOUT_S = 2.0
 
 
@@ -51,7 +50,7 @@ def _describe_error(version: int, error: Errors) -> dict:
 
 
 async def handle_describe(services: Services, ctx: RequestContext, body: dict) -> dict:
-    if not services.authz.authorize(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER):
+    if not services.authz.authorize(ctx, AclOperation.DESCRIBE, ResourceType.CLUSTER, CLUSTER_NAME):
         return _describe_error(ctx.api_version, Errors.CLUSTER_AUTHORIZATION_FAILED)
     await services.credentials.catch_up(CATCH_UP_TIMEOUT_S)
     requested = body.get("Users")
@@ -146,7 +145,7 @@ def precheck_alter(services: Services, ctx: RequestContext, body: dict) -> dict 
     ):
         refused = _all_failed(body, Errors.DELEGATION_TOKEN_REQUEST_NOT_ALLOWED,
                               TOKEN_SESSION_REFUSED)
-    elif not services.authz.authorize(ctx, AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER):
+    elif not services.authz.authorize(ctx, AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME):
         refused = _all_failed(body, Errors.CLUSTER_AUTHORIZATION_FAILED)
     if refused is not None:
         for result in refused["Results"]:
